@@ -1,0 +1,73 @@
+# xpress: top-level build.  `make deps` installs every Debian package the build,
+# tests and benchmarks need; `make test` runs every test.  Each test area keeps
+# its own fragment (*.mk) next to its files and appends to TEST_TARGETS.
+SHELL := /bin/bash
+CXX ?= g++
+CC ?= gcc
+BUILD := build
+LIB := $(BUILD)/libxpress.so
+CORE := $(BUILD)/libxpress_core.a
+
+WARN := -Wall -Wextra -Werror
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -std=c++20 -fPIC -fno-exceptions -fno-rtti -fvisibility=hidden \
+            -pthread $(WARN) -I. -MMD -MP
+LDLIBS := -libverbs -lrdmacm -lunwind -ldl -pthread
+
+# Layers below preload/ (no interposed symbols): linked into unit tests too.
+CORE_SRCS := $(wildcard stream/*.cc verbs/*.cc alloc/*.cc flow/*.cc recover/*.cc) \
+             $(filter-out preload/wrap_%.cc,$(wildcard preload/*.cc))
+WRAP_SRCS := $(wildcard preload/wrap_*.cc)
+ASM_SRCS  := $(wildcard preload/*.S)
+CORE_OBJS := $(CORE_SRCS:%.cc=$(BUILD)/%.o)
+WRAP_OBJS := $(WRAP_SRCS:%.cc=$(BUILD)/%.o) $(ASM_SRCS:%.S=$(BUILD)/%.o)
+
+TEST_TARGETS :=
+
+.PHONY: all deps test clean format check-format
+all: $(LIB) tools
+
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.S
+	@mkdir -p $(dir $@)
+	$(CC) -c $< -o $@
+
+$(CORE): $(CORE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The export list is generated from the one interposition table.
+$(BUILD)/exports.map: preload/interpose_table.def tools/gen-exports.sh
+	@mkdir -p $(BUILD)
+	bash tools/gen-exports.sh $< > $@
+
+$(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
+	$(CXX) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \
+	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-z,now -Wl,-z,relro $(LDLIBS)
+
+-include $(CORE_OBJS:.o=.d) $(WRAP_OBJS:.o=.d)
+
+include tests/unit/unit.mk
+include tests/semantics/semantics.mk
+include tests/programs/programs.mk
+include tools/tools.mk
+include tools/softroce/softroce.mk
+include bench/bench.mk
+
+deps:
+	bash tools/install-deps.sh
+
+test: $(TEST_TARGETS)
+	@echo "make test: all test groups passed: $(TEST_TARGETS)"
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c')
+
+check-format:
+	clang-format --dry-run -Werror $$(git ls-files '*.cc' '*.h' '*.c')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,1 @@
+# placeholder: owned by the area's author

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs every Debian package xpress needs to build, test and benchmark.
+# Idempotent and non-interactive; `make deps` calls it, and so does .ci/run.
+set -euo pipefail
+PKGS=(
+  # build
+  build-essential pkg-config clang-format
+  libibverbs-dev librdmacm-dev libunwind-dev libboost-dev doctest-dev
+  # RDMA user space (also used inside the Soft-RoCE VM through the 9p root share)
+  rdma-core ibverbs-utils rdmacm-utils ibverbs-providers perftest
+  # real programs for program tests and benchmarks
+  iperf3 sockperf redis-server redis-tools nginx-light memcached libmemcached-tools
+  wrk curl python3 jq procps psmisc
+  # Soft-RoCE VM test bed
+  qemu-system-x86 busybox-static cpio kmod iproute2
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "deps: all ${#PKGS[@]} packages present"
+fi
+# Distribution services we use as test programs must not run system-wide.
+for svc in redis-server memcached nginx; do
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
+done
+# The Soft-RoCE VM needs a Debian kernel image with rdma_rxe; fetched into build/.
+if [ -f tools/softroce/fetch-kernel.sh ]; then bash tools/softroce/fetch-kernel.sh; fi
