@@ -10,12 +10,12 @@ CORE := $(BUILD)/libxpress_core.a
 
 WARN := -Wall -Wextra -Werror
 CXXFLAGS ?= -O2 -g
-CXXFLAGS += -std=c++20 -fPIC -fno-exceptions -fno-rtti -fvisibility=hidden \
+CXXFLAGS += -std=c++20 -U_FORTIFY_SOURCE -fPIC -fno-exceptions -fno-rtti -fvisibility=hidden \
             -pthread $(WARN) -I. -MMD -MP
 LDLIBS := -libverbs -lrdmacm -lunwind -ldl -pthread
 
 # Layers below preload/ (no interposed symbols): linked into unit tests too.
-CORE_SRCS := $(wildcard stream/*.cc verbs/*.cc alloc/*.cc flow/*.cc recover/*.cc) \
+CORE_SRCS := $(wildcard common/*.cc stream/*.cc verbs/*.cc alloc/*.cc flow/*.cc recover/*.cc) \
              $(filter-out preload/wrap_%.cc,$(wildcard preload/*.cc))
 WRAP_SRCS := $(wildcard preload/wrap_*.cc)
 ASM_SRCS  := $(wildcard preload/*.S)
@@ -46,7 +46,7 @@ $(BUILD)/exports.map: preload/interpose_table.def tools/gen-exports.sh
 
 $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
 	$(CXX) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \
-	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-z,now -Wl,-z,relro $(LDLIBS)
+	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LDLIBS)
 
 -include $(CORE_OBJS:.o=.d) $(WRAP_OBJS:.o=.d)
 
@@ -56,6 +56,7 @@ include tests/programs/programs.mk
 include tools/tools.mk
 include tools/softroce/softroce.mk
 include bench/bench.mk
+include bench/xpress-bench/xpress-bench.mk
 
 deps:
 	bash tools/install-deps.sh

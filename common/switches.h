@@ -1,0 +1,29 @@
+// Compile-time switches and fixed limits, in one place (eRPC's config.h idea).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace xp::sw {
+
+// Highest fd number the fd table can describe (three-level radix, lazily
+// allocated: memory follows the fds in use, never RLIMIT_NOFILE).
+constexpr uint32_t kFdBits = 31;
+constexpr uint32_t kFdLeafBits = 10;  // 1024 entries (8 KiB) per leaf page
+constexpr uint32_t kFdMidBits = 10;   // 1024 leaf pointers per middle page
+constexpr uint32_t kFdTopBits = kFdBits - kFdLeafBits - kFdMidBits;
+
+// Socket records live in chunks that are never unmapped (type-stable memory),
+// so a lock-free reader may touch a record that a racing close() recycled.
+constexpr uint32_t kSocketChunkRecords = 1024;
+constexpr uint32_t kSocketMaxChunks = 4096;
+
+// Per-connection slots published in the live statistics file.
+constexpr uint32_t kStatsConnSlots = 1024;
+
+// Maximum log line (stack buffer; logging never allocates).
+constexpr size_t kLogLineMax = 1024;
+
+// Rules: fixed upper bound so parsing never allocates without limit.
+constexpr size_t kMaxRules = 64;
+
+} // namespace xp::sw

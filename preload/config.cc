@@ -1,0 +1,88 @@
+#include "preload/config.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace xp {
+namespace {
+
+struct Parser {
+  EnvLookup lookup;
+  void* lookup_ctx;
+  ErrorReport report;
+  void* report_ctx;
+  Config* cfg;
+
+  void reject(const char* var, const char* value, const char* accepted) {
+    char line[1024];
+    snprintf(line, sizeof line,
+             "xpress: invalid %s='%.200s' (accepted: %.500s); xpress disabled, running as plain TCP",
+             var, value, accepted);
+    report(line, report_ctx);
+    cfg->valid = false;
+  }
+
+  // Value from a fixed list; returns the index or -1 (and reports).
+  template <size_t N>
+  int choice(const char* var, const char* const (&names)[N], const char* accepted, int dflt) {
+    const char* v = lookup(var, lookup_ctx);
+    if (v == nullptr || *v == '\0') return dflt;
+    for (size_t i = 0; i < N; ++i)
+      if (strcmp(v, names[i]) == 0) return static_cast<int>(i);
+    reject(var, v, accepted);
+    return dflt;
+  }
+
+  bool flag(const char* var, bool dflt) {
+    static const char* const names[] = {"0", "1", "off", "on", "false", "true", "no", "yes"};
+    int i = choice(var, names, "0|1|off|on|false|true|no|yes", dflt ? 1 : 0);
+    return (i % 2) == 1;
+  }
+
+  void path(const char* var, char* out, size_t n) {
+    const char* v = lookup(var, lookup_ctx);
+    if (v == nullptr || *v == '\0') return;
+    if (strlen(v) >= n) {
+      reject(var, v, "a path shorter than 256 bytes; %p is replaced by the pid");
+      return;
+    }
+    snprintf(out, n, "%s", v);
+  }
+};
+
+} // namespace
+
+bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* report_ctx,
+                  Config* cfg) {
+  *cfg = Config{};
+  Parser p{lookup, lookup_ctx, report, report_ctx, cfg};
+  cfg->enabled = p.flag("XPRESS_ENABLE", true);
+
+  static const char* const levels[] = {"error", "warn", "info", "debug", "trace",
+                                       "0",     "1",    "2",    "3",     "4"};
+  int lvl = p.choice("XPRESS_LOG_LEVEL", levels, "error|warn|info|debug|trace or 0-4", 1);
+  cfg->log_level = static_cast<LogLevel>(lvl % 5);
+  p.path("XPRESS_LOG_FILE", cfg->log_file, sizeof cfg->log_file);
+
+  static const char* const stats[] = {"0", "off", "1", "text", "json"};
+  int s = p.choice("XPRESS_STATS", stats, "0|off|1|text|json", 0);
+  cfg->stats = s <= 1 ? StatsFormat::off : (s == 4 ? StatsFormat::json : StatsFormat::text);
+  p.path("XPRESS_STATS_FILE", cfg->stats_file, sizeof cfg->stats_file);
+  cfg->stats_live = p.flag("XPRESS_STATS_LIVE", true);
+  cfg->backtrace = p.flag("XPRESS_BACKTRACE", false);
+
+  const char* rules = lookup("XPRESS_RULES", lookup_ctx);
+  char err[300];
+  if (rules == nullptr || *rules == '\0') {
+    parse_rules(kDefaultRules, &cfg->rules, err, sizeof err);
+  } else if (!parse_rules(rules, &cfg->rules, err, sizeof err)) {
+    char why[400];
+    snprintf(why, sizeof why,
+             "'allow|deny client|server|* ADDR[/N][:PORT|:LO-HI]' separated by ';' (%s)", err);
+    p.reject("XPRESS_RULES", rules, why);
+  }
+  if (!cfg->valid) cfg->enabled = false;
+  return cfg->valid;
+}
+
+} // namespace xp

@@ -1,0 +1,36 @@
+// Configuration from environment variables, parsed once without allocation.
+// An invalid value produces one clear message naming the variable and the
+// accepted values, and the library then runs as a pure pass-through.
+#pragma once
+#include <cstddef>
+
+#include "preload/log.h"
+#include "preload/rules.h"
+
+namespace xp {
+
+enum class StatsFormat { off, text, json };
+
+struct Config {
+  bool enabled = true;             // XPRESS_ENABLE
+  LogLevel log_level = LogLevel::warn;  // XPRESS_LOG_LEVEL
+  char log_file[256] = {};         // XPRESS_LOG_FILE ("" = stderr)
+  StatsFormat stats = StatsFormat::off;  // XPRESS_STATS
+  char stats_file[256] = {};       // XPRESS_STATS_FILE ("" = stderr)
+  bool stats_live = true;          // XPRESS_STATS_LIVE
+  bool backtrace = false;          // XPRESS_BACKTRACE
+  RuleSet rules;                   // XPRESS_RULES
+  bool valid = true;               // false: some value was rejected (pass-through)
+};
+
+// Reads variables through lookup (getenv in the library, a table in tests).
+// Every problem is reported through report (one line each); returns cfg.valid.
+using EnvLookup = const char* (*)(const char* name, void* ctx);
+using ErrorReport = void (*)(const char* line, void* ctx);
+bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* report_ctx,
+                  Config* cfg);
+
+// The process-wide configuration, parsed on first use (see lifecycle.h).
+const Config& config();
+
+} // namespace xp

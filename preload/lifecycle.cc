@@ -1,0 +1,94 @@
+#include "preload/lifecycle.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "preload/config.h"
+#include "preload/log.h"
+#include "preload/real.h"
+#include "preload/stats.h"
+#include "preload/track.h"
+
+namespace xp {
+namespace {
+
+Config g_config;
+// 0 = not started, 1 = in progress, 2 = done.
+std::atomic<int> g_init_state{0};
+thread_local bool t_initializing = false;
+thread_local int t_internal_depth = 0;
+// vfork: the pid of the parent that is waiting in vfork on this thread.
+thread_local long t_vfork_parent = 0;
+
+const char* env_lookup(const char* name, void*) { return getenv(name); }
+void env_report(const char* line, void*) { log::to_stderr("%s", line); }
+
+void atfork_prepare() { track::before_fork(); }
+void atfork_parent() { track::after_fork_parent(); }
+void atfork_child() {
+  log::after_fork_child();
+  stats::after_fork_child();
+  track::after_fork_child();
+}
+
+void do_init() {
+  parse_config(env_lookup, nullptr, env_report, nullptr, &g_config);
+  log::g_level = g_config.log_level;
+  log::open_destination(g_config.log_file);
+  real::resolve_all();
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  if (g_config.backtrace) install_backtrace_handlers();
+  XP_LOG(debug, "initialised: enabled=%d stats=%d rules=%zu", g_config.enabled,
+         static_cast<int>(g_config.stats), g_config.rules.count);
+}
+
+} // namespace
+
+const Config& config() {
+  ensure_init();
+  return g_config;
+}
+
+void ensure_init() {
+  if (__builtin_expect(g_init_state.load(std::memory_order_acquire) == 2, 1)) return;
+  if (t_initializing) return;  // a call made by init itself: defaults apply
+  int expected = 0;
+  if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    t_initializing = true;
+    do_init();
+    t_initializing = false;
+    g_init_state.store(2, std::memory_order_release);
+    return;
+  }
+  // Another thread is initialising: it finishes quickly (no blocking calls).
+  while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+}
+
+bool in_vfork_child() {
+  if (__builtin_expect(t_vfork_parent == 0, 1)) return false;
+  long pid = ::syscall(SYS_getpid);
+  if (pid != t_vfork_parent) return true;
+  t_vfork_parent = 0;  // back in the parent: the child has exec'd or exited
+  return false;
+}
+
+extern "C" void* xp_vfork_prepare() {
+  t_vfork_parent = ::syscall(SYS_getpid);
+  return reinterpret_cast<void*>(real::vfork());
+}
+
+InternalCall::InternalCall() { ++t_internal_depth; }
+InternalCall::~InternalCall() { --t_internal_depth; }
+bool in_internal_call() { return t_internal_depth > 0; }
+
+// Constructor: initialise early when nobody called us yet; destructor: stats.
+__attribute__((constructor)) static void xp_constructor() { ensure_init(); }
+__attribute__((destructor)) static void xp_destructor() {
+  if (g_init_state.load(std::memory_order_acquire) != 2) return;
+  stats::at_exit();
+}
+
+} // namespace xp

@@ -1,0 +1,31 @@
+// Start-up, fork and exit.  Everything is lazy: the first wrapper call (which
+// may come from another library's constructor, before ours) parses the
+// configuration; no thread is started and no device touched here.
+#pragma once
+
+namespace xp {
+
+// Parse configuration, set up logging, fork handlers and (if asked) crash
+// backtraces.  Cheap after the first call; safe to call from any wrapper.
+void ensure_init();
+
+// True inside a child created by vfork() that has not exec'd yet: it shares
+// the parent's memory, so wrappers must not change any xpress state.
+bool in_vfork_child();
+// Called by the vfork entry stub just before the real vfork.
+extern "C" void* xp_vfork_prepare();
+
+// Re-entrancy guard: rdma-core and libc call socket functions internally;
+// while a guard is held on this thread, wrappers pass straight through.
+struct InternalCall {
+  InternalCall();
+  ~InternalCall();
+  InternalCall(const InternalCall&) = delete;
+  InternalCall& operator=(const InternalCall&) = delete;
+};
+bool in_internal_call();
+
+// Crash backtraces (XPRESS_BACKTRACE=1).
+void install_backtrace_handlers();
+
+} // namespace xp

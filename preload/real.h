@@ -1,0 +1,26 @@
+// Pointers to the real libc functions, one per line of interpose_table.def.
+// xp::real::NAME() resolves lazily (dlsym RTLD_NEXT) on first use, so wrappers
+// work before our constructor ran; a lookup that finds our own wrapper aborts.
+#pragma once
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+namespace xp::real {
+
+#define XP(ret, name, params)                                                                      \
+  using name##_fn = ret(*) params;                                                                 \
+  name##_fn name();
+#include "preload/interpose_table.def"
+#undef XP
+
+// Resolve every entry now (called from the constructor; idempotent).
+void resolve_all();
+
+} // namespace xp::real

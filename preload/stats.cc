@@ -1,0 +1,263 @@
+#include "preload/stats.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "preload/config.h"
+#include "preload/log.h"
+
+namespace xp::stats {
+namespace {
+
+constexpr size_t kBlockBytes = (sizeof(StatsBlock) + 4095) & ~size_t{4095};
+std::atomic<StatsBlock*> g_block{nullptr};
+std::atomic<bool> g_live{false};
+std::atomic<uint32_t> g_slot_hint{0};
+
+uint64_t unix_ms() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+int raw_pid() { return static_cast<int>(::syscall(SYS_getpid)); }
+
+void fill_identity(StatsBlock* b) {
+  memcpy(b->magic, kStatsMagic, sizeof b->magic);
+  b->version = kStatsVersion;
+  b->pid = raw_pid();
+  b->slot_count = sw::kStatsConnSlots;
+  b->started_unix_ms = unix_ms();
+  int fd = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, "/proc/self/comm", O_RDONLY | O_CLOEXEC));
+  if (fd >= 0) {
+    long n = ::syscall(SYS_read, fd, b->comm, sizeof b->comm - 1);
+    if (n > 0 && b->comm[n - 1] == '\n') b->comm[n - 1] = '\0';
+    ::syscall(SYS_close, fd);
+  }
+}
+
+// Replace the block's pages, in place, by a MAP_SHARED mapping of a new file
+// holding the same bytes: every pointer into the block stays valid.
+bool map_live_file(StatsBlock* b) {
+  char path[128];
+  live_path(b->pid, path, sizeof path);
+  int fd = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path,
+                                      O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (fd < 0) {
+    XP_LOG(debug, "live statistics unavailable: cannot create %s: %s", path, strerror(errno));
+    return false;
+  }
+  bool ok = false;
+  const char* p = reinterpret_cast<const char*>(b);
+  size_t off = 0;
+  while (off < kBlockBytes) {
+    long w = ::syscall(SYS_pwrite64, fd, p + off, kBlockBytes - off, off);
+    if (w <= 0) break;
+    off += static_cast<size_t>(w);
+  }
+  if (off == kBlockBytes &&
+      mmap(b, kBlockBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
+    ok = true;
+  } else {
+    ::syscall(SYS_unlink, path);
+  }
+  ::syscall(SYS_close, fd);
+  return ok;
+}
+
+} // namespace
+
+void live_path(int pid, char* out, size_t n) { snprintf(out, n, "/dev/shm/xpress-%d.stats", pid); }
+
+StatsBlock& block() {
+  StatsBlock* b = g_block.load(std::memory_order_acquire);
+  if (__builtin_expect(b != nullptr, 1)) return *b;
+  void* mem = mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    // Cannot happen in practice; keep counting into a static block.
+    static StatsBlock fallback;
+    mem = &fallback;
+  }
+  auto* fresh = static_cast<StatsBlock*>(mem);
+  fill_identity(fresh);
+  if (g_block.compare_exchange_strong(b, fresh, std::memory_order_acq_rel)) return *fresh;
+  munmap(mem, kBlockBytes);
+  return *b;
+}
+
+void publish_live() {
+  if (g_live.load(std::memory_order_acquire)) return;
+  static std::atomic<bool> once{false};
+  if (once.exchange(true)) return;
+  if (!config().stats_live) return;
+  if (map_live_file(&block())) g_live.store(true, std::memory_order_release);
+}
+
+void after_fork_child() {
+  StatsBlock* b = g_block.load(std::memory_order_acquire);
+  if (b == nullptr) return;
+  b->pid = raw_pid();
+  b->started_unix_ms = unix_ms();
+  // The child's totals start at zero; rows of inherited sockets stay.
+  auto* raw = reinterpret_cast<char*>(&b->c);
+  if (g_live.load(std::memory_order_acquire)) {
+    // Still the parent's shared pages: leave a private copy before changing
+    // anything, then publish the child's own file.
+    void* copy = mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) return;
+    memcpy(copy, static_cast<void*>(b), kBlockBytes);
+    mmap(b, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    memcpy(static_cast<void*>(b), copy, kBlockBytes);
+    munmap(copy, kBlockBytes);
+    b->pid = raw_pid();
+    memset(raw, 0, sizeof(Counters));
+    if (!map_live_file(b)) g_live.store(false, std::memory_order_release);
+  } else {
+    memset(raw, 0, sizeof(Counters));
+  }
+}
+
+ConnSlot* claim_slot(int fd) {
+  StatsBlock& b = block();
+  uint32_t start = g_slot_hint.load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < sw::kStatsConnSlots; ++i) {
+    ConnSlot& s = b.slots[(start + i) % sw::kStatsConnSlots];
+    uint32_t expected = 0;
+    if (s.in_use.load(std::memory_order_relaxed) == 0 &&
+        s.in_use.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      g_slot_hint.store((start + i + 1) % sw::kStatsConnSlots, std::memory_order_relaxed);
+      s.fd = fd;
+      s.mode = s.reason = s.role = s.family = 0;
+      memset(s.local, 0, sizeof s.local);
+      memset(s.peer, 0, sizeof s.peer);
+      s.local_port = s.peer_port = 0;
+      s.bytes_tx.store(0, std::memory_order_relaxed);
+      s.bytes_rx.store(0, std::memory_order_relaxed);
+      s.opened_unix_ms = unix_ms();
+      return &s;
+    }
+  }
+  b.c.conn_slots_full.fetch_add(1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+void release_slot(ConnSlot* s) {
+  if (s) s->in_use.store(0, std::memory_order_release);
+}
+
+namespace {
+void format_addr(const ConnSlot& s, bool local, char* out, size_t n) {
+  const uint8_t* a = local ? s.local : s.peer;
+  uint16_t port = local ? s.local_port : s.peer_port;
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (s.family == 4) inet_ntop(AF_INET, a, ip, sizeof ip);
+  if (s.family == 6) inet_ntop(AF_INET6, a, ip, sizeof ip);
+  snprintf(out, n, s.family == 6 ? "[%s]:%u" : "%s:%u", ip, port);
+}
+
+uint64_t get(const Counter& c) { return c.load(std::memory_order_relaxed); }
+constexpr int kTcp = static_cast<int>(Mode::tcp);
+constexpr int kRdma = static_cast<int>(Mode::rdma);
+const char* role_name(uint8_t r) { return r == 1 ? "client" : (r == 2 ? "server" : "-"); }
+} // namespace
+
+void dump(FILE* out, const StatsBlock& b, bool json) {
+  const Counters& c = b.c;
+  if (json) {
+    fprintf(out, "{\"pid\":%d,\"program\":\"%s\",\"sockets_tracked\":%lu,\"listeners\":%lu,", b.pid,
+            b.comm, get(c.sockets_tracked), get(c.listeners));
+    fprintf(out, "\"connections\":{\"rdma\":%lu,\"tcp\":%lu},\"fallback_reasons\":{",
+            get(c.connections[kRdma]), get(c.connections[kTcp]));
+    bool first = true;
+    for (int r = 1; r < static_cast<int>(Reason::count); ++r) {
+      fprintf(out, "%s\"%s\":%lu", first ? "" : ",", reason_name(static_cast<Reason>(r)),
+              get(c.fallbacks[r]));
+      first = false;
+    }
+    fprintf(out, "},\"bytes\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
+            get(c.bytes_tx[kRdma]), get(c.bytes_rx[kRdma]), get(c.bytes_tx[kTcp]),
+            get(c.bytes_rx[kTcp]));
+    fprintf(out, "\"messages\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
+            get(c.msgs_tx[kRdma]), get(c.msgs_rx[kRdma]), get(c.msgs_tx[kTcp]), get(c.msgs_rx[kTcp]));
+    fprintf(out, "\"open_connections\":[");
+    first = true;
+    for (const ConnSlot& s : b.slots) {
+      if (s.in_use.load(std::memory_order_acquire) == 0) continue;
+      char l[64], p[64];
+      format_addr(s, true, l, sizeof l);
+      format_addr(s, false, p, sizeof p);
+      fprintf(out,
+              "%s{\"fd\":%d,\"mode\":\"%s\",\"reason\":\"%s\",\"role\":\"%s\",\"local\":\"%s\","
+              "\"peer\":\"%s\",\"bytes_tx\":%lu,\"bytes_rx\":%lu}",
+              first ? "" : ",", s.fd, mode_name(static_cast<Mode>(s.mode)),
+              reason_name(static_cast<Reason>(s.reason)), role_name(s.role), l, p, get(s.bytes_tx),
+              get(s.bytes_rx));
+      first = false;
+    }
+    fprintf(out, "]}\n");
+    fflush(out);
+    return;
+  }
+  fprintf(out, "xpress statistics: pid %d (%s)\n", b.pid, b.comm);
+  fprintf(out, "  %-22s rdma %-12lu tcp %lu\n", "connections", get(c.connections[kRdma]),
+          get(c.connections[kTcp]));
+  fprintf(out, "  %-22s", "tcp reasons");
+  bool any = false;
+  for (int r = 1; r < static_cast<int>(Reason::count); ++r) {
+    if (get(c.fallbacks[r]) == 0) continue;
+    fprintf(out, " %s=%lu", reason_name(static_cast<Reason>(r)), get(c.fallbacks[r]));
+    any = true;
+  }
+  fprintf(out, "%s\n", any ? "" : " -");
+  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "bytes tx/rx", get(c.bytes_tx[kRdma]),
+          get(c.bytes_rx[kRdma]), get(c.bytes_tx[kTcp]), get(c.bytes_rx[kTcp]));
+  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "messages tx/rx", get(c.msgs_tx[kRdma]),
+          get(c.msgs_rx[kRdma]), get(c.msgs_tx[kTcp]), get(c.msgs_rx[kTcp]));
+  fprintf(out, "  %-22s %lu sockets, %lu listeners\n", "tracked", get(c.sockets_tracked),
+          get(c.listeners));
+  bool header = false;
+  for (const ConnSlot& s : b.slots) {
+    if (s.in_use.load(std::memory_order_acquire) == 0) continue;
+    if (!header) {
+      fprintf(out, "  open connections:\n  %5s %-5s %-21s %-7s %-24s %-24s %12s %12s\n", "fd", "mode",
+              "reason", "role", "local", "peer", "bytes_tx", "bytes_rx");
+      header = true;
+    }
+    char l[64], p[64];
+    format_addr(s, true, l, sizeof l);
+    format_addr(s, false, p, sizeof p);
+    fprintf(out, "  %5d %-5s %-21s %-7s %-24s %-24s %12lu %12lu\n", s.fd,
+            mode_name(static_cast<Mode>(s.mode)), reason_name(static_cast<Reason>(s.reason)),
+            role_name(s.role), l, p, get(s.bytes_tx), get(s.bytes_rx));
+  }
+  fflush(out);
+}
+
+void at_exit() {
+  StatsBlock* b = g_block.load(std::memory_order_acquire);
+  const Config& cfg = config();
+  if (cfg.stats != StatsFormat::off) {
+    StatsBlock& blk = block();
+    FILE* out = stderr;
+    char path[512];
+    if (cfg.stats_file[0] != '\0' && log::expand_path(cfg.stats_file, raw_pid(), path, sizeof path)) {
+      FILE* f = fopen(path, "ae");
+      if (f) out = f;
+    }
+    dump(out, blk, cfg.stats == StatsFormat::json);
+    if (out != stderr) fclose(out);
+  }
+  if (b && g_live.load(std::memory_order_acquire) && b->pid == raw_pid()) {
+    char path[128];
+    live_path(b->pid, path, sizeof path);
+    ::syscall(SYS_unlink, path);
+  }
+}
+
+} // namespace xp::stats

@@ -1,0 +1,77 @@
+// Per-process statistics.  They live in one fixed-layout block that, when
+// XPRESS_STATS_LIVE is on, is a shared-memory file /dev/shm/xpress-<pid>.stats
+// so tools/xpress-stat can show them live; XPRESS_STATS prints them at exit.
+// Counters are relaxed atomics: no lock, no syscall on the data path.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+
+#include "common/reasons.h"
+#include "common/switches.h"
+
+namespace xp {
+
+constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
+constexpr uint32_t kStatsVersion = 1;
+
+using Counter = std::atomic<uint64_t>;
+
+struct Counters {
+  Counter sockets_tracked;                         // AF_INET/AF_INET6 sockets seen
+  Counter listeners;
+  Counter connections[static_cast<int>(Mode::count)];  // established, per mode
+  Counter fallbacks[static_cast<int>(Reason::count)];  // tcp connections by reason
+  Counter bytes_tx[static_cast<int>(Mode::count)];
+  Counter bytes_rx[static_cast<int>(Mode::count)];
+  Counter msgs_tx[static_cast<int>(Mode::count)];
+  Counter msgs_rx[static_cast<int>(Mode::count)];
+  Counter conn_slots_full;                         // connections without a live row
+};
+
+// One row per open connection (for xpress-stat, like smcss).
+struct ConnSlot {
+  std::atomic<uint32_t> in_use;
+  int32_t fd;
+  uint8_t mode, reason, role, family;  // family 4 or 6
+  uint8_t local[16], peer[16];
+  uint16_t local_port, peer_port;
+  uint32_t pad;
+  Counter bytes_tx, bytes_rx;
+  uint64_t opened_unix_ms;
+};
+
+struct StatsBlock {
+  char magic[8];
+  uint32_t version;
+  int32_t pid;
+  char comm[32];
+  uint64_t started_unix_ms;
+  uint32_t slot_count;
+  uint32_t pad;
+  Counters c;
+  ConnSlot slots[sw::kStatsConnSlots];
+};
+
+namespace stats {
+StatsBlock& block();
+inline Counters& c() { return block().c; }
+
+// Publish the block as /dev/shm/xpress-<pid>.stats (first tracked socket).
+void publish_live();
+// In a fork child: the child's own file and zeroed counters; rows of inherited
+// sockets stay (they are the child's too).
+void after_fork_child();
+// At exit: dump if XPRESS_STATS asks, and remove the live file.
+void at_exit();
+
+ConnSlot* claim_slot(int fd);
+void release_slot(ConnSlot* s);
+
+// Writes the human table (json=false) or one JSON object to out.
+void dump(FILE* out, const StatsBlock& b, bool json);
+// Path of a process's live file.
+void live_path(int pid, char* out, size_t n);
+} // namespace stats
+
+} // namespace xp

@@ -1,0 +1,59 @@
+// Bookkeeping behind the wrappers: which fds are TCP sockets we track, their
+// mode and fallback reason, and the statistics.  Wrappers call these after
+// the real call, with its result; none of them changes errno.
+#pragma once
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "preload/fd_table.h"
+#include "preload/stats.h"
+
+namespace xp::track {
+
+FdTable& table();
+
+// Lock-free lookup (empty when fd is not a tracked socket).
+inline SocketRef lookup(int fd) {
+  FdTable& t = table();
+  if (__builtin_expect(t.empty(), 0)) return {};
+  return t.get(fd);
+}
+
+void on_socket(int fd, int domain, int type);
+void on_listen(int fd);
+// After connect() returned 0 or failed with EINPROGRESS.
+void on_connect(int fd, const struct sockaddr* addr, socklen_t len);
+void on_accept(int listen_fd, int fd);
+// Before the real close: forget the fd (the kernel may reuse the number as
+// soon as close returns).
+void on_close(int fd);
+void on_close_range(unsigned first, unsigned last);
+// newfd now names the same socket as oldfd (dup family, F_DUPFD).
+void on_dup(int oldfd, int newfd);
+// An fd created by a call that makes no socket: any stale record goes.
+void forget(int fd);
+// Descriptors that arrived with SCM_RIGHTS.
+void forget_passed_fds(const struct msghdr* msg);
+
+inline void count_tx(SocketRecord& r, ssize_t n) {
+  if (n <= 0) return;
+  Counters& c = stats::c();
+  int m = static_cast<int>(r.mode);
+  c.bytes_tx[m].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  c.msgs_tx[m].fetch_add(1, std::memory_order_relaxed);
+  if (r.slot) r.slot->bytes_tx.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+}
+inline void count_rx(SocketRecord& r, ssize_t n) {
+  if (n <= 0) return;
+  Counters& c = stats::c();
+  int m = static_cast<int>(r.mode);
+  c.bytes_rx[m].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  c.msgs_rx[m].fetch_add(1, std::memory_order_relaxed);
+  if (r.slot) r.slot->bytes_rx.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+}
+
+void before_fork();
+void after_fork_parent();
+void after_fork_child();
+
+} // namespace xp::track

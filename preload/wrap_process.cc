@@ -1,0 +1,28 @@
+// Processes.  fork's bookkeeping lives in pthread_atfork handlers (lifecycle)
+// so that daemon() and other internal forks get it too.  vfork is an assembly
+// stub (vfork_entry.S) on x86-64: a C wrapper's frame would be destroyed by
+// the child before the parent returns through it.
+#include <unistd.h>
+
+#include "preload/boundary.h"
+#include "preload/log.h"
+
+using namespace xp;
+
+XP_EXPORT pid_t fork(void) noexcept {
+  ensure_init();
+  pid_t pid = XP_REAL(fork);
+  if (pid > 0) XP_LOG(debug, "fork: child %d", pid);
+  return pid;
+}
+
+XP_EXPORT int daemon(int nochdir, int noclose) noexcept {
+  ensure_init();
+  return XP_REAL(daemon, nochdir, noclose);
+}
+
+#if !defined(__x86_64__)
+// Elsewhere vfork is served by fork, which POSIX allows (a vfork child may
+// only exec or _exit, and both behave the same after fork).
+XP_EXPORT pid_t vfork(void) noexcept { return fork(); }
+#endif

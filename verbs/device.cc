@@ -1,0 +1,25 @@
+#include "verbs/device.h"
+
+#include <atomic>
+#include <infiniband/verbs.h>
+
+namespace xp::verbs {
+namespace {
+// -1 unknown, 0 none, 1 present.
+std::atomic<int> g_present{-1};
+} // namespace
+
+bool device_present() {
+  int v = g_present.load(std::memory_order_acquire);
+  if (__builtin_expect(v >= 0, 1)) return v == 1;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list != nullptr) ibv_free_device_list(list);
+  v = (list != nullptr && n > 0) ? 1 : 0;
+  g_present.store(v, std::memory_order_release);
+  return v == 1;
+}
+
+void reset_device_cache() { g_present.store(-1, std::memory_order_release); }
+
+} // namespace xp::verbs

@@ -1,0 +1,15 @@
+// The verbs layer's device service.  This folder is the only code that
+// includes <infiniband/verbs.h> or <rdma/rdma_cma.h>; upper layers see only
+// these small interfaces, so unit tests can run them without a device.
+#pragma once
+
+namespace xp::verbs {
+
+// Whether at least one RDMA device with an active port exists.  Enumerates
+// devices once (sysfs reads; no device is opened) on first call; cached.
+bool device_present();
+
+// For tests and the fork child: forget the cached answer.
+void reset_device_cache();
+
+} // namespace xp::verbs
