@@ -242,7 +242,12 @@ void dump(FILE* out, const StatsBlock& b, bool json) {
 void at_exit() {
   StatsBlock* b = g_block.load(std::memory_order_acquire);
   const Config& cfg = config();
-  if (cfg.stats != StatsFormat::off) {
+  // A process that never touched an inet socket (a shell, a helper) prints
+  // nothing: the dump is about connections.
+  bool saw_sockets = b && (b->c.sockets_tracked.load(std::memory_order_relaxed) != 0 ||
+                           b->c.fallbacks[static_cast<int>(Reason::not_stream_socket)].load(
+                               std::memory_order_relaxed) != 0);
+  if (cfg.stats != StatsFormat::off && saw_sockets) {
     StatsBlock& blk = block();
     FILE* out = stderr;
     char path[512];

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The symbol test: the library exports exactly the functions listed in the
+# interposition table, each as a defined function, and nothing else.
+set -euo pipefail
+lib=$1 table=$2
+want=$(sed -n 's/^XP([^,]*, *\([A-Za-z0-9_]*\),.*/\1/p' "$table" | sort)
+have=$(nm -D --defined-only "$lib" | awk '$2 == "T" || $2 == "W" || $2 == "i" {print $3}' | sort)
+others=$(nm -D --defined-only "$lib" | awk '$2 != "T" && $2 != "W" && $2 != "i" {print $3}')
+fail=0
+missing=$(comm -23 <(echo "$want") <(echo "$have"))
+extra=$(comm -13 <(echo "$want") <(echo "$have"))
+if [ -n "$missing" ]; then echo "symbols: in the table but not exported: $missing"; fail=1; fi
+if [ -n "$extra" ]; then echo "symbols: exported but not in the table: $extra"; fail=1; fi
+if [ -n "$others" ]; then echo "symbols: unexpected non-function exports: $others"; fail=1; fi
+# The issue's minimum list must all be in the table.
+required="socket socketpair bind listen accept accept4 connect shutdown close close_range read readv
+recv recvfrom recvmsg recvmmsg write writev send sendto sendmsg sendmmsg sendfile sendfile64 splice
+poll ppoll select pselect epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2
+fcntl fcntl64 ioctl getsockopt setsockopt getsockname getpeername dup dup2 dup3 fork vfork daemon
+__read_chk __recv_chk __recvfrom_chk __poll_chk __ppoll_chk"
+for f in $required; do
+  grep -qx "$f" <<<"$want" || { echo "symbols: required function $f missing from the table"; fail=1; }
+done
+n=$(wc -l <<<"$want")
+if [ $fail -eq 0 ]; then
+  echo "symbols: $n wrapped functions exported, matching the table"
+  echo "1 passed, 0 failed"
+else
+  echo "0 passed, 1 failed"
+  exit 1
+fi

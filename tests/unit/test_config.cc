@@ -1,0 +1,126 @@
+// Configuration parsing: defaults, every variable, malformed values.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "preload/config.h"
+
+using namespace xp;
+
+namespace {
+struct Env {
+  std::map<std::string, std::string> vars;
+  std::vector<std::string> errors;
+  Config cfg;
+  bool parse() {
+    return parse_config(
+        [](const char* name, void* ctx) -> const char* {
+          auto* e = static_cast<Env*>(ctx);
+          auto it = e->vars.find(name);
+          return it == e->vars.end() ? nullptr : it->second.c_str();
+        },
+        this, [](const char* line, void* ctx) { static_cast<Env*>(ctx)->errors.push_back(line); },
+        this, &cfg);
+  }
+};
+} // namespace
+
+TEST_CASE("config: defaults") {
+  Env e;
+  CHECK(e.parse());
+  CHECK(e.cfg.enabled);
+  CHECK(e.cfg.log_level == LogLevel::warn);
+  CHECK(e.cfg.stats == StatsFormat::off);
+  CHECK(e.cfg.stats_live);
+  CHECK(!e.cfg.backtrace);
+  CHECK(e.cfg.rules.count == 3);  // the default rules
+  CHECK(e.errors.empty());
+}
+
+TEST_CASE("config: every variable accepts its documented values") {
+  Env e;
+  e.vars = {{"XPRESS_ENABLE", "0"},      {"XPRESS_LOG_LEVEL", "debug"},
+            {"XPRESS_LOG_FILE", "/tmp/x-%p.log"}, {"XPRESS_STATS", "json"},
+            {"XPRESS_STATS_FILE", "/tmp/s"}, {"XPRESS_STATS_LIVE", "off"},
+            {"XPRESS_BACKTRACE", "yes"}, {"XPRESS_RULES", "allow client 10.0.0.0/8:5000-5100"}};
+  CHECK(e.parse());
+  CHECK(!e.cfg.enabled);
+  CHECK(e.cfg.log_level == LogLevel::debug);
+  CHECK(std::string(e.cfg.log_file) == "/tmp/x-%p.log");
+  CHECK(e.cfg.stats == StatsFormat::json);
+  CHECK(std::string(e.cfg.stats_file) == "/tmp/s");
+  CHECK(!e.cfg.stats_live);
+  CHECK(e.cfg.backtrace);
+  CHECK(e.cfg.rules.count == 1);
+  for (auto [v, want] : std::vector<std::pair<const char*, StatsFormat>>{
+           {"1", StatsFormat::text}, {"text", StatsFormat::text}, {"0", StatsFormat::off},
+           {"off", StatsFormat::off}}) {
+    Env f;
+    f.vars = {{"XPRESS_STATS", v}};
+    CHECK(f.parse());
+    CHECK(f.cfg.stats == want);
+  }
+  Env g;
+  g.vars = {{"XPRESS_LOG_LEVEL", "4"}};
+  CHECK(g.parse());
+  CHECK(g.cfg.log_level == LogLevel::trace);
+}
+
+TEST_CASE("config: a malformed value names the variable and the accepted values, and disables") {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"XPRESS_ENABLE", "2"},
+      {"XPRESS_ENABLE", "enabled"},
+      {"XPRESS_LOG_LEVEL", "verbose"},
+      {"XPRESS_LOG_LEVEL", "5"},
+      {"XPRESS_STATS", "yaml"},
+      {"XPRESS_STATS_LIVE", "maybe"},
+      {"XPRESS_BACKTRACE", "-1"},
+      {"XPRESS_RULES", "permit * *"},
+      {"XPRESS_RULES", "allow client 10.0.0.0/33"},
+      {"XPRESS_RULES", "allow client 10.0.0.1:70000"},
+      {"XPRESS_RULES", "allow client 10.0.0.1:9-5"},
+      {"XPRESS_RULES", "allow nobody *"},
+      {"XPRESS_RULES", "allow client"},
+      {"XPRESS_RULES", "allow client [::1"},
+      {"XPRESS_RULES", "allow * * extra"},
+      {"XPRESS_LOG_FILE", std::string(300, 'a')},
+  };
+  for (const auto& [var, val] : bad) {
+    CAPTURE(var);
+    CAPTURE(val);
+    Env e;
+    e.vars = {{var, val}};
+    CHECK(!e.parse());
+    CHECK(!e.cfg.enabled);
+    REQUIRE(e.errors.size() == 1);
+    CHECK(e.errors[0].find(var) != std::string::npos);
+    CHECK(e.errors[0].find("accepted") != std::string::npos);
+    CHECK(e.errors[0].find("plain TCP") != std::string::npos);
+  }
+}
+
+TEST_CASE("config: several bad values give one line each") {
+  Env e;
+  e.vars = {{"XPRESS_ENABLE", "x"}, {"XPRESS_STATS", "y"}};
+  CHECK(!e.parse());
+  CHECK(e.errors.size() == 2);
+}
+
+TEST_CASE("config: empty values mean the default") {
+  Env e;
+  e.vars = {{"XPRESS_ENABLE", ""}, {"XPRESS_RULES", ""}, {"XPRESS_LOG_LEVEL", ""}};
+  CHECK(e.parse());
+  CHECK(e.cfg.enabled);
+  CHECK(e.cfg.rules.count == 3);
+}
+
+TEST_CASE("log: %p expands to the pid") {
+  char out[64];
+  CHECK(log::expand_path("/tmp/xpress-%p.log", 42, out, sizeof out));
+  CHECK(std::string(out) == "/tmp/xpress-42.log");
+  CHECK(log::expand_path("plain", 1, out, sizeof out));
+  CHECK(std::string(out) == "plain");
+  CHECK(!log::expand_path("/a/very/long/path/%p", 123456, out, 12));
+}

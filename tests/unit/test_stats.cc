@@ -1,0 +1,105 @@
+// Statistics: rows, counters and both dump formats; the upgrade decision.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "preload/stats.h"
+#include "stream/upgrade_policy.h"
+#include "verbs/device.h"
+
+using namespace xp;
+
+namespace {
+std::string dump_to_string(const StatsBlock& b, bool json) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  stats::dump(f, b, json);
+  fclose(f);
+  std::string s(buf, len);
+  free(buf);
+  return s;
+}
+} // namespace
+
+TEST_CASE("stats: claim and release connection rows") {
+  ConnSlot* a = stats::claim_slot(7);
+  ConnSlot* b = stats::claim_slot(8);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a != b);
+  CHECK(a->fd == 7);
+  stats::release_slot(a);
+  stats::release_slot(b);
+  CHECK(a->in_use.load() == 0);
+}
+
+TEST_CASE("stats: rows run out gracefully") {
+  std::vector<ConnSlot*> got;
+  for (uint32_t i = 0; i < sw::kStatsConnSlots + 5; ++i) {
+    ConnSlot* s = stats::claim_slot(static_cast<int>(i));
+    if (s) got.push_back(s);
+  }
+  CHECK(got.size() == sw::kStatsConnSlots);
+  CHECK(stats::c().conn_slots_full.load() >= 5);
+  for (ConnSlot* s : got) stats::release_slot(s);
+}
+
+TEST_CASE("stats: text and JSON dumps carry modes, reasons, bytes and open rows") {
+  auto b = std::make_unique<StatsBlock>();
+  memset(static_cast<void*>(b.get()), 0, sizeof *b);
+  b->pid = 99;
+  strcpy(b->comm, "prog");
+  b->c.connections[static_cast<int>(Mode::tcp)] = 3;
+  b->c.connections[static_cast<int>(Mode::rdma)] = 2;
+  b->c.fallbacks[static_cast<int>(Reason::no_device)] = 2;
+  b->c.fallbacks[static_cast<int>(Reason::rule_denied)] = 1;
+  b->c.bytes_tx[static_cast<int>(Mode::rdma)] = 1000;
+  ConnSlot& s = b->slots[3];
+  s.in_use = 1;
+  s.fd = 12;
+  s.mode = static_cast<uint8_t>(Mode::tcp);
+  s.reason = static_cast<uint8_t>(Reason::no_device);
+  s.role = 1;
+  s.family = 4;
+  uint8_t ip[4] = {10, 77, 0, 2};
+  memcpy(s.peer, ip, 4);
+  s.peer_port = 5201;
+  s.bytes_tx = 77;
+
+  std::string text = dump_to_string(*b, false);
+  CHECK(text.find("pid 99 (prog)") != std::string::npos);
+  CHECK(text.find("no_device=2") != std::string::npos);
+  CHECK(text.find("rule_denied=1") != std::string::npos);
+  CHECK(text.find("10.77.0.2:5201") != std::string::npos);
+  CHECK(text.find("client") != std::string::npos);
+
+  std::string json = dump_to_string(*b, true);
+  CHECK(json.find("\"connections\":{\"rdma\":2,\"tcp\":3}") != std::string::npos);
+  CHECK(json.find("\"no_device\":2") != std::string::npos);
+  CHECK(json.find("\"rdma\":{\"tx\":1000,\"rx\":0}") != std::string::npos);
+  CHECK(json.find("\"peer\":\"10.77.0.2:5201\"") != std::string::npos);
+  CHECK(json.find("\"bytes_tx\":77") != std::string::npos);
+  CHECK(json.back() == '\n');
+}
+
+TEST_CASE("reasons: every reason has a stable, distinct name") {
+  for (int i = 0; i < static_cast<int>(Reason::count); ++i)
+    for (int j = i + 1; j < static_cast<int>(Reason::count); ++j)
+      CHECK(strcmp(reason_name(static_cast<Reason>(i)), reason_name(static_cast<Reason>(j))) != 0);
+  CHECK(std::string(reason_name(Reason::peer_not_accelerated)) == "peer_not_accelerated");
+}
+
+TEST_CASE("upgrade decision: disabled, then rules, then device") {
+  CHECK(stream::upgrade_decision({false, true}) == Reason::disabled);
+  CHECK(stream::upgrade_decision({true, false}) == Reason::rule_denied);
+  Reason r = stream::upgrade_decision({true, true});
+  if (verbs::device_present()) {
+    CHECK(r != Reason::no_device);
+  } else {
+    CHECK(r == Reason::no_device);
+  }
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# xpress-run and xpress-stat against a real preloaded process; backtrace,
+# invalid configuration and the log file, end to end.
+set -uo pipefail
+# The system interpreter: a version-manager shim would be a shell script.
+python3() { /usr/bin/python3 "$@"; }
+export -f python3 2>/dev/null || true
+cd "$(dirname "$0")/../.."
+pass=0 fail=0
+ok() { echo "ok   $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1"; fail=$((fail + 1)); }
+tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+
+# A preloaded python server keeps a connection open while xpress-stat looks.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+tools/xpress-run /usr/bin/python3 -c "
+import socket,time
+l=socket.socket(); l.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); l.bind(('127.0.0.1',$port)); l.listen()
+c=socket.create_connection(('127.0.0.1',$port)); s,_=l.accept(); c.sendall(b'x'*1000); s.recv(1000)
+open('$tmp/ready','w').close(); time.sleep(20)" &
+pypid=$!
+for _ in $(seq 100); do [ -f "$tmp/ready" ] && break; sleep 0.1; done
+out=$(build/xpress-stat)
+if grep -qE "^ *$pypid +python3 +0 +2 " <<<"$out"; then ok "xpress-stat lists the process with 2 tcp connections"; else bad "xpress-stat list: $out"; fi
+out=$(build/xpress-stat "$pypid")
+if grep -q "rule_denied=2" <<<"$out" && grep -q "open connections" <<<"$out" && grep -q "127.0.0.1:$port" <<<"$out"; then ok "xpress-stat PID shows reasons and rows"; else bad "xpress-stat PID: $out"; fi
+out=$(build/xpress-stat --json "$pypid")
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["connections"]["tcp"]==2 and len(d["open_connections"])==2' "$out"; then ok "xpress-stat --json is valid JSON"; else bad "xpress-stat --json: $out"; fi
+kill -9 $pypid; wait $pypid 2>/dev/null
+[ -f /dev/shm/xpress-$pypid.stats ] && build/xpress-stat >/dev/null
+if [ ! -f /dev/shm/xpress-$pypid.stats ]; then ok "stale live file of a killed process is pruned"; else bad "stale file kept"; fi
+
+# Invalid configuration: one clear line, then the program works as plain TCP.
+out=$(XPRESS_LOG_LEVEL=loud tools/xpress-run /usr/bin/python3 -c 'print("fine")' 2>&1)
+if [ "$(grep -c XPRESS_LOG_LEVEL <<<"$out")" = 1 ] && grep -q '^fine$' <<<"$out"; then ok "invalid value: one message, program runs"; else bad "invalid value: $out"; fi
+
+# Log file with the pid in its name.
+XPRESS_LOG_LEVEL=debug XPRESS_LOG_FILE="$tmp/log-%p.txt" tools/xpress-run /usr/bin/python3 -c 'import socket; socket.socket()' 2>/dev/null
+if ls "$tmp"/log-*.txt >/dev/null 2>&1 && grep -q initialised "$tmp"/log-*.txt; then ok "log file with pid"; else bad "log file missing"; fi
+
+# Backtrace on a crash, default action kept (SIGSEGV status).
+XPRESS_BACKTRACE=1 XPRESS_LOG_FILE="$tmp/bt.txt" tools/xpress-run /usr/bin/python3 -c 'import ctypes; ctypes.string_at(0)' 2>/dev/null
+rc=$?
+if [ $rc = 139 ] && grep -q "fatal signal 11" "$tmp/bt.txt" && grep -q "#0" "$tmp/bt.txt"; then ok "backtrace written, process still dies of SIGSEGV"; else bad "backtrace: rc=$rc $(cat "$tmp/bt.txt" 2>/dev/null | head -3)"; fi
+# A handler the program installed itself is not replaced.
+out=$(XPRESS_BACKTRACE=1 XPRESS_LOG_FILE="$tmp/bt2.txt" tools/xpress-run /usr/bin/python3 -c '
+import signal,os
+signal.signal(signal.SIGABRT, lambda s,f: print("own handler"))
+os.kill(os.getpid(), signal.SIGABRT)' 2>&1)
+if grep -q "own handler" <<<"$out" && ! grep -q "fatal" "$tmp/bt2.txt" 2>/dev/null; then ok "program's own handler kept"; else bad "own handler: $out"; fi
+
+# XPRESS_ENABLE=0: reason disabled.
+out=$(XPRESS_ENABLE=0 XPRESS_STATS=json tools/xpress-run /usr/bin/python3 -c "
+import socket
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname()); s,_=l.accept()" 2>&1 >/dev/null)
+if grep -q '"disabled":2' <<<"$out"; then ok "XPRESS_ENABLE=0 reports reason disabled"; else bad "disabled: $out"; fi
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

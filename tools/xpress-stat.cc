@@ -1,0 +1,129 @@
+// xpress-stat: live statistics of running xpress processes, read from their
+// /dev/shm/xpress-<pid>.stats files (like smcss / vma_stats).
+//
+//   xpress-stat                 one line per process
+//   xpress-stat PID             that process's full table (connections, reasons, rows)
+//   xpress-stat --json [PID]    the same as JSON
+//   xpress-stat -w SECONDS ...  repeat every SECONDS until interrupted
+// Files of processes that no longer exist are removed on the way.
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <memory>
+#include <unistd.h>
+
+#include "preload/stats.h"
+
+using namespace xp;
+
+namespace {
+
+void usage() {
+  fprintf(stderr, "usage: xpress-stat [--json] [-w SECONDS] [PID]\n"
+                  "  no PID: one line per process running with xpress\n"
+                  "  PID:    that process's counters, fallback reasons and open connections\n");
+}
+
+// Reads a consistent-enough snapshot (counters are independent; no lock).
+bool load(int pid, StatsBlock* out) {
+  char path[128];
+  stats::live_path(pid, path, sizeof path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, static_cast<void*>(out), sizeof *out);
+  close(fd);
+  return n == static_cast<ssize_t>(sizeof *out) && memcmp(out->magic, kStatsMagic, 8) == 0 &&
+         out->version == kStatsVersion;
+}
+
+bool alive(int pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+int list_all(bool json) {
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) {
+    perror("xpress-stat: /dev/shm");
+    return 1;
+  }
+  auto b = std::make_unique<StatsBlock>();
+  if (!json) printf("%7s %-16s %8s %8s %14s %14s  %s\n", "pid", "program", "rdma", "tcp", "rdma_bytes", "tcp_bytes", "tcp reasons");
+  else printf("[");
+  bool first = true;
+  while (dirent* e = readdir(d)) {
+    int pid = 0;
+    if (sscanf(e->d_name, "xpress-%d.stats", &pid) != 1) continue;
+    if (!alive(pid)) {
+      char path[128];
+      stats::live_path(pid, path, sizeof path);
+      unlink(path);  // left behind by a process that was killed
+      continue;
+    }
+    if (!load(pid, b.get())) continue;
+    const Counters& c = b->c;
+    auto g = [](const Counter& x) { return static_cast<unsigned long>(x.load()); };
+    if (json) {
+      printf("%s", first ? "" : ",");
+      fflush(stdout);
+      stats::dump(stdout, *b, true);
+    } else {
+      char reasons[256] = "";
+      size_t off = 0;
+      for (int r = 1; r < static_cast<int>(Reason::count); ++r)
+        if (g(c.fallbacks[r]) && off < sizeof reasons)
+          off += static_cast<size_t>(snprintf(reasons + off, sizeof reasons - off, "%s=%lu ",
+                                              reason_name(static_cast<Reason>(r)), g(c.fallbacks[r])));
+      printf("%7d %-16s %8lu %8lu %14lu %14lu  %s\n", b->pid, b->comm, g(c.connections[1]),
+             g(c.connections[0]), g(c.bytes_tx[1]) + g(c.bytes_rx[1]),
+             g(c.bytes_tx[0]) + g(c.bytes_rx[0]), reasons);
+    }
+    first = false;
+  }
+  closedir(d);
+  if (json) printf("]\n");
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  int watch = 0, pid = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc) {
+      watch = atoi(argv[++i]);
+      if (watch <= 0) {
+        usage();
+        return 2;
+      }
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      usage();
+      return 0;
+    } else if (argv[i][0] != '-' && (pid = atoi(argv[i])) > 0) {
+    } else {
+      usage();
+      return 2;
+    }
+  }
+  auto b = std::make_unique<StatsBlock>();
+  while (true) {
+    if (pid == 0) {
+      int rc = list_all(json);
+      if (rc) return rc;
+    } else if (!load(pid, b.get())) {
+      fprintf(stderr, "xpress-stat: no live statistics for pid %d (not running under xpress, "
+                      "XPRESS_STATS_LIVE=0, or no TCP socket yet)\n", pid);
+      return 1;
+    } else {
+      stats::dump(stdout, *b, json);
+    }
+    if (watch == 0) return 0;
+    fflush(stdout);
+    sleep(static_cast<unsigned>(watch));
+    if (!json) printf("\n");
+  }
+}
