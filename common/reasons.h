@@ -8,34 +8,47 @@ namespace xp {
 enum class Mode : uint8_t { tcp = 0, rdma = 1, count };
 
 enum class Reason : uint8_t {
-  none = 0,              // on RDMA (or not decided yet)
-  disabled,              // XPRESS_ENABLE=0, or an invalid configuration value
-  rule_denied,           // XPRESS_RULES (or the default rules) said deny
-  no_device,             // this host has no usable RDMA device
-  not_stream_socket,     // UDP, raw, or not AF_INET/AF_INET6
-  peer_not_accelerated,  // the peer does not run xpress (or has no RDMA)
-  handshake_failed,      // the upgrade handshake failed or is unavailable
-  handshake_timeout,     // the peer did not answer the upgrade in time
-  resources_exhausted,   // no QP/memory/credits for another stream
-  rdma_error_fallback,   // RDMA failed mid-stream; the stream continued on TCP
+  none = 0,             // on RDMA (or not decided yet)
+  disabled,             // XPRESS_ENABLE=0, or an invalid configuration value
+  rule_denied,          // XPRESS_RULES (or the default rules) said deny
+  no_device,            // this host has no usable RDMA device
+  not_stream_socket,    // UDP, raw, or not AF_INET/AF_INET6
+  peer_not_accelerated, // the peer does not run xpress (or has no RDMA)
+  handshake_failed,     // the upgrade handshake failed or is unavailable
+  handshake_timeout,    // the peer did not answer the upgrade in time
+  resources_exhausted,  // no QP/memory/credits for another stream
+  rdma_error_fallback,  // RDMA failed mid-stream; the stream continued on TCP
   count
 };
 
-inline const char* mode_name(Mode m) { return m == Mode::rdma ? "rdma" : "tcp"; }
+inline const char* mode_name(Mode m) {
+  return m == Mode::rdma ? "rdma" : "tcp";
+}
 
 inline const char* reason_name(Reason r) {
   switch (r) {
-  case Reason::none: return "none";
-  case Reason::disabled: return "disabled";
-  case Reason::rule_denied: return "rule_denied";
-  case Reason::no_device: return "no_device";
-  case Reason::not_stream_socket: return "not_stream_socket";
-  case Reason::peer_not_accelerated: return "peer_not_accelerated";
-  case Reason::handshake_failed: return "handshake_failed";
-  case Reason::handshake_timeout: return "handshake_timeout";
-  case Reason::resources_exhausted: return "resources_exhausted";
-  case Reason::rdma_error_fallback: return "rdma_error_fallback";
-  case Reason::count: break;
+  case Reason::none:
+    return "none";
+  case Reason::disabled:
+    return "disabled";
+  case Reason::rule_denied:
+    return "rule_denied";
+  case Reason::no_device:
+    return "no_device";
+  case Reason::not_stream_socket:
+    return "not_stream_socket";
+  case Reason::peer_not_accelerated:
+    return "peer_not_accelerated";
+  case Reason::handshake_failed:
+    return "handshake_failed";
+  case Reason::handshake_timeout:
+    return "handshake_timeout";
+  case Reason::resources_exhausted:
+    return "resources_exhausted";
+  case Reason::rdma_error_fallback:
+    return "rdma_error_fallback";
+  case Reason::count:
+    break;
   }
   return "unknown";
 }

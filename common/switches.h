@@ -8,8 +8,8 @@ namespace xp::sw {
 // Highest fd number the fd table can describe (three-level radix, lazily
 // allocated: memory follows the fds in use, never RLIMIT_NOFILE).
 constexpr uint32_t kFdBits = 31;
-constexpr uint32_t kFdLeafBits = 10;  // 1024 entries (8 KiB) per leaf page
-constexpr uint32_t kFdMidBits = 10;   // 1024 leaf pointers per middle page
+constexpr uint32_t kFdLeafBits = 10; // 1024 entries (8 KiB) per leaf page
+constexpr uint32_t kFdMidBits = 10;  // 1024 leaf pointers per middle page
 constexpr uint32_t kFdTopBits = kFdBits - kFdLeafBits - kFdMidBits;
 
 // Socket records live in chunks that are never unmapped (type-stable memory),

@@ -53,7 +53,7 @@ void install_backtrace_handlers() {
   for (int sig : kSignals) {
     struct sigaction old {};
     if (sigaction(sig, nullptr, &old) != 0) continue;
-    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;  // the program's own
+    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue; // the program's own
     struct sigaction sa {};
     sa.sa_sigaction = on_fatal;
     sigemptyset(&sa.sa_mask);

@@ -15,9 +15,10 @@ struct Parser {
 
   void reject(const char* var, const char* value, const char* accepted) {
     char line[1024];
-    snprintf(line, sizeof line,
-             "xpress: invalid %s='%.200s' (accepted: %.500s); xpress disabled, running as plain TCP",
-             var, value, accepted);
+    snprintf(
+        line, sizeof line,
+        "xpress: invalid %s='%.200s' (accepted: %.500s); xpress disabled, running as plain TCP",
+        var, value, accepted);
     report(line, report_ctx);
     cfg->valid = false;
   }

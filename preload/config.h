@@ -12,15 +12,15 @@ namespace xp {
 enum class StatsFormat { off, text, json };
 
 struct Config {
-  bool enabled = true;             // XPRESS_ENABLE
+  bool enabled = true;                  // XPRESS_ENABLE
   LogLevel log_level = LogLevel::warn;  // XPRESS_LOG_LEVEL
-  char log_file[256] = {};         // XPRESS_LOG_FILE ("" = stderr)
-  StatsFormat stats = StatsFormat::off;  // XPRESS_STATS
-  char stats_file[256] = {};       // XPRESS_STATS_FILE ("" = stderr)
-  bool stats_live = true;          // XPRESS_STATS_LIVE
-  bool backtrace = false;          // XPRESS_BACKTRACE
-  RuleSet rules;                   // XPRESS_RULES
-  bool valid = true;               // false: some value was rejected (pass-through)
+  char log_file[256] = {};              // XPRESS_LOG_FILE ("" = stderr)
+  StatsFormat stats = StatsFormat::off; // XPRESS_STATS
+  char stats_file[256] = {};            // XPRESS_STATS_FILE ("" = stderr)
+  bool stats_live = true;               // XPRESS_STATS_LIVE
+  bool backtrace = false;               // XPRESS_BACKTRACE
+  RuleSet rules;                        // XPRESS_RULES
+  bool valid = true;                    // false: some value was rejected (pass-through)
 };
 
 // Reads variables through lookup (getenv in the library, a table in tests).

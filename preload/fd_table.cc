@@ -29,7 +29,8 @@ SocketRecord* SocketPool::alloc() {
   uint64_t head = free_head_.load(std::memory_order_acquire);
   while (static_cast<uint32_t>(head) != 0) {
     SocketRecord* r = at(static_cast<uint32_t>(head) - 1);
-    uint64_t next = pack(static_cast<uint32_t>(head >> 32) + 1, r->next_free.load(std::memory_order_relaxed));
+    uint64_t next =
+        pack(static_cast<uint32_t>(head >> 32) + 1, r->next_free.load(std::memory_order_relaxed));
     if (free_head_.compare_exchange_weak(head, next, std::memory_order_acq_rel)) {
       r->refs.store(1, std::memory_order_relaxed);
       live_.fetch_add(1, std::memory_order_relaxed);
@@ -79,8 +80,8 @@ void SocketPool::release(SocketRecord* r) {
   uint64_t head = free_head_.load(std::memory_order_acquire);
   do {
     r->next_free.store(static_cast<uint32_t>(head), std::memory_order_relaxed);
-  } while (!free_head_.compare_exchange_weak(head, pack(static_cast<uint32_t>(head >> 32) + 1, index + 1),
-                                             std::memory_order_acq_rel));
+  } while (!free_head_.compare_exchange_weak(
+      head, pack(static_cast<uint32_t>(head >> 32) + 1, index + 1), std::memory_order_acq_rel));
 }
 
 std::atomic<SocketRecord*>* FdTable::slot(int fd, bool create) {

@@ -14,16 +14,16 @@ namespace xp {
 // Allocates and recycles SocketRecords (lock-free free list).
 class SocketPool {
 public:
-  SocketRecord* alloc();             // refs == 1 on return; null when exhausted
-  void release(SocketRecord* r);     // drop one reference; recycles at zero
-  SocketRecord* at(uint32_t index);  // null if that chunk was never allocated
+  SocketRecord* alloc();            // refs == 1 on return; null when exhausted
+  void release(SocketRecord* r);    // drop one reference; recycles at zero
+  SocketRecord* at(uint32_t index); // null if that chunk was never allocated
   // Called with the record just before it is recycled (stats row release).
   void (*on_recycle)(SocketRecord*) = nullptr;
   uint64_t live() const { return live_.load(std::memory_order_relaxed); }
 
 private:
   std::atomic<SocketRecord*> chunks_[sw::kSocketMaxChunks] = {};
-  std::atomic<uint64_t> free_head_{0};  // (tag << 32) | (index + 1), 0 = empty
+  std::atomic<uint64_t> free_head_{0}; // (tag << 32) | (index + 1), 0 = empty
   std::atomic<uint32_t> next_unused_{0};
   std::atomic<uint64_t> live_{0};
 };
@@ -81,11 +81,12 @@ template <typename Fn> void FdTable::for_each_in(int lo, int hi, Fn fn) {
   for (int64_t fd = lo; fd <= hi; ++fd) {
     uint32_t u = static_cast<uint32_t>(fd);
     Mid* mid = top_[u >> (sw::kFdLeafBits + sw::kFdMidBits)].load(std::memory_order_acquire);
-    if (mid == nullptr) {  // skip the whole absent middle page
+    if (mid == nullptr) { // skip the whole absent middle page
       fd |= (int64_t{1} << (sw::kFdLeafBits + sw::kFdMidBits)) - 1;
       continue;
     }
-    Leaf* leaf = mid[(u >> sw::kFdLeafBits) & ((1u << sw::kFdMidBits) - 1)].load(std::memory_order_acquire);
+    Leaf* leaf =
+        mid[(u >> sw::kFdLeafBits) & ((1u << sw::kFdMidBits) - 1)].load(std::memory_order_acquire);
     if (leaf == nullptr) {
       fd |= (int64_t{1} << sw::kFdLeafBits) - 1;
       continue;

@@ -23,11 +23,19 @@ thread_local int t_internal_depth = 0;
 // vfork: the pid of the parent that is waiting in vfork on this thread.
 thread_local long t_vfork_parent = 0;
 
-const char* env_lookup(const char* name, void*) { return getenv(name); }
-void env_report(const char* line, void*) { log::to_stderr("%s", line); }
+const char* env_lookup(const char* name, void*) {
+  return getenv(name);
+}
+void env_report(const char* line, void*) {
+  log::to_stderr("%s", line);
+}
 
-void atfork_prepare() { track::before_fork(); }
-void atfork_parent() { track::after_fork_parent(); }
+void atfork_prepare() {
+  track::before_fork();
+}
+void atfork_parent() {
+  track::after_fork_parent();
+}
 void atfork_child() {
   log::after_fork_child();
   stats::after_fork_child();
@@ -54,7 +62,7 @@ const Config& config() {
 
 void ensure_init() {
   if (__builtin_expect(g_init_state.load(std::memory_order_acquire) == 2, 1)) return;
-  if (t_initializing) return;  // a call made by init itself: defaults apply
+  if (t_initializing) return; // a call made by init itself: defaults apply
   int expected = 0;
   if (g_init_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
     t_initializing = true;
@@ -64,14 +72,15 @@ void ensure_init() {
     return;
   }
   // Another thread is initialising: it finishes quickly (no blocking calls).
-  while (g_init_state.load(std::memory_order_acquire) != 2) sched_yield();
+  while (g_init_state.load(std::memory_order_acquire) != 2)
+    sched_yield();
 }
 
 bool in_vfork_child() {
   if (__builtin_expect(t_vfork_parent == 0, 1)) return false;
   long pid = ::syscall(SYS_getpid);
   if (pid != t_vfork_parent) return true;
-  t_vfork_parent = 0;  // back in the parent: the child has exec'd or exited
+  t_vfork_parent = 0; // back in the parent: the child has exec'd or exited
   return false;
 }
 
@@ -80,12 +89,20 @@ extern "C" void* xp_vfork_prepare() {
   return reinterpret_cast<void*>(real::vfork());
 }
 
-InternalCall::InternalCall() { ++t_internal_depth; }
-InternalCall::~InternalCall() { --t_internal_depth; }
-bool in_internal_call() { return t_internal_depth > 0; }
+InternalCall::InternalCall() {
+  ++t_internal_depth;
+}
+InternalCall::~InternalCall() {
+  --t_internal_depth;
+}
+bool in_internal_call() {
+  return t_internal_depth > 0;
+}
 
 // Constructor: initialise early when nobody called us yet; destructor: stats.
-__attribute__((constructor)) static void xp_constructor() { ensure_init(); }
+__attribute__((constructor)) static void xp_constructor() {
+  ensure_init();
+}
 __attribute__((destructor)) static void xp_destructor() {
   if (g_init_state.load(std::memory_order_acquire) != 2) return;
   stats::at_exit();

@@ -16,7 +16,7 @@ LogLevel g_level = LogLevel::warn;
 
 namespace {
 int g_fd = 2;
-char g_template[256];  // kept to reopen per pid after fork
+char g_template[256]; // kept to reopen per pid after fork
 
 const char* level_name(LogLevel l) {
   static const char* names[] = {"error", "warn", "info", "debug", "trace"};
@@ -38,8 +38,8 @@ void raw_write_all(int fd, const char* p, size_t n) {
 int open_template(const char* tmpl) {
   char path[512];
   if (!expand_path(tmpl, static_cast<int>(::syscall(SYS_getpid)), path, sizeof path)) return -1;
-  return static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path,
-                                    O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  return static_cast<int>(
+      ::syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
 }
 } // namespace
 
@@ -80,7 +80,9 @@ void after_fork_child() {
   g_fd = fd;
 }
 
-int fd() { return g_fd; }
+int fd() {
+  return g_fd;
+}
 
 void vwrite(LogLevel l, const char* fmt, va_list ap) {
   int saved = errno;

@@ -10,7 +10,9 @@ enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3, trace = 4 
 namespace log {
 // Current threshold; set by configuration (default warn).
 extern LogLevel g_level;
-inline bool enabled(LogLevel l) { return static_cast<int>(l) <= static_cast<int>(g_level); }
+inline bool enabled(LogLevel l) {
+  return static_cast<int>(l) <= static_cast<int>(g_level);
+}
 
 // Open the log destination: nullptr/"" means stderr; "%p" in the path becomes the pid.
 void open_destination(const char* path_template);
@@ -31,5 +33,6 @@ bool expand_path(const char* tmpl, int pid, char* out, unsigned n);
 
 #define XP_LOG(level, ...)                                                                         \
   do {                                                                                             \
-    if (::xp::log::enabled(::xp::LogLevel::level)) ::xp::log::write(::xp::LogLevel::level, __VA_ARGS__); \
+    if (::xp::log::enabled(::xp::LogLevel::level))                                                 \
+      ::xp::log::write(::xp::LogLevel::level, __VA_ARGS__);                                        \
   } while (0)

@@ -16,7 +16,8 @@ namespace {
 struct Cursor {
   const char* p;
   void skip_space() {
-    while (*p == ' ' || *p == '\t') ++p;
+    while (*p == ' ' || *p == '\t')
+      ++p;
   }
   // Next whitespace-delimited word within the current rule; empty at the end.
   size_t word(char* out, size_t n) {
@@ -128,7 +129,8 @@ bool parse_rules(const char* text, RuleSet* out, char* err, size_t errlen) {
   unsigned index = 0;
   while (true) {
     c.skip_space();
-    while (*c.p == ';' || *c.p == '\n' || *c.p == ' ' || *c.p == '\t') ++c.p;
+    while (*c.p == ';' || *c.p == '\n' || *c.p == ' ' || *c.p == '\t')
+      ++c.p;
     if (*c.p == '\0') break;
     ++index;
     const char* start = c.p;
@@ -140,22 +142,32 @@ bool parse_rules(const char* text, RuleSet* out, char* err, size_t errlen) {
     // Show the offending rule as written.
     auto fail = [&](const char* why) {
       const char* end = start;
-      while (*end && *end != ';' && *end != '\n') ++end;
+      while (*end && *end != ';' && *end != '\n')
+        ++end;
       snprintf(err, errlen, "rule %u '%.*s': %s", index, static_cast<int>(end - start), start, why);
       return false;
     };
-    if (more != 0) return fail("too many words (expected: allow|deny client|server|* address[:ports])");
+    if (more != 0)
+      return fail("too many words (expected: allow|deny client|server|* address[:ports])");
     Rule r;
-    if (strcmp(action, "allow") == 0) r.allow = true;
-    else if (strcmp(action, "deny") == 0) r.allow = false;
-    else return fail("action must be allow or deny");
-    if (strcmp(role, "client") == 0) r.role = Role::client;
-    else if (strcmp(role, "server") == 0) r.role = Role::server;
-    else if (strcmp(role, "*") == 0) r.role = Role::any;
-    else return fail("role must be client, server or *");
+    if (strcmp(action, "allow") == 0)
+      r.allow = true;
+    else if (strcmp(action, "deny") == 0)
+      r.allow = false;
+    else
+      return fail("action must be allow or deny");
+    if (strcmp(role, "client") == 0)
+      r.role = Role::client;
+    else if (strcmp(role, "server") == 0)
+      r.role = Role::server;
+    else if (strcmp(role, "*") == 0)
+      r.role = Role::any;
+    else
+      return fail("role must be client, server or *");
     if (endpoint[0] == '\0') return fail("missing address (use * for any)");
     if (!parse_endpoint(endpoint, &r))
-      return fail("bad address (expected *, A.B.C.D[/N] or [IPv6][/N], then optional :PORT, :LO-HI or :*)");
+      return fail(
+          "bad address (expected *, A.B.C.D[/N] or [IPv6][/N], then optional :PORT, :LO-HI or :*)");
     if (out->count == sw::kMaxRules) return fail("too many rules");
     out->rules[out->count++] = r;
   }
@@ -174,7 +186,7 @@ bool rules_allow(const RuleSet& rs, Role role, const struct sockaddr* addr, sock
   } else if (addr && addr->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
     auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
     port = ntohs(in6->sin6_port);
-    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {  // ::ffff:a.b.c.d is an IPv4 peer
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) { // ::ffff:a.b.c.d is an IPv4 peer
       memcpy(bytes, in6->sin6_addr.s6_addr + 12, 4);
       family = 4;
     } else {

@@ -24,8 +24,8 @@ enum class Role : uint8_t { any = 0, client = 1, server = 2 };
 struct Rule {
   bool allow = false;
   Role role = Role::any;
-  uint8_t family = 0;  // 0 any, 4 IPv4, 6 IPv6
-  uint8_t prefix = 0;  // bits of addr that must match
+  uint8_t family = 0; // 0 any, 4 IPv4, 6 IPv6
+  uint8_t prefix = 0; // bits of addr that must match
   uint8_t addr[16] = {};
   uint16_t port_lo = 0, port_hi = 65535;
 };

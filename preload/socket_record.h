@@ -10,21 +10,21 @@
 
 namespace xp {
 
-struct ConnSlot;  // stats.h: the record's row in the live statistics
+struct ConnSlot; // stats.h: the record's row in the live statistics
 
 struct SocketRecord {
-  std::atomic<uint32_t> refs{0};  // one for the fd table entry, one per reader
-  uint32_t index = 0;             // position in the pool (free list link)
-  std::atomic<uint32_t> next_free{0};  // free list: index+1 of the next free record
+  std::atomic<uint32_t> refs{0};      // one for the fd table entry, one per reader
+  uint32_t index = 0;                 // position in the pool (free list link)
+  std::atomic<uint32_t> next_free{0}; // free list: index+1 of the next free record
   int fd = -1;
   int domain = 0;
-  int type = 0;                   // SOCK_STREAM etc. (flags stripped)
-  Role role = Role::any;          // client after connect, server after accept
+  int type = 0;          // SOCK_STREAM etc. (flags stripped)
+  Role role = Role::any; // client after connect, server after accept
   Mode mode = Mode::tcp;
   Reason reason = Reason::none;
   bool listener = false;
-  bool counted = false;           // connection counted in the per-mode totals
-  ConnSlot* slot = nullptr;       // live statistics row, or null when full
+  bool counted = false;     // connection counted in the per-mode totals
+  ConnSlot* slot = nullptr; // live statistics row, or null when full
 };
 
 } // namespace xp

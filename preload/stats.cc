@@ -26,7 +26,9 @@ uint64_t unix_ms() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
-int raw_pid() { return static_cast<int>(::syscall(SYS_getpid)); }
+int raw_pid() {
+  return static_cast<int>(::syscall(SYS_getpid));
+}
 
 void fill_identity(StatsBlock* b) {
   memcpy(b->magic, kStatsMagic, sizeof b->magic);
@@ -34,7 +36,8 @@ void fill_identity(StatsBlock* b) {
   b->pid = raw_pid();
   b->slot_count = sw::kStatsConnSlots;
   b->started_unix_ms = unix_ms();
-  int fd = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, "/proc/self/comm", O_RDONLY | O_CLOEXEC));
+  int fd =
+      static_cast<int>(::syscall(SYS_openat, AT_FDCWD, "/proc/self/comm", O_RDONLY | O_CLOEXEC));
   if (fd >= 0) {
     long n = ::syscall(SYS_read, fd, b->comm, sizeof b->comm - 1);
     if (n > 0 && b->comm[n - 1] == '\n') b->comm[n - 1] = '\0';
@@ -73,12 +76,15 @@ bool map_live_file(StatsBlock* b) {
 
 } // namespace
 
-void live_path(int pid, char* out, size_t n) { snprintf(out, n, "/dev/shm/xpress-%d.stats", pid); }
+void live_path(int pid, char* out, size_t n) {
+  snprintf(out, n, "/dev/shm/xpress-%d.stats", pid);
+}
 
 StatsBlock& block() {
   StatsBlock* b = g_block.load(std::memory_order_acquire);
   if (__builtin_expect(b != nullptr, 1)) return *b;
-  void* mem = mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     // Cannot happen in practice; keep counting into a static block.
     static StatsBlock fallback;
@@ -109,7 +115,8 @@ void after_fork_child() {
   if (g_live.load(std::memory_order_acquire)) {
     // Still the parent's shared pages: leave a private copy before changing
     // anything, then publish the child's own file.
-    void* copy = mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* copy =
+        mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (copy == MAP_FAILED) return;
     memcpy(copy, static_cast<void*>(b), kBlockBytes);
     mmap(b, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
@@ -161,10 +168,14 @@ void format_addr(const ConnSlot& s, bool local, char* out, size_t n) {
   snprintf(out, n, s.family == 6 ? "[%s]:%u" : "%s:%u", ip, port);
 }
 
-uint64_t get(const Counter& c) { return c.load(std::memory_order_relaxed); }
+uint64_t get(const Counter& c) {
+  return c.load(std::memory_order_relaxed);
+}
 constexpr int kTcp = static_cast<int>(Mode::tcp);
 constexpr int kRdma = static_cast<int>(Mode::rdma);
-const char* role_name(uint8_t r) { return r == 1 ? "client" : (r == 2 ? "server" : "-"); }
+const char* role_name(uint8_t r) {
+  return r == 1 ? "client" : (r == 2 ? "server" : "-");
+}
 } // namespace
 
 void dump(FILE* out, const StatsBlock& b, bool json) {
@@ -184,7 +195,8 @@ void dump(FILE* out, const StatsBlock& b, bool json) {
             get(c.bytes_tx[kRdma]), get(c.bytes_rx[kRdma]), get(c.bytes_tx[kTcp]),
             get(c.bytes_rx[kTcp]));
     fprintf(out, "\"messages\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
-            get(c.msgs_tx[kRdma]), get(c.msgs_rx[kRdma]), get(c.msgs_tx[kTcp]), get(c.msgs_rx[kTcp]));
+            get(c.msgs_tx[kRdma]), get(c.msgs_rx[kRdma]), get(c.msgs_tx[kTcp]),
+            get(c.msgs_rx[kTcp]));
     fprintf(out, "\"open_connections\":[");
     first = true;
     for (const ConnSlot& s : b.slots) {
@@ -225,8 +237,8 @@ void dump(FILE* out, const StatsBlock& b, bool json) {
   for (const ConnSlot& s : b.slots) {
     if (s.in_use.load(std::memory_order_acquire) == 0) continue;
     if (!header) {
-      fprintf(out, "  open connections:\n  %5s %-5s %-21s %-7s %-24s %-24s %12s %12s\n", "fd", "mode",
-              "reason", "role", "local", "peer", "bytes_tx", "bytes_rx");
+      fprintf(out, "  open connections:\n  %5s %-5s %-21s %-7s %-24s %-24s %12s %12s\n", "fd",
+              "mode", "reason", "role", "local", "peer", "bytes_tx", "bytes_rx");
       header = true;
     }
     char l[64], p[64];
@@ -251,7 +263,8 @@ void at_exit() {
     StatsBlock& blk = block();
     FILE* out = stderr;
     char path[512];
-    if (cfg.stats_file[0] != '\0' && log::expand_path(cfg.stats_file, raw_pid(), path, sizeof path)) {
+    if (cfg.stats_file[0] != '\0' &&
+        log::expand_path(cfg.stats_file, raw_pid(), path, sizeof path)) {
       FILE* f = fopen(path, "ae");
       if (f) out = f;
     }

@@ -18,22 +18,22 @@ constexpr uint32_t kStatsVersion = 1;
 using Counter = std::atomic<uint64_t>;
 
 struct Counters {
-  Counter sockets_tracked;                         // AF_INET/AF_INET6 sockets seen
+  Counter sockets_tracked; // AF_INET/AF_INET6 sockets seen
   Counter listeners;
-  Counter connections[static_cast<int>(Mode::count)];  // established, per mode
-  Counter fallbacks[static_cast<int>(Reason::count)];  // tcp connections by reason
+  Counter connections[static_cast<int>(Mode::count)]; // established, per mode
+  Counter fallbacks[static_cast<int>(Reason::count)]; // tcp connections by reason
   Counter bytes_tx[static_cast<int>(Mode::count)];
   Counter bytes_rx[static_cast<int>(Mode::count)];
   Counter msgs_tx[static_cast<int>(Mode::count)];
   Counter msgs_rx[static_cast<int>(Mode::count)];
-  Counter conn_slots_full;                         // connections without a live row
+  Counter conn_slots_full; // connections without a live row
 };
 
 // One row per open connection (for xpress-stat, like smcss).
 struct ConnSlot {
   std::atomic<uint32_t> in_use;
   int32_t fd;
-  uint8_t mode, reason, role, family;  // family 4 or 6
+  uint8_t mode, reason, role, family; // family 4 or 6
   uint8_t local[16], peer[16];
   uint16_t local_port, peer_port;
   uint32_t pad;
@@ -55,7 +55,9 @@ struct StatsBlock {
 
 namespace stats {
 StatsBlock& block();
-inline Counters& c() { return block().c; }
+inline Counters& c() {
+  return block().c;
+}
 
 // Publish the block as /dev/shm/xpress-<pid>.stats (first tracked socket).
 void publish_live();

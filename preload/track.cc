@@ -25,7 +25,9 @@ SocketPool& pool() {
   return p;
 }
 
-bool is_inet(int domain) { return domain == AF_INET || domain == AF_INET6; }
+bool is_inet(int domain) {
+  return domain == AF_INET || domain == AF_INET6;
+}
 
 // getsockname/getpeername without going through our wrappers.
 bool raw_name(int fd, bool peer, sockaddr_storage* ss, socklen_t* len) {
@@ -56,7 +58,7 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
   if (cfg.enabled) in.rule_allows = rules_allow(cfg.rules, role, rule_addr, rule_len);
   Reason why;
   {
-    InternalCall guard;  // device enumeration reads sysfs through libc
+    InternalCall guard; // device enumeration reads sysfs through libc
     why = stream::upgrade_decision(in);
   }
   r.role = role;
@@ -64,7 +66,8 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
   r.reason = why;
   Counters& c = stats::c();
   c.connections[static_cast<int>(r.mode)].fetch_add(1, std::memory_order_relaxed);
-  if (why != Reason::none) c.fallbacks[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+  if (why != Reason::none)
+    c.fallbacks[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
   r.counted = true;
   stats::publish_live();
   ConnSlot* s = stats::claim_slot(r.fd);
@@ -72,9 +75,10 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
     sockaddr_storage ss;
     socklen_t len;
     if (raw_name(r.fd, false, &ss, &len)) fill_endpoint(ss, s->local, &s->local_port, &s->family);
-    if (raw_name(r.fd, true, &ss, &len)) fill_endpoint(ss, s->peer, &s->peer_port, &s->family);
+    if (raw_name(r.fd, true, &ss, &len))
+      fill_endpoint(ss, s->peer, &s->peer_port, &s->family);
     else if (rule_addr && role == Role::client && rule_len <= sizeof ss) {
-      memcpy(&ss, rule_addr, rule_len);  // non-blocking connect still in progress
+      memcpy(&ss, rule_addr, rule_len); // non-blocking connect still in progress
       fill_endpoint(ss, s->peer, &s->peer_port, &s->family);
     }
     s->mode = static_cast<uint8_t>(r.mode);
@@ -83,7 +87,8 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
   }
   r.slot = s;
   XP_LOG(debug, "fd %d %s: %s%s%s", r.fd, role == Role::client ? "connected" : "accepted",
-         mode_name(r.mode), why == Reason::none ? "" : " reason=", why == Reason::none ? "" : reason_name(why));
+         mode_name(r.mode),
+         why == Reason::none ? "" : " reason=", why == Reason::none ? "" : reason_name(why));
 }
 
 } // namespace
@@ -99,7 +104,8 @@ void on_socket(int fd, int domain, int type) {
   int base_type = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
   Counters& c = stats::c();
   if (base_type != SOCK_STREAM) {
-    c.fallbacks[static_cast<int>(Reason::not_stream_socket)].fetch_add(1, std::memory_order_relaxed);
+    c.fallbacks[static_cast<int>(Reason::not_stream_socket)].fetch_add(1,
+                                                                       std::memory_order_relaxed);
     forget(fd);
     return;
   }
@@ -167,7 +173,7 @@ void on_dup(int oldfd, int newfd) {
     forget(newfd);
     return;
   }
-  r->refs.fetch_add(1, std::memory_order_relaxed);  // the new table entry's reference
+  r->refs.fetch_add(1, std::memory_order_relaxed); // the new table entry's reference
   table().install(newfd, r.get());
 }
 
@@ -179,7 +185,8 @@ void forget(int fd) {
 
 void forget_passed_fds(const msghdr* msg) {
   if (msg == nullptr || msg->msg_controllen == 0 || table().empty()) return;
-  for (cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(msg), c)) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(msg); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(msg), c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     const int* fds = reinterpret_cast<const int*>(CMSG_DATA(c));

@@ -23,7 +23,8 @@ template <typename T> inline T count_tx(const SocketRef& s, T n) {
 
 ssize_t mmsg_bytes(const struct mmsghdr* v, int n) {
   ssize_t total = 0;
-  for (int i = 0; i < n; ++i) total += v[i].msg_len;
+  for (int i = 0; i < n; ++i)
+    total += v[i].msg_len;
   return total;
 }
 
@@ -71,7 +72,8 @@ XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags
   int n = XP_REAL(recvmmsg, fd, vec, vlen, flags, timeout);
   if (n > 0) {
     int saved = errno;
-    for (int i = 0; i < n; ++i) track::forget_passed_fds(&vec[i].msg_hdr);
+    for (int i = 0; i < n; ++i)
+      track::forget_passed_fds(&vec[i].msg_hdr);
     if (!(flags & MSG_PEEK)) count_rx(s, mmsg_bytes(vec, n));
     errno = saved;
   }

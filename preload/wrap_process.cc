@@ -24,5 +24,7 @@ XP_EXPORT int daemon(int nochdir, int noclose) noexcept {
 #if !defined(__x86_64__)
 // Elsewhere vfork is served by fork, which POSIX allows (a vfork child may
 // only exec or _exit, and both behave the same after fork).
-XP_EXPORT pid_t vfork(void) noexcept { return fork(); }
+XP_EXPORT pid_t vfork(void) noexcept {
+  return fork();
+}
 #endif

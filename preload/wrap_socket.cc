@@ -21,7 +21,7 @@ XP_EXPORT int socket(int domain, int type, int protocol) noexcept {
 
 XP_EXPORT int socketpair(int domain, int type, int protocol, int sv[2]) noexcept {
   int r = XP_REAL(socketpair, domain, type, protocol, sv);
-  if (r == 0) {  // AF_UNIX (the only family Linux allows here): forget stale numbers
+  if (r == 0) { // AF_UNIX (the only family Linux allows here): forget stale numbers
     track::forget(sv[0]);
     track::forget(sv[1]);
   }
@@ -68,7 +68,9 @@ XP_EXPORT int connect(int fd, const struct sockaddr* addr, socklen_t len) {
   return r;
 }
 
-XP_EXPORT int shutdown(int fd, int how) noexcept { return XP_REAL(shutdown, fd, how); }
+XP_EXPORT int shutdown(int fd, int how) noexcept {
+  return XP_REAL(shutdown, fd, how);
+}
 
 XP_EXPORT int close(int fd) {
   // Forget first: once the kernel closes, the number can be reused at once by

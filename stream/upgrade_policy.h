@@ -7,8 +7,8 @@
 namespace xp::stream {
 
 struct UpgradeInputs {
-  bool enabled;        // XPRESS_ENABLE and a valid configuration
-  bool rule_allows;    // XPRESS_RULES verdict for this connection
+  bool enabled;     // XPRESS_ENABLE and a valid configuration
+  bool rule_allows; // XPRESS_RULES verdict for this connection
 };
 
 // Reason::none means: try the upgrade.  Until the RDMA data path exists, a

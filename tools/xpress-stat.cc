@@ -40,7 +40,9 @@ bool load(int pid, StatsBlock* out) {
          out->version == kStatsVersion;
 }
 
-bool alive(int pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+bool alive(int pid) {
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
 
 int list_all(bool json) {
   DIR* d = opendir("/dev/shm");
@@ -49,8 +51,11 @@ int list_all(bool json) {
     return 1;
   }
   auto b = std::make_unique<StatsBlock>();
-  if (!json) printf("%7s %-16s %8s %8s %14s %14s  %s\n", "pid", "program", "rdma", "tcp", "rdma_bytes", "tcp_bytes", "tcp reasons");
-  else printf("[");
+  if (!json)
+    printf("%7s %-16s %8s %8s %14s %14s  %s\n", "pid", "program", "rdma", "tcp", "rdma_bytes",
+           "tcp_bytes", "tcp reasons");
+  else
+    printf("[");
   bool first = true;
   while (dirent* e = readdir(d)) {
     int pid = 0;
@@ -58,7 +63,7 @@ int list_all(bool json) {
     if (!alive(pid)) {
       char path[128];
       stats::live_path(pid, path, sizeof path);
-      unlink(path);  // left behind by a process that was killed
+      unlink(path); // left behind by a process that was killed
       continue;
     }
     if (!load(pid, b.get())) continue;
@@ -73,8 +78,9 @@ int list_all(bool json) {
       size_t off = 0;
       for (int r = 1; r < static_cast<int>(Reason::count); ++r)
         if (g(c.fallbacks[r]) && off < sizeof reasons)
-          off += static_cast<size_t>(snprintf(reasons + off, sizeof reasons - off, "%s=%lu ",
-                                              reason_name(static_cast<Reason>(r)), g(c.fallbacks[r])));
+          off +=
+              static_cast<size_t>(snprintf(reasons + off, sizeof reasons - off, "%s=%lu ",
+                                           reason_name(static_cast<Reason>(r)), g(c.fallbacks[r])));
       printf("%7d %-16s %8lu %8lu %14lu %14lu  %s\n", b->pid, b->comm, g(c.connections[1]),
              g(c.connections[0]), g(c.bytes_tx[1]) + g(c.bytes_rx[1]),
              g(c.bytes_tx[0]) + g(c.bytes_rx[0]), reasons);
@@ -115,8 +121,10 @@ int main(int argc, char** argv) {
       int rc = list_all(json);
       if (rc) return rc;
     } else if (!load(pid, b.get())) {
-      fprintf(stderr, "xpress-stat: no live statistics for pid %d (not running under xpress, "
-                      "XPRESS_STATS_LIVE=0, or no TCP socket yet)\n", pid);
+      fprintf(stderr,
+              "xpress-stat: no live statistics for pid %d (not running under xpress, "
+              "XPRESS_STATS_LIVE=0, or no TCP socket yet)\n",
+              pid);
       return 1;
     } else {
       stats::dump(stdout, *b, json);

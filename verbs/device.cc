@@ -20,6 +20,8 @@ bool device_present() {
   return v == 1;
 }
 
-void reset_device_cache() { g_present.store(-1, std::memory_order_release); }
+void reset_device_cache() {
+  g_present.store(-1, std::memory_order_release);
+}
 
 } // namespace xp::verbs

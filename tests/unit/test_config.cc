@@ -35,16 +35,20 @@ TEST_CASE("config: defaults") {
   CHECK(e.cfg.stats == StatsFormat::off);
   CHECK(e.cfg.stats_live);
   CHECK(!e.cfg.backtrace);
-  CHECK(e.cfg.rules.count == 3);  // the default rules
+  CHECK(e.cfg.rules.count == 3); // the default rules
   CHECK(e.errors.empty());
 }
 
 TEST_CASE("config: every variable accepts its documented values") {
   Env e;
-  e.vars = {{"XPRESS_ENABLE", "0"},      {"XPRESS_LOG_LEVEL", "debug"},
-            {"XPRESS_LOG_FILE", "/tmp/x-%p.log"}, {"XPRESS_STATS", "json"},
-            {"XPRESS_STATS_FILE", "/tmp/s"}, {"XPRESS_STATS_LIVE", "off"},
-            {"XPRESS_BACKTRACE", "yes"}, {"XPRESS_RULES", "allow client 10.0.0.0/8:5000-5100"}};
+  e.vars = {{"XPRESS_ENABLE", "0"},
+            {"XPRESS_LOG_LEVEL", "debug"},
+            {"XPRESS_LOG_FILE", "/tmp/x-%p.log"},
+            {"XPRESS_STATS", "json"},
+            {"XPRESS_STATS_FILE", "/tmp/s"},
+            {"XPRESS_STATS_LIVE", "off"},
+            {"XPRESS_BACKTRACE", "yes"},
+            {"XPRESS_RULES", "allow client 10.0.0.0/8:5000-5100"}};
   CHECK(e.parse());
   CHECK(!e.cfg.enabled);
   CHECK(e.cfg.log_level == LogLevel::debug);
@@ -54,9 +58,11 @@ TEST_CASE("config: every variable accepts its documented values") {
   CHECK(!e.cfg.stats_live);
   CHECK(e.cfg.backtrace);
   CHECK(e.cfg.rules.count == 1);
-  for (auto [v, want] : std::vector<std::pair<const char*, StatsFormat>>{
-           {"1", StatsFormat::text}, {"text", StatsFormat::text}, {"0", StatsFormat::off},
-           {"off", StatsFormat::off}}) {
+  for (auto [v, want] :
+       std::vector<std::pair<const char*, StatsFormat>>{{"1", StatsFormat::text},
+                                                        {"text", StatsFormat::text},
+                                                        {"0", StatsFormat::off},
+                                                        {"off", StatsFormat::off}}) {
     Env f;
     f.vars = {{"XPRESS_STATS", v}};
     CHECK(f.parse());

@@ -78,7 +78,7 @@ TEST_CASE("fd table: memory follows fds in use, not their numbers") {
     REQUIRE(t.install(fd, r));
   }
   long grown_kib = (rss_pages() - before) * 4;
-  CHECK(grown_kib < 40 * 1024);  // < 40 MiB (two 8 KiB pages per sparse fd, plus records)
+  CHECK(grown_kib < 40 * 1024); // < 40 MiB (two 8 KiB pages per sparse fd, plus records)
   t.for_each_in(0, 0x7fffffff, [&](int fd) { t.remove(fd); });
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("fd table: dup shares one record; it is recycled with the last name") 
   SocketRecord* r = pool.alloc();
   t.install(5, r);
   r->refs.fetch_add(1);
-  t.install(9, r);  // what track::on_dup does
+  t.install(9, r); // what track::on_dup does
   CHECK(t.get(9).get() == t.get(5).get());
   t.remove(5);
   CHECK(pool.live() == 1);
@@ -141,7 +141,8 @@ TEST_CASE("fd table: readers racing close and re-create never see a wrong record
   }
   // Run until the readers really raced the writer (bounded in time).
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  for (int round = 0; round < 20000 || (hits.load() < 200000 && std::chrono::steady_clock::now() < until);
+  for (int round = 0;
+       round < 20000 || (hits.load() < 200000 && std::chrono::steady_clock::now() < until);
        ++round) {
     int fd = round % kFds;
     if (round & 1) {
@@ -153,7 +154,8 @@ TEST_CASE("fd table: readers racing close and re-create never see a wrong record
     }
   }
   stop = true;
-  for (auto& th : readers) th.join();
+  for (auto& th : readers)
+    th.join();
   CHECK(mismatches.load() == 0);
   CHECK(hits.load() > 1000);
   t.for_each_in(0, kFds, [&](int fd) { t.remove(fd); });

@@ -45,7 +45,7 @@ TEST_CASE("rules: default keeps loopback on TCP and allows the rest") {
   CHECK(!allows(rs, Role::client, v4("127.0.0.1", 80)));
   CHECK(!allows(rs, Role::server, v4("127.1.2.3", 80)));
   CHECK(!allows(rs, Role::client, v6("::1", 80)));
-  CHECK(!allows(rs, Role::client, v6("::ffff:127.0.0.1", 80)));  // v4-mapped loopback
+  CHECK(!allows(rs, Role::client, v6("::ffff:127.0.0.1", 80))); // v4-mapped loopback
   CHECK(allows(rs, Role::client, v4("10.77.0.2", 5201)));
   CHECK(allows(rs, Role::server, v6("fd00::1", 6379)));
 }
@@ -54,15 +54,15 @@ TEST_CASE("rules: first match wins; roles, prefixes and port ranges") {
   RuleSet rs = parse("deny server *:22; allow client 10.0.0.0/8:5000-5100; deny * 10.1.0.0/16;"
                      " allow * [fd00::]/8:*; allow server 192.168.1.5:6379");
   CHECK(!allows(rs, Role::server, v4("10.0.0.1", 22)));
-  CHECK(allows(rs, Role::client, v4("10.1.2.3", 5000)));   // rule 2 before rule 3
+  CHECK(allows(rs, Role::client, v4("10.1.2.3", 5000))); // rule 2 before rule 3
   CHECK(allows(rs, Role::client, v4("10.200.0.1", 5100)));
-  CHECK(!allows(rs, Role::client, v4("10.200.0.1", 5101)));  // no match -> deny
-  CHECK(!allows(rs, Role::server, v4("10.1.2.3", 5000)));    // server: rule 2 skipped
+  CHECK(!allows(rs, Role::client, v4("10.200.0.1", 5101))); // no match -> deny
+  CHECK(!allows(rs, Role::server, v4("10.1.2.3", 5000)));   // server: rule 2 skipped
   CHECK(allows(rs, Role::server, v6("fd12::5", 1)));
   CHECK(!allows(rs, Role::server, v6("fe80::1", 1)));
   CHECK(allows(rs, Role::server, v4("192.168.1.5", 6379)));
   CHECK(!allows(rs, Role::client, v4("192.168.1.5", 6379)));
-  CHECK(allows(rs, Role::client, v6("::ffff:10.3.3.3", 5050)));  // mapped v4 matches v4 rules
+  CHECK(allows(rs, Role::client, v6("::ffff:10.3.3.3", 5050))); // mapped v4 matches v4 rules
 }
 
 TEST_CASE("rules: odd prefixes and whitespace") {
@@ -86,7 +86,8 @@ TEST_CASE("rules: malformed rules are rejected with the offending rule quoted") 
     CHECK(std::string(err).find("rule ") == 0);
   }
   std::string many;
-  for (int i = 0; i < 70; ++i) many += "allow * *;";
+  for (int i = 0; i < 70; ++i)
+    many += "allow * *;";
   RuleSet rs;
   char err[256];
   CHECK(!parse_rules(many.c_str(), &rs, err, sizeof err));

@@ -45,7 +45,8 @@ TEST_CASE("stats: rows run out gracefully") {
   }
   CHECK(got.size() == sw::kStatsConnSlots);
   CHECK(stats::c().conn_slots_full.load() >= 5);
-  for (ConnSlot* s : got) stats::release_slot(s);
+  for (ConnSlot* s : got)
+    stats::release_slot(s);
 }
 
 TEST_CASE("stats: text and JSON dumps carry modes, reasons, bytes and open rows") {

@@ -55,5 +55,32 @@ import socket
 l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname()); s,_=l.accept()" 2>&1 >/dev/null)
 if grep -q '"disabled":2' <<<"$out"; then ok "XPRESS_ENABLE=0 reports reason disabled"; else bad "disabled: $out"; fi
 
+# Wrappers work before our constructor: another preloaded library's
+# constructor opens and connects a socket first (both load orders).
+cat > "$tmp/early.c" <<'C'
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+__attribute__((constructor)) static void early(void) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t n = sizeof a;
+  bind(l, (struct sockaddr*)&a, n); listen(l, 1); getsockname(l, (struct sockaddr*)&a, &n);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  int rc = connect(c, (struct sockaddr*)&a, n);
+  int s = accept(l, 0, 0);
+  char b[3] = {0};
+  write(c, "ok", 2); read(s, b, 2);
+  fprintf(stderr, "early ctor: connect=%d read=%s\n", rc, b);
+  close(c); close(s); close(l);
+}
+C
+gcc -shared -fPIC -o "$tmp/early.so" "$tmp/early.c"
+for order in "$tmp/early.so:$PWD/build/libxpress.so" "$PWD/build/libxpress.so:$tmp/early.so"; do
+  out=$(XPRESS_STATS=json LD_PRELOAD=$order /bin/true 2>&1)
+  if grep -q "early ctor: connect=0 read=ok" <<<"$out" && grep -q '"tcp":2' <<<"$out"; then ok "socket calls from another constructor ($order)"; else bad "early ctor ($order): $out"; fi
+done
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
