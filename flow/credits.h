@@ -67,6 +67,7 @@ public:
     return consumed_;
   }
   uint64_t in_ring() const { return arrived_ - consumed_; }
+  uint64_t consumed() const { return consumed_; }
 
 private:
   uint64_t capacity_;

@@ -1,0 +1,181 @@
+#include "flow/record_channel.h"
+
+#include <cstring>
+#include <sys/mman.h>
+
+namespace xp::flow {
+
+RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
+    : link_(link), signal_every_(signal_every == 0 ? 1 : signal_every),
+      send_credit_(link->peer_ring_size()), recv_credit_(link->recv_ring_size()) {
+  pending_cap_ = static_cast<uint32_t>(link->recv_ring_size() / kRecordAlign);
+  // Set-up time allocation (mmap: no malloc, which a later issue hooks).
+  void* mem = mmap(nullptr, sizeof(Pending) * pending_cap_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    failed_ = true;
+    pending_cap_ = 0;
+  } else {
+    pending_ = static_cast<Pending*>(mem);
+  }
+}
+
+RecordChannel::~RecordChannel() {
+  if (pending_) munmap(pending_, sizeof(Pending) * pending_cap_);
+}
+
+size_t RecordChannel::max_payload() const {
+  size_t ring = link_->peer_ring_size();
+  // A record must fit with the control reserve still free.
+  size_t max_record = (ring - kControlReserve) & ~(kRecordAlign - 1);
+  return max_record - sizeof(RecordHeader);
+}
+
+Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const void* payload,
+                           size_t len, bool control) {
+  if (failed_) return Status::io_error;
+  size_t ring = link_->peer_ring_size();
+  size_t bytes = record_bytes(len);
+  // Send queue: keep one slot free so a signaled WR can always be posted.
+  if (posted_ - completed_ + 1 >= link_->send_queue_depth()) {
+    ++counters_.credit_stalls;
+    return Status::no_resource;
+  }
+  size_t pos = send_credit_.tail() % ring;
+  size_t skip = pos + bytes > ring ? ring - pos : 0;
+  size_t need = skip + bytes + (control ? 0 : kControlReserve);
+  if (send_credit_.available() < need) {
+    ++counters_.credit_stalls;
+    return Status::no_resource;
+  }
+  uint64_t ignored;
+  if (send_credit_.reserve(skip + bytes, &ignored) != Status::ok) return Status::no_resource;
+  size_t off = (pos + skip) % ring;
+  uint8_t* stage = link_->send_stage() + off;
+  RecordHeader h{};
+  h.type = static_cast<uint8_t>(type);
+  h.stream = stream;
+  h.seq = seq;
+  h.len = static_cast<uint32_t>(len);
+  memcpy(stage, &h, sizeof h);
+  if (len) memcpy(stage + sizeof h, payload, len);
+  bool signaled = ++since_signal_ >= signal_every_;
+  if (signaled) since_signal_ = 0;
+  ++posted_;
+  Status st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
+  if (st != Status::ok) {
+    failed_ = true;
+    return st;
+  }
+  ++counters_.records_sent;
+  return Status::ok;
+}
+
+Status RecordChannel::send(uint32_t stream, uint64_t seq, const void* payload, size_t len) {
+  if (len > max_payload()) return Status::invalid;
+  return post(RecordType::data, stream, seq, payload, len, false);
+}
+
+Status RecordChannel::maybe_grant() {
+  if (!recv_credit_.should_grant()) return Status::ok;
+  // Commit the grant only once the credit record was posted: a post that
+  // must wait must not lose the grant.
+  Status st = post(RecordType::credit, 0, recv_credit_.consumed(), nullptr, 0, true);
+  if (st == Status::ok) {
+    recv_credit_.take_grant();
+    ++counters_.credit_records_sent;
+  }
+  return st == Status::no_resource ? Status::ok : st; // retried on the next poll
+}
+
+Status RecordChannel::poll(Record* out, int max, int* got) {
+  *got = 0;
+  if (failed_) return Status::io_error;
+  verbs::Completion wc[32];
+  while (*got < max) {
+    int want = max - *got < 32 ? max - *got : 32;
+    int n = link_->poll(wc, want);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) {
+      const verbs::Completion& c = wc[i];
+      if (c.kind == verbs::Completion::Kind::error) {
+        failed_ = true;
+        return Status::io_error;
+      }
+      if (c.kind == verbs::Completion::Kind::send_done) {
+        if (c.wr_id > completed_) completed_ = c.wr_id;
+        continue;
+      }
+      // A record arrived.  Give the receive WR back first, so the peer never
+      // finds the receive queue empty (no RNR).
+      if (link_->post_recv() != Status::ok) {
+        failed_ = true;
+        return Status::io_error;
+      }
+      size_t ring = link_->recv_ring_size();
+      size_t bytes = c.imm;
+      if (bytes < kRecordAlign || bytes % kRecordAlign != 0 || bytes > ring) {
+        ++counters_.protocol_errors;
+        failed_ = true;
+        return Status::invalid;
+      }
+      size_t pos = recv_cursor_ % ring;
+      size_t skip = pos + bytes > ring ? ring - pos : 0;
+      if (recv_credit_.on_arrival(skip + bytes) != Status::ok ||
+          pending_tail_ - pending_head_ >= pending_cap_) {
+        ++counters_.protocol_errors; // the peer wrote beyond its credit
+        failed_ = true;
+        return Status::invalid;
+      }
+      recv_cursor_ += skip + bytes;
+      size_t off = (pos + skip) % ring;
+      const auto* h = reinterpret_cast<const RecordHeader*>(link_->recv_ring() + off);
+      // Read the header once: the peer may not change it, but we validate a
+      // copy rather than trust memory it can write to.
+      RecordHeader hdr;
+      memcpy(&hdr, h, sizeof hdr);
+      uint32_t slot = static_cast<uint32_t>(pending_tail_ % pending_cap_);
+      pending_[slot] = Pending{static_cast<uint32_t>(skip + bytes), false};
+      ++pending_tail_;
+      if (record_bytes(hdr.len) != bytes) {
+        ++counters_.protocol_errors;
+        failed_ = true;
+        return Status::invalid;
+      }
+      if (hdr.type == static_cast<uint8_t>(RecordType::credit)) {
+        if (send_credit_.on_grant(hdr.seq) != Status::ok) {
+          ++counters_.protocol_errors;
+          failed_ = true;
+          return Status::invalid;
+        }
+        release(slot);
+        continue;
+      }
+      if (hdr.type != static_cast<uint8_t>(RecordType::data)) {
+        ++counters_.protocol_errors;
+        failed_ = true;
+        return Status::invalid;
+      }
+      ++counters_.records_received;
+      out[(*got)++] = Record{h, reinterpret_cast<const uint8_t*>(h) + sizeof(RecordHeader), slot};
+    }
+  }
+  Status st = maybe_grant();
+  return st == Status::ok ? Status::ok : st;
+}
+
+Status RecordChannel::release(uint32_t slot) {
+  if (slot >= pending_cap_ || pending_head_ == pending_tail_) return Status::invalid;
+  pending_[slot].released = true;
+  // Credit back the released prefix, in ring order.
+  while (pending_head_ != pending_tail_) {
+    Pending& p = pending_[pending_head_ % pending_cap_];
+    if (!p.released) break;
+    recv_credit_.on_consumed(p.ring_bytes);
+    p.released = false;
+    ++pending_head_;
+  }
+  return maybe_grant();
+}
+
+} // namespace xp::flow

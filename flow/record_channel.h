@@ -1,0 +1,110 @@
+// Records over one Link (docs/protocol.md §4-5): framing, byte credits with
+// a reserve for control records, the ring wrap rule and credit return.
+//
+// Ring layout: records are [RecordHeader | payload], padded to 64 bytes.
+// A record never crosses the ring end: when it does not fit in the bytes
+// left before the end, both sides skip those bytes and the record starts at
+// offset 0 (deterministic, so no padding message is needed).  The immediate
+// carries the padded record length.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "flow/credits.h"
+#include "verbs/link.h"
+
+namespace xp::flow {
+
+enum class RecordType : uint8_t {
+  data = 1,
+  credit = 2, // payload-less; `seq` carries the cumulative consumed offset
+  // docs/protocol.md lists the stream-level types the stream layer adds.
+};
+
+struct RecordHeader {
+  uint8_t type;
+  uint8_t flags;
+  uint16_t reserved;
+  uint32_t stream;
+  uint64_t seq; // data: stream sequence of the first byte; credit: consumed offset
+  uint32_t len; // payload bytes
+  uint32_t pad;
+};
+static_assert(sizeof(RecordHeader) == 24);
+
+constexpr size_t kRecordAlign = 64;
+// Ring bytes that only control records may use, so credit can always flow
+// back even when data filled the ring in both directions.
+constexpr size_t kControlReserve = 4 * kRecordAlign;
+
+inline size_t record_bytes(size_t payload) {
+  return (sizeof(RecordHeader) + payload + kRecordAlign - 1) & ~(kRecordAlign - 1);
+}
+
+// A record as received: header and payload point into the receive ring and
+// stay valid until release() gives the record back.
+struct Record {
+  const RecordHeader* hdr;
+  const uint8_t* payload;
+  uint32_t slot; // pass to release()
+};
+
+struct ChannelCounters {
+  uint64_t records_sent = 0, records_received = 0;
+  uint64_t credit_records_sent = 0, credit_stalls = 0, protocol_errors = 0;
+};
+
+class RecordChannel {
+public:
+  explicit RecordChannel(verbs::Link* link, uint32_t signal_every = 16);
+
+  // Largest payload one record can carry.
+  size_t max_payload() const;
+  // Send one data record; no_resource when credit (or send queue) is short:
+  // poll and retry later.  Never blocks.
+  Status send(uint32_t stream, uint64_t seq, const void* payload, size_t len);
+  // Process completions: data records are appended to out (up to max);
+  // credit records are applied here.  io_error when the link failed,
+  // invalid on a protocol error from the peer (the channel is unusable).
+  Status poll(Record* out, int max, int* got);
+  // The caller is done with a received record (any order).  Ring space is
+  // credited back in ring order: a record released early waits for the
+  // older ones, so the sender never overwrites unreleased bytes.
+  Status release(uint32_t slot);
+  const ChannelCounters& counters() const { return counters_; }
+  uint64_t send_credit_available() const { return send_credit_.available(); }
+
+private:
+  Status post(RecordType type, uint32_t stream, uint64_t seq, const void* payload, size_t len,
+              bool control);
+  Status maybe_grant();
+
+  // Received records in ring order, until released.  Sized once at set-up
+  // (the ring holds at most ring_size / kRecordAlign records).
+  struct Pending {
+    uint32_t ring_bytes; // the record plus any bytes skipped before it
+    bool released;
+  };
+  Pending* pending_ = nullptr;
+  uint32_t pending_cap_ = 0;
+  uint64_t pending_head_ = 0, pending_tail_ = 0;
+
+  verbs::Link* link_;
+  uint32_t signal_every_;
+  SendCredit send_credit_;
+  RecvCredit recv_credit_;
+  uint64_t recv_cursor_ = 0; // ring bytes accounted on arrival (incl. skips)
+  uint64_t posted_ = 0;      // WRs posted
+  uint64_t completed_ = 0;   // WRs known complete (through signaled ones)
+  uint32_t since_signal_ = 0;
+  bool failed_ = false;
+  ChannelCounters counters_;
+
+public:
+  ~RecordChannel();
+  RecordChannel(const RecordChannel&) = delete;
+  RecordChannel& operator=(const RecordChannel&) = delete;
+};
+
+} // namespace xp::flow
