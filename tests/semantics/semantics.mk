@@ -1,1 +1,32 @@
-# placeholder: owned by the area's author
+# Socket semantics suite ("tests that prove invisibility"): plain POSIX socket
+# programs print a deterministic transcript per case; run.sh runs them without
+# and with LD_PRELOAD=$(LIB) and requires identical transcripts and exit codes.
+# Built with their own rules and flags (C, exceptions irrelevant, no library
+# CXXFLAGS); the fortified binary is built with -D_FORTIFY_SOURCE=3 -O2.
+SEM_DIR := tests/semantics
+SEM_OUT := $(BUILD)/tests/semantics
+SEM_CFLAGS := -std=gnu11 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE
+SEM_COMMON := $(SEM_DIR)/sem_core.c
+SEM_HDRS := $(SEM_DIR)/sem.h
+SEM_SRCS := $(filter-out $(SEM_COMMON) $(SEM_DIR)/sem_fortify.c,$(wildcard $(SEM_DIR)/*.c))
+SEM_BIN := $(SEM_OUT)/semantics
+SEM_FORT := $(SEM_OUT)/semantics-fortify
+
+$(SEM_BIN): $(SEM_COMMON) $(SEM_SRCS) $(SEM_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(SEM_CFLAGS) -O1 -U_FORTIFY_SOURCE -o $@ $(SEM_COMMON) $(SEM_SRCS)
+
+$(SEM_FORT): $(SEM_COMMON) $(SEM_DIR)/sem_fortify.c $(SEM_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(SEM_CFLAGS) -O2 -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=3 -o $@ $(SEM_COMMON) $(SEM_DIR)/sem_fortify.c
+
+# `make test-semantics SEM_LIB=/other.so` preloads another library;
+# `SEMANTICS="case ..."` runs a subset (names: build/tests/semantics/semantics --list).
+SEM_LIB ?= $(abspath $(LIB))
+SEMANTICS ?=
+
+.PHONY: test-semantics
+test-semantics: $(SEM_BIN) $(SEM_FORT) $(LIB)
+	bash $(SEM_DIR)/run.sh $(SEM_OUT) $(SEM_LIB) $(SEMANTICS)
+
+TEST_TARGETS += test-semantics

@@ -1,0 +1,397 @@
+// epoll: level- and edge-triggered, EPOLLONESHOT (+ re-arm), EPOLLRDHUP, an epoll
+// fd shared by two threads, EPOLLEXCLUSIVE, nested epoll, ctl errors, and
+// registrations that belong to the open file description.
+#include "sem.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int ep_add(int ep, int fd, unsigned events, uint64_t data) {
+  struct epoll_event ev = {.events = events, .data.u64 = data};
+  return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static int ep_mod(int ep, int fd, unsigned events, uint64_t data) {
+  struct epoll_event ev = {.events = events, .data.u64 = data};
+  return epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+}
+
+// epoll_wait for one event; prints count, mask and token.
+static int ep_wait1(int ep, int ms, int want, unsigned want_events, uint64_t want_data) {
+  struct epoll_event ev;
+  memset(&ev, 0, sizeof ev);
+  int r = RC(want, epoll_wait(ep, &ev, 1, ms));
+  if (r == 1 && want == 1) {
+    MASK("  events", ev.events, want_events);
+    EQ("  data", ev.data.u64, want_data);
+  }
+  return r;
+}
+
+static void drain(int fd) {
+  char buf[4096];
+  while (recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+  }
+}
+
+static void epoll_level_triggered(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b, EPOLLIN, 11));
+  ep_wait1(ep, 0, 0, 0, 0);
+  RC(10, send(a, "0123456789", 10, 0));
+  ep_wait1(ep, 2000, 1, EPOLLIN, 11);
+  ep_wait1(ep, 0, 1, EPOLLIN, 11); // still readable: reported again
+  char buf[16];
+  RC(5, recv(b, buf, 5, 0));
+  ep_wait1(ep, 0, 1, EPOLLIN, 11);
+  RC(5, recv(b, buf, 5, 0));
+  ep_wait1(ep, 0, 0, 0, 0);
+  // EPOLLIN|EPOLLOUT on the writer
+  RC(0, ep_add(ep, a, EPOLLIN | EPOLLOUT, 22));
+  ep_wait1(ep, 0, 1, EPOLLOUT, 22);
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+static void epoll_edge_triggered(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  REQUIRE(fcntl(b, F_SETFL, O_NONBLOCK) == 0);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b, EPOLLIN | EPOLLET, 1));
+  ep_wait1(ep, 0, 0, 0, 0);
+  RC(10, send(a, "0123456789", 10, 0));
+  ep_wait1(ep, 2000, 1, EPOLLIN, 1);
+  ep_wait1(ep, 0, 0, 0, 0); // no new edge although data is still queued
+  RC(10, send(a, "abcdefghij", 10, 0));
+  ep_wait1(ep, 2000, 1, EPOLLIN, 1); // new data: new edge
+  ep_wait1(ep, 0, 0, 0, 0);
+  wait_avail(b, 20);
+  char buf[64];
+  RC(20, recv(b, buf, sizeof buf, 0));
+  ERR(EAGAIN, recv(b, buf, sizeof buf, 0));
+  ep_wait1(ep, 0, 0, 0, 0);
+  RC(3, send(a, "xyz", 3, 0));
+  ep_wait1(ep, 2000, 1, EPOLLIN, 1);
+  ep_wait1(ep, 0, 0, 0, 0);
+  // EPOLLOUT edge: writable once at registration, then quiet
+  RC(0, ep_add(ep, a, EPOLLOUT | EPOLLET, 2));
+  ep_wait1(ep, 0, 1, EPOLLOUT, 2);
+  ep_wait1(ep, 0, 0, 0, 0);
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+static void epoll_oneshot_rearm(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b, EPOLLIN | EPOLLONESHOT, 3));
+  RC(4, send(a, "abcd", 4, 0));
+  ep_wait1(ep, 2000, 1, EPOLLIN, 3);
+  ep_wait1(ep, 0, 0, 0, 0); // disarmed
+  RC(4, send(a, "efgh", 4, 0));
+  ep_wait1(ep, 100, 0, 0, 0); // still disarmed despite new data
+  RC(0, ep_mod(ep, b, EPOLLIN | EPOLLONESHOT, 4));
+  ep_wait1(ep, 0, 1, EPOLLIN, 4); // re-armed: pending data reported with the new token
+  ep_wait1(ep, 0, 0, 0, 0);
+  ERR(EEXIST, ep_add(ep, b, EPOLLIN, 5)); // a disarmed fd is still registered
+  RC(0, epoll_ctl(ep, EPOLL_CTL_DEL, b, NULL));
+  ERR(ENOENT, epoll_ctl(ep, EPOLL_CTL_DEL, b, NULL));
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+static void epoll_rdhup(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b, EPOLLIN | EPOLLRDHUP, 9));
+  ep_wait1(ep, 0, 0, 0, 0);
+  RC(0, shutdown(a, SHUT_WR));
+  ep_wait1(ep, 2000, 1, EPOLLIN | EPOLLRDHUP, 9);
+  char buf[8];
+  RC(0, recv(b, buf, sizeof buf, 0));
+  ep_wait1(ep, 0, 1, EPOLLIN | EPOLLRDHUP, 9); // level-triggered: EOF stays readable
+  RC(2, send(b, "ok", 2, 0));                  // the other direction still works
+  wait_avail(a, 2);
+  RC(2, recv(a, buf, sizeof buf, 0));
+  CHECK(memcmp(buf, "ok", 2) == 0);
+  // after both directions are shut: EPOLLHUP too
+  RC(0, ep_add(ep, a, EPOLLIN | EPOLLRDHUP, 10));
+  RC(0, epoll_ctl(ep, EPOLL_CTL_DEL, b, NULL));
+  RC(0, shutdown(b, SHUT_WR));
+  ep_wait1(ep, 2000, 1, EPOLLIN | EPOLLRDHUP | EPOLLHUP, 10);
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+// ---- two threads
+
+enum { TOKEN_SOCK = 100, TOKEN_STOP = 200 };
+
+struct waiter {
+  pthread_t thread;
+  int ep;
+  int drain_fd;
+  volatile pid_t tid;
+  int result;
+  uint64_t data;
+};
+
+static volatile int waiters_done;
+
+static void* waiter_main(void* arg) {
+  struct waiter* w = arg;
+  w->tid = gettid();
+  struct epoll_event ev;
+  w->result = epoll_wait(w->ep, &ev, 1, 5000);
+  if (w->result == 1) {
+    w->data = ev.data.u64;
+    if (w->data == TOKEN_SOCK) drain(w->drain_fd);
+  }
+  __atomic_add_fetch(&waiters_done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+static int thread_sleeping(pid_t tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char* p = strrchr(buf, ')');
+  return p && p[1] == ' ' && p[2] == 'S';
+}
+
+// Starts two waiters, waits until both block, sends one byte a->b, waits for the
+// first waiter to finish (and a little longer, for a wrong second delivery),
+// then wakes the others through the stop pipe.  Prints per-token counts.
+static void run_waiters(struct waiter* w, int a, int stop_w) {
+  waiters_done = 0;
+  for (int i = 0; i < 2; i++)
+    REQUIRE(pthread_create(&w[i].thread, NULL, waiter_main, &w[i]) == 0);
+  long end = now_ms() + 3000;
+  while (!(w[0].tid && w[1].tid && thread_sleeping(w[0].tid) && thread_sleeping(w[1].tid))) {
+    REQUIRE(now_ms() < end);
+    msleep(1);
+  }
+  msleep(50);
+  RC(1, send(a, "!", 1, 0));
+  end = now_ms() + 3000;
+  while (__atomic_load_n(&waiters_done, __ATOMIC_SEQ_CST) < 1 && now_ms() < end)
+    msleep(1);
+  msleep(100);
+  EQ("waiters woken by the socket event", waiters_done, 1);
+  RC(1, write(stop_w, "s", 1));
+  for (int i = 0; i < 2; i++)
+    REQUIRE(pthread_join(w[i].thread, NULL) == 0);
+  int sock = 0, stop = 0, other = 0;
+  for (int i = 0; i < 2; i++) {
+    if (w[i].result == 1 && w[i].data == TOKEN_SOCK)
+      sock++;
+    else if (w[i].result == 1 && w[i].data == TOKEN_STOP)
+      stop++;
+    else
+      other++;
+  }
+  EQ("waiters that got the socket event", sock, 1);
+  EQ("waiters that got the stop event", stop, 1);
+  EQ("waiters with another result", other, 0);
+}
+
+static void epoll_shared_oneshot_threads(void) {
+  int a, b, stop[2];
+  tcp_pair(&a, &b);
+  REQUIRE(pipe(stop) == 0);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b, EPOLLIN | EPOLLONESHOT, TOKEN_SOCK));
+  RC(0, ep_add(ep, stop[0], EPOLLIN, TOKEN_STOP));
+  struct waiter w[2] = {{.ep = ep, .drain_fd = b}, {.ep = ep, .drain_fd = b}};
+  run_waiters(w, a, stop[1]);
+  RC(0, close(ep));
+  RC(0, close(stop[0]));
+  RC(0, close(stop[1]));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+static void epoll_exclusive_threads(void) {
+  int a, b, stop[2];
+  tcp_pair(&a, &b);
+  REQUIRE(pipe(stop) == 0);
+  struct waiter w[2];
+  memset(w, 0, sizeof w);
+  for (int i = 0; i < 2; i++) {
+    w[i].ep = OK(epoll_create1(0));
+    w[i].drain_fd = b;
+    RC(0, ep_add(w[i].ep, b, EPOLLIN | EPOLLEXCLUSIVE, TOKEN_SOCK));
+    RC(0, ep_add(w[i].ep, stop[0], EPOLLIN, TOKEN_STOP));
+  }
+  run_waiters(w, a, stop[1]);
+  // EPOLLEXCLUSIVE registrations cannot be modified
+  ERR(EINVAL, ep_mod(w[0].ep, b, EPOLLIN, TOKEN_SOCK));
+  for (int i = 0; i < 2; i++)
+    RC(0, close(w[i].ep));
+  RC(0, close(stop[0]));
+  RC(0, close(stop[1]));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+static void epoll_nested(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  int inner = OK(epoll_create1(0));
+  int outer = OK(epoll_create1(0));
+  RC(0, ep_add(inner, b, EPOLLIN, 1));
+  RC(0, ep_add(outer, inner, EPOLLIN, 2));
+  ep_wait1(outer, 0, 0, 0, 0);
+  struct pollfd p = {.fd = inner, .events = POLLIN};
+  RC(0, poll(&p, 1, 0));
+  RC(6, send(a, "nested", 6, 0));
+  ep_wait1(outer, 2000, 1, EPOLLIN, 2);
+  RC(1, poll(&p, 1, 0));
+  MASK("poll(inner) revents", p.revents, POLLIN);
+  ep_wait1(inner, 0, 1, EPOLLIN, 1);
+  char buf[8];
+  RC(6, recv(b, buf, sizeof buf, 0));
+  ep_wait1(inner, 0, 0, 0, 0);
+  ep_wait1(outer, 0, 0, 0, 0);
+  // a loop of epoll fds is refused
+  ERR(ELOOP, ep_add(inner, outer, EPOLLIN, 3));
+  RC(0, close(outer));
+  RC(0, close(inner));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+static void epoll_ctl_errors(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  int ep = OK(epoll_create1(0));
+  ERR(ENOENT, ep_mod(ep, b, EPOLLIN, 1));
+  ERR(ENOENT, epoll_ctl(ep, EPOLL_CTL_DEL, b, NULL));
+  RC(0, ep_add(ep, b, EPOLLIN, 1));
+  ERR(EEXIST, ep_add(ep, b, EPOLLOUT, 1));
+  RC(0, ep_mod(ep, b, EPOLLOUT, 2));
+  ep_wait1(ep, 0, 1, EPOLLOUT, 2);
+  ERR(EINVAL, ep_add(ep, ep, EPOLLIN, 3));
+  ERR(EINVAL, ep_add(ep, a, EPOLLIN | EPOLLEXCLUSIVE | EPOLLONESHOT, 3));
+  ERR(EINVAL, epoll_ctl(ep, 99, a, &(struct epoll_event){.events = EPOLLIN}));
+  ERR(EINVAL, epoll_ctl(b, EPOLL_CTL_ADD, a, &(struct epoll_event){.events = EPOLLIN}));
+  ERR(EBADF, epoll_ctl(ep, EPOLL_CTL_ADD, -1, &(struct epoll_event){.events = EPOLLIN}));
+  ERR(EBADF, epoll_ctl(-1, EPOLL_CTL_ADD, a, &(struct epoll_event){.events = EPOLLIN}));
+  char path[] = "/tmp/xpress-sem-XXXXXX";
+  int f = OK(mkstemp(path));
+  unlink(path);
+  ERR(EPERM, ep_add(ep, f, EPOLLIN, 4)); // regular files are not pollable by epoll
+  struct epoll_event ev[2];
+  ERR(EINVAL, epoll_wait(ep, ev, 0, 0));
+  ERR(EINVAL, epoll_wait(b, ev, 2, 0));
+  ERR(EBADF, epoll_wait(-1, ev, 2, 0));
+  ERR(EINVAL, epoll_create(0));
+  ERR(EINVAL, epoll_create1(0x1234));
+  int old = OK(epoll_create(1));
+  int ce = OK(epoll_create1(EPOLL_CLOEXEC));
+  EQ("F_GETFD(epoll_create1(EPOLL_CLOEXEC))", fcntl(ce, F_GETFD), FD_CLOEXEC);
+  EQ("F_GETFD(epoll_create(1))", fcntl(old, F_GETFD), 0);
+  RC(0, close(ce));
+  RC(0, close(old));
+  RC(0, close(f));
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+static void epoll_registration_follows_file(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  int ep = OK(epoll_create1(0));
+  int b2 = OK(dup(b));
+  RC(0, ep_add(ep, b, EPOLLIN, 5));
+  RC(0, close(b)); // the open file description lives on in b2
+  RC(3, send(a, "abc", 3, 0));
+  ep_wait1(ep, 2000, 1, EPOLLIN, 5);
+  ERR(EBADF, epoll_ctl(ep, EPOLL_CTL_DEL, b, NULL));
+  ERR(ENOENT, epoll_ctl(ep, EPOLL_CTL_DEL, b2, NULL)); // registered under the old number
+  RC(0, ep_add(ep, b2, EPOLLIN, 6));
+  struct epoll_event ev[4];
+  RC(2, epoll_wait(ep, ev, 4, 0));
+  char buf[8];
+  RC(3, recv(b2, buf, sizeof buf, 0));
+  RC(0, epoll_wait(ep, ev, 4, 0));
+  RC(0, close(b2)); // last reference: both registrations disappear
+  RC(3, send(a, "def", 3, 0));
+  RC(0, epoll_wait(ep, ev, 4, 100));
+  // the number of a closed, registered fd can be registered afresh
+  int c, d;
+  tcp_pair(&c, &d);
+  REQUIRE(dup2(d, 900) == 900);
+  RC(0, ep_add(ep, 900, EPOLLIN, 7));
+  RC(1, send(c, "g", 1, 0));
+  ep_wait1(ep, 2000, 1, EPOLLIN, 7);
+  RC(0, close(900));
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(c));
+  RC(0, close(d));
+}
+
+static void epoll_pwait_variants(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b, EPOLLIN, 8));
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGUSR1);
+  struct epoll_event ev;
+  RC(0, epoll_pwait(ep, &ev, 1, 0, &mask));
+  long t0 = now_ms();
+  struct timespec ts = {0, 30 * 1000000L};
+  RC(0, epoll_pwait2(ep, &ev, 1, &ts, NULL));
+  CHECK(now_ms() - t0 >= 25);
+  t0 = now_ms();
+  RC(0, epoll_wait(ep, &ev, 1, 30));
+  CHECK(now_ms() - t0 >= 25);
+  RC(1, send(a, "x", 1, 0));
+  RC(1, epoll_pwait(ep, &ev, 1, 2000, &mask));
+  EQ("epoll_pwait data", ev.data.u64, 8);
+  ts.tv_nsec = 0;
+  RC(1, epoll_pwait2(ep, &ev, 1, &ts, &mask));
+  MASK("epoll_pwait2 events", ev.events, EPOLLIN);
+  RC(1, epoll_pwait2(ep, &ev, 1, NULL, NULL)); // NULL timeout: block (data is ready)
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
+const struct sem_case sem_epoll_cases[] = {
+    {"epoll_level_triggered", epoll_level_triggered},
+    {"epoll_edge_triggered", epoll_edge_triggered},
+    {"epoll_oneshot_rearm", epoll_oneshot_rearm},
+    {"epoll_rdhup", epoll_rdhup},
+    {"epoll_shared_oneshot_threads", epoll_shared_oneshot_threads},
+    {"epoll_exclusive_threads", epoll_exclusive_threads},
+    {"epoll_nested", epoll_nested},
+    {"epoll_ctl_errors", epoll_ctl_errors},
+    {"epoll_registration_follows_file", epoll_registration_follows_file},
+    {"epoll_pwait_variants", epoll_pwait_variants},
+    {NULL, NULL},
+};
