@@ -53,6 +53,7 @@ $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
 include tests/unit/unit.mk
 include tests/semantics/semantics.mk
 include tests/programs/programs.mk
+include tests/verbs/verbs.mk
 include tools/tools.mk
 include tools/softroce/softroce.mk
 include bench/bench.mk

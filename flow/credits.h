@@ -58,9 +58,12 @@ public:
     consumed_ += n;
     return Status::ok;
   }
-  // Grant when at least half the ring was freed since the last grant (the
-  // SocksDirect/rsocket rule): fewer control messages, never a stall.
-  bool should_grant() const { return consumed_ - granted_consumed_ >= capacity_ / 2; }
+  // Grant when a quarter of the ring was freed since the last grant.  With
+  // records of at most a quarter of the ring (RecordChannel::max_payload),
+  // an empty ring always has room for the largest record even after a wrap
+  // skip, so sender and receiver can never wait on each other; and a grant
+  // costs one small record per quarter ring, not one per message.
+  bool should_grant() const { return consumed_ - granted_consumed_ >= capacity_ / 4; }
   // Returns the cumulative offset to send and remembers it as granted.
   uint64_t take_grant() {
     granted_consumed_ = consumed_;

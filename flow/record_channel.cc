@@ -26,8 +26,11 @@ RecordChannel::~RecordChannel() {
 
 size_t RecordChannel::max_payload() const {
   size_t ring = link_->peer_ring_size();
-  // A record must fit with the control reserve still free.
-  size_t max_record = (ring - kControlReserve) & ~(kRecordAlign - 1);
+  // Worst case a record is placed after skipping almost its own size at the
+  // ring end, with the control reserve free and up to a quarter of the ring
+  // consumed but not yet granted (RecvCredit::should_grant): 2 records +
+  // reserve + quarter must fit, so a record may use at most a quarter.
+  size_t max_record = (ring / 4) & ~(kRecordAlign - 1);
   return max_record - sizeof(RecordHeader);
 }
 
@@ -69,6 +72,16 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   }
   ++counters_.records_sent;
   return Status::ok;
+}
+
+bool RecordChannel::can_send(size_t len) const {
+  if (failed_ || len > max_payload()) return false;
+  if (posted_ - completed_ + 1 >= link_->send_queue_depth()) return false;
+  size_t ring = link_->peer_ring_size();
+  size_t bytes = record_bytes(len);
+  size_t pos = send_credit_.tail() % ring;
+  size_t skip = pos + bytes > ring ? ring - pos : 0;
+  return send_credit_.available() >= skip + bytes + kControlReserve;
 }
 
 Status RecordChannel::send(uint32_t stream, uint64_t seq, const void* payload, size_t len) {

@@ -72,6 +72,8 @@ public:
   // credited back in ring order: a record released early waits for the
   // older ones, so the sender never overwrites unreleased bytes.
   Status release(uint32_t slot);
+  // Whether a data record of len payload bytes would be accepted now.
+  bool can_send(size_t len) const;
   const ChannelCounters& counters() const { return counters_; }
   uint64_t send_credit_available() const { return send_credit_.available(); }
 

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs INSIDE the Soft-RoCE VM (tests/verbs/run.sh boots it): the record
+# channel over a real RC QP between the two addresses, for several record
+# sizes; every byte verified, RNR counters must stay at zero (credits), and
+# the rxe counters must show the traffic.  Ends with "N passed, M failed".
+set -uo pipefail
+: "${XP_SOFTROCE:?run me inside the VM}"
+source "$XP_SOFTROCE/faults.sh"
+bin=${XP_CHANNEL_TEST:?}
+W=$(mktemp -d)
+pass=0 fail=0
+port=7471
+for case in "65536 64" "4194304 1000" "8388608 16384" "8388608 200000"; do
+  set -- $case
+  bytes=$1 msg=$2
+  port=$((port + 1))
+  rxe-counters snapshot "$W/before"
+  timeout -k 2 120 "$bin" server "$XP_ADDR0" $port "$bytes" > "$W/server" 2>&1 &
+  spid=$!
+  timeout -k 2 120 "$bin" client "$XP_ADDR1" "$XP_ADDR0" $port "$bytes" "$msg" > "$W/client" 2>&1
+  crc=$?
+  wait $spid; src=$?
+  rnr=0
+  for n in rxe0.rcvd_rnr_err rxe1.rcvd_rnr_err rxe0.send_rnr_err rxe1.send_rnr_err \
+           rxe0.retry_rnr_exceeded_err rxe1.retry_rnr_exceeded_err; do
+    d=$(rxe-counters delta "$W/before" $n 2>/dev/null || echo 0)
+    rnr=$((rnr + d))
+  done
+  pk=$(rxe-counters delta "$W/before" rxe1.sent_pkts 2>/dev/null || echo 0)
+  veth=$(rxe-counters delta "$W/before" veth1.tx_packets 2>/dev/null || echo 0)
+  cat "$W/server" "$W/client" | sed 's/^/    /'
+  echo "    rxe1.sent_pkts +$pk, veth1.tx_packets +$veth, rnr events $rnr"
+  if [ $crc = 0 ] && [ $src = 0 ] && [ "$rnr" = 0 ] && [ "$pk" -gt 0 ] && [ "$veth" -gt 0 ]; then
+    echo "ok   - channel $bytes bytes in $msg-byte records"; pass=$((pass + 1))
+  else
+    echo "FAIL - channel $bytes bytes in $msg-byte records (client $crc, server $src)"; fail=$((fail + 1))
+  fi
+done
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

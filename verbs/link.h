@@ -1,0 +1,51 @@
+// The narrow interface between the upper layers and one RC connection.
+// A Link owns a registered receive ring (the peer writes into it with
+// RDMA WRITE_WITH_IMM) and a registered send staging area of the same size
+// as the peer's ring, laid out as a mirror of it: bytes staged at offset X
+// are written to the peer's ring at offset X.  Upper layers (flow/) decide
+// offsets and credits; the Link only posts work and reports completions.
+// tests/unit/fake_link.h implements it in memory, verbs/rc_link.cc with
+// rdma-core.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace xp::verbs {
+
+struct Completion {
+  enum class Kind : uint8_t { send_done, recv_imm, error };
+  Kind kind;
+  uint32_t imm;   // recv_imm: the immediate the sender attached
+  uint64_t wr_id; // send_done: what post_write_imm was given
+  int status;     // error: the ibv_wc_status (or an errno for fakes)
+};
+
+class Link {
+public:
+  virtual ~Link() = default;
+  virtual uint8_t* send_stage() = 0; // mirror of the peer's ring
+  virtual size_t peer_ring_size() const = 0;
+  virtual const uint8_t* recv_ring() const = 0;
+  virtual size_t recv_ring_size() const = 0;
+  virtual uint32_t max_inline() const = 0;
+  virtual uint32_t send_queue_depth() const = 0;
+
+  // RDMA WRITE_WITH_IMM of send_stage()[off, off+len) to the peer's ring at
+  // the same offset.  Unsignaled posts complete silently; a signaled one
+  // reports send_done (and implies all earlier posts completed).
+  virtual Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
+                                uint64_t wr_id) = 0;
+  // Give back one receive work request (each WRITE_WITH_IMM consumes one).
+  virtual Status post_recv() = 0;
+  // Non-blocking; returns how many completions were stored in out.
+  virtual int poll(Completion* out, int max) = 0;
+  // Sleeping: request a notification, then wait until wait_fd() is readable
+  // and call ack_event() before polling again.
+  virtual Status arm() = 0;
+  virtual int wait_fd() const = 0;
+  virtual void ack_event() = 0;
+};
+
+} // namespace xp::verbs

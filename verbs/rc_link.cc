@@ -1,0 +1,359 @@
+#include "verbs/rc_link.h"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <infiniband/verbs.h>
+#include <new>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <sys/mman.h>
+
+namespace xp::verbs {
+namespace {
+
+constexpr uint32_t kMagic = 0x4c525058; // "XPRL"
+constexpr uint16_t kVersion = 1;
+
+// What each side tells the other in the rdma_cm private data.
+struct WireRing {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t app_len;
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t size;
+  uint8_t app[kAppPrivateMax];
+};
+static_assert(sizeof(WireRing) <= 56, "must fit rdma_cm's REQ private data");
+
+void* map_zeroed(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// Waits for the next rdma_cm event on ec, of the expected type.
+Status wait_event(rdma_event_channel* ec, rdma_cm_event_type want, int timeout_ms,
+                  rdma_cm_event** out) {
+  pollfd pfd{ec->fd, POLLIN, 0};
+  int r = ::poll(&pfd, 1, timeout_ms);
+  if (r == 0) return Status::timed_out;
+  if (r < 0) return Status::io_error;
+  rdma_cm_event* ev = nullptr;
+  if (rdma_get_cm_event(ec, &ev) != 0) return Status::io_error;
+  if (ev->event != want) {
+    Status st = ev->event == RDMA_CM_EVENT_REJECTED || ev->event == RDMA_CM_EVENT_UNREACHABLE
+                    ? Status::unsupported
+                    : Status::io_error;
+    rdma_ack_cm_event(ev);
+    return st;
+  }
+  *out = ev;
+  return Status::ok;
+}
+
+class RcLink final : public Link {
+public:
+  ~RcLink() override;
+  Status setup(rdma_cm_id* id, const RcLinkParams& p);
+  Status set_peer(const void* priv, size_t len);
+  void fill_wire(WireRing* w, const void* app, size_t app_len) const;
+
+  uint8_t* send_stage() override { return stage_; }
+  size_t peer_ring_size() const override { return peer_size_; }
+  const uint8_t* recv_ring() const override { return ring_; }
+  size_t recv_ring_size() const override { return ring_size_; }
+  uint32_t max_inline() const override { return max_inline_; }
+  uint32_t send_queue_depth() const override { return sq_depth_; }
+  Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
+                        uint64_t wr_id) override;
+  Status post_recv() override;
+  int poll(Completion* out, int max) override;
+  Status arm() override { return ibv_req_notify_cq(cq_, 0) == 0 ? Status::ok : Status::io_error; }
+  int wait_fd() const override { return comp_ ? comp_->fd : -1; }
+  void ack_event() override;
+
+  rdma_cm_id* id_ = nullptr;
+  rdma_event_channel* ec_ = nullptr; // owned by clients only
+  bool connected_ = false;
+
+private:
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* comp_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  uint8_t* ring_ = nullptr;
+  size_t ring_size_ = 0;
+  ibv_mr* ring_mr_ = nullptr;
+  uint8_t* stage_ = nullptr;
+  size_t peer_size_ = 0;
+  ibv_mr* stage_mr_ = nullptr;
+  uint64_t peer_addr_ = 0;
+  uint32_t peer_rkey_ = 0;
+  uint32_t max_inline_ = 0, sq_depth_ = 0;
+  bool qp_created_ = false;
+};
+
+Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
+  id_ = id;
+  if (p.ring_bytes < 4096 || p.ring_bytes % 64 != 0) return Status::invalid;
+  // One PD per connection keeps every remote-writable region reachable only
+  // through this connection's QP (docs/protocol.md §7).
+  pd_ = ibv_alloc_pd(id->verbs);
+  comp_ = pd_ ? ibv_create_comp_channel(id->verbs) : nullptr;
+  uint32_t recv_wrs = static_cast<uint32_t>(p.ring_bytes / 64);
+  int cqe = static_cast<int>(recv_wrs + p.sq_depth);
+  cq_ = comp_ ? ibv_create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;
+  ring_size_ = p.ring_bytes;
+  ring_ = cq_ ? static_cast<uint8_t*>(map_zeroed(ring_size_)) : nullptr;
+  ring_mr_ =
+      ring_ ? ibv_reg_mr(pd_, ring_, ring_size_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+            : nullptr;
+  if (ring_mr_ == nullptr) return Status::no_resource;
+  ibv_qp_init_attr qa{};
+  qa.send_cq = cq_;
+  qa.recv_cq = cq_;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = p.sq_depth;
+  qa.cap.max_recv_wr = recv_wrs;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = 1;
+  qa.cap.max_inline_data = p.max_inline;
+  if (rdma_create_qp(id, pd_, &qa) != 0) return Status::no_resource;
+  qp_created_ = true;
+  max_inline_ = qa.cap.max_inline_data;
+  sq_depth_ = p.sq_depth;
+  for (uint32_t i = 0; i < recv_wrs; ++i)
+    if (post_recv() != Status::ok) return Status::no_resource;
+  return Status::ok;
+}
+
+void RcLink::fill_wire(WireRing* w, const void* app, size_t app_len) const {
+  memset(w, 0, sizeof *w);
+  w->magic = kMagic;
+  w->version = kVersion;
+  w->app_len = static_cast<uint16_t>(app_len);
+  w->addr = reinterpret_cast<uint64_t>(ring_);
+  w->rkey = ring_mr_->rkey;
+  w->size = static_cast<uint32_t>(ring_size_);
+  if (app_len) memcpy(w->app, app, app_len);
+}
+
+Status RcLink::set_peer(const void* priv, size_t len) {
+  WireRing w{};
+  if (priv == nullptr || len < offsetof(WireRing, app)) return Status::invalid;
+  memcpy(&w, priv, len < sizeof w ? len : sizeof w);
+  if (w.magic != kMagic || w.version != kVersion || w.size < 4096 || w.size % 64 != 0 ||
+      w.size > (1u << 30) || w.app_len > kAppPrivateMax)
+    return Status::invalid;
+  peer_addr_ = w.addr;
+  peer_rkey_ = w.rkey;
+  peer_size_ = w.size;
+  stage_ = static_cast<uint8_t*>(map_zeroed(peer_size_));
+  stage_mr_ = stage_ ? ibv_reg_mr(pd_, stage_, peer_size_, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  return stage_mr_ ? Status::ok : Status::no_resource;
+}
+
+Status RcLink::post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled, uint64_t wr_id) {
+  if (off + len > peer_size_) return Status::invalid;
+  ibv_sge sge{reinterpret_cast<uint64_t>(stage_ + off), static_cast<uint32_t>(len),
+              stage_mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len <= max_inline_ ? IBV_SEND_INLINE : 0);
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = peer_addr_ + off;
+  wr.wr.rdma.rkey = peer_rkey_;
+  ibv_send_wr* bad = nullptr;
+  int r = ibv_post_send(id_->qp, &wr, &bad);
+  if (r == ENOMEM) return Status::no_resource;
+  return r == 0 ? Status::ok : Status::io_error;
+}
+
+Status RcLink::post_recv() {
+  // Zero-length receive: WRITE_WITH_IMM only needs a WR to consume.
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::ok : Status::io_error;
+}
+
+int RcLink::poll(Completion* out, int max) {
+  ibv_wc wc[32];
+  int n = ibv_poll_cq(cq_, max < 32 ? max : 32, wc);
+  if (n < 0) {
+    out[0] = Completion{Completion::Kind::error, 0, 0, -1};
+    return 1;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (wc[i].status != IBV_WC_SUCCESS) {
+      out[i] = Completion{Completion::Kind::error, 0, wc[i].wr_id, static_cast<int>(wc[i].status)};
+    } else if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      out[i] = Completion{Completion::Kind::recv_imm, ntohl(wc[i].imm_data), 0, 0};
+    } else {
+      out[i] = Completion{Completion::Kind::send_done, 0, wc[i].wr_id, 0};
+    }
+  }
+  return n;
+}
+
+void RcLink::ack_event() {
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  if (ibv_get_cq_event(comp_, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+}
+
+RcLink::~RcLink() {
+  if (id_ && connected_) rdma_disconnect(id_);
+  if (qp_created_) rdma_destroy_qp(id_);
+  if (stage_mr_) ibv_dereg_mr(stage_mr_);
+  if (ring_mr_) ibv_dereg_mr(ring_mr_);
+  if (cq_) ibv_destroy_cq(cq_);
+  if (comp_) ibv_destroy_comp_channel(comp_);
+  if (pd_) ibv_dealloc_pd(pd_);
+  if (stage_) munmap(stage_, peer_size_);
+  if (ring_) munmap(ring_, ring_size_);
+  if (id_) rdma_destroy_id(id_);
+  if (ec_) rdma_destroy_event_channel(ec_);
+}
+
+} // namespace
+
+Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p, const void* app,
+                  size_t app_len, Link** out) {
+  if (app_len > kAppPrivateMax) return Status::invalid;
+  auto* link = new (std::nothrow) RcLink();
+  if (link == nullptr) return Status::no_resource;
+  link->ec_ = rdma_create_event_channel();
+  Status st = Status::io_error;
+  rdma_cm_event* ev = nullptr;
+  if (link->ec_ && rdma_create_id(link->ec_, &link->id_, nullptr, RDMA_PS_TCP) == 0 &&
+      rdma_resolve_addr(link->id_, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
+                        p.timeout_ms) == 0) {
+    st = wait_event(link->ec_, RDMA_CM_EVENT_ADDR_RESOLVED, p.timeout_ms, &ev);
+  }
+  if (st == Status::ok) {
+    rdma_ack_cm_event(ev);
+    st = rdma_resolve_route(link->id_, p.timeout_ms) == 0
+             ? wait_event(link->ec_, RDMA_CM_EVENT_ROUTE_RESOLVED, p.timeout_ms, &ev)
+             : Status::io_error;
+  }
+  if (st == Status::ok) {
+    rdma_ack_cm_event(ev);
+    rdma_cm_id* id = link->id_;
+    link->id_ = nullptr; // setup() takes it back
+    st = link->setup(id, p);
+  }
+  if (st == Status::ok) {
+    WireRing w;
+    link->fill_wire(&w, app, app_len);
+    rdma_conn_param cp{};
+    cp.private_data = &w;
+    cp.private_data_len = sizeof w;
+    cp.retry_count = 7;
+    cp.rnr_retry_count = 7;
+    st = rdma_connect(link->id_, &cp) == 0
+             ? wait_event(link->ec_, RDMA_CM_EVENT_ESTABLISHED, p.timeout_ms, &ev)
+             : Status::io_error;
+  }
+  if (st == Status::ok) {
+    link->connected_ = true;
+    st = link->set_peer(ev->param.conn.private_data, ev->param.conn.private_data_len);
+    rdma_ack_cm_event(ev);
+  }
+  if (st != Status::ok) {
+    delete link;
+    return st;
+  }
+  *out = link;
+  return Status::ok;
+}
+
+struct RcListener::Impl {
+  rdma_event_channel* ec = nullptr;
+  rdma_cm_id* id = nullptr;
+};
+
+Status RcListener::listen(const sockaddr* addr, int backlog, RcListener** out) {
+  auto* l = new (std::nothrow) RcListener();
+  if (l == nullptr || (l->impl_ = new (std::nothrow) Impl()) == nullptr) {
+    delete l;
+    return Status::no_resource;
+  }
+  l->impl_->ec = rdma_create_event_channel();
+  if (l->impl_->ec == nullptr ||
+      rdma_create_id(l->impl_->ec, &l->impl_->id, nullptr, RDMA_PS_TCP) != 0 ||
+      rdma_bind_addr(l->impl_->id, const_cast<sockaddr*>(addr)) != 0 ||
+      rdma_listen(l->impl_->id, backlog) != 0) {
+    Status st = errno == EADDRINUSE ? Status::unsupported : Status::io_error;
+    delete l;
+    return st;
+  }
+  *out = l;
+  return Status::ok;
+}
+
+Status RcListener::accept(const RcLinkParams& p, int timeout_ms, Link** out, void* app_out,
+                          size_t* app_len) {
+  rdma_cm_event* ev = nullptr;
+  Status st = wait_event(impl_->ec, RDMA_CM_EVENT_CONNECT_REQUEST, timeout_ms, &ev);
+  if (st != Status::ok) return st;
+  rdma_cm_id* child = ev->id;
+  WireRing peer{};
+  size_t plen = ev->param.conn.private_data_len;
+  if (ev->param.conn.private_data)
+    memcpy(&peer, ev->param.conn.private_data, plen < sizeof peer ? plen : sizeof peer);
+  rdma_ack_cm_event(ev);
+  auto* link = new (std::nothrow) RcLink();
+  if (link == nullptr) {
+    rdma_reject(child, nullptr, 0);
+    rdma_destroy_id(child);
+    return Status::no_resource;
+  }
+  st = link->setup(child, p);
+  if (st == Status::ok) st = link->set_peer(&peer, sizeof peer);
+  if (st != Status::ok) {
+    rdma_reject(child, nullptr, 0);
+    delete link;
+    return st;
+  }
+  WireRing w;
+  link->fill_wire(&w, nullptr, 0);
+  rdma_conn_param cp{};
+  cp.private_data = &w;
+  cp.private_data_len = sizeof w;
+  cp.rnr_retry_count = 7;
+  if (rdma_accept(child, &cp) != 0) {
+    delete link;
+    return Status::io_error;
+  }
+  st = wait_event(impl_->ec, RDMA_CM_EVENT_ESTABLISHED, p.timeout_ms, &ev);
+  if (st != Status::ok) {
+    delete link;
+    return st;
+  }
+  rdma_ack_cm_event(ev);
+  link->connected_ = true;
+  if (app_out && app_len) {
+    size_t n = peer.app_len < *app_len ? peer.app_len : *app_len;
+    memcpy(app_out, peer.app, n);
+    *app_len = n;
+  }
+  *out = link;
+  return Status::ok;
+}
+
+int RcListener::fd() const {
+  return impl_->ec->fd;
+}
+
+RcListener::~RcListener() {
+  if (impl_) {
+    if (impl_->id) rdma_destroy_id(impl_->id);
+    if (impl_->ec) rdma_destroy_event_channel(impl_->ec);
+    delete impl_;
+  }
+}
+
+} // namespace xp::verbs

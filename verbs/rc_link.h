@@ -1,0 +1,43 @@
+// A verbs::Link on a real RC queue pair, connected with rdma_cm.  Set-up is
+// synchronous with a timeout (it runs off the data path); the data path is
+// ibv_post_send/ibv_poll_cq only.  The two ends exchange their receive ring
+// (address, rkey, size) in the rdma_cm private data, next to up to
+// kAppPrivateMax bytes of the caller's own.
+#pragma once
+#include <cstddef>
+#include <sys/socket.h>
+
+#include "common/status.h"
+#include "verbs/link.h"
+
+namespace xp::verbs {
+
+struct RcLinkParams {
+  size_t ring_bytes = 256 * 1024; // our receive ring (multiple of 64)
+  uint32_t sq_depth = 256;
+  uint32_t max_inline = 64;
+  int timeout_ms = 3000; // each set-up step
+};
+
+constexpr size_t kAppPrivateMax = 32;
+
+// Client: connect from src (may be null) to dst.
+Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p, const void* app,
+                  size_t app_len, Link** out);
+
+class RcListener {
+public:
+  static Status listen(const sockaddr* addr, int backlog, RcListener** out);
+  // Waits up to timeout_ms for one connection request; app_out receives the
+  // client's private bytes (*app_len in: capacity, out: length).
+  Status accept(const RcLinkParams& p, int timeout_ms, Link** out, void* app_out, size_t* app_len);
+  int fd() const;
+  ~RcListener();
+
+private:
+  RcListener() = default;
+  struct Impl;
+  Impl* impl_ = nullptr;
+};
+
+} // namespace xp::verbs
