@@ -74,6 +74,11 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   return Status::ok;
 }
 
+Status RecordChannel::send_control(RecordType type, uint32_t stream, uint64_t seq) {
+  if (type == RecordType::data || type == RecordType::credit) return Status::invalid;
+  return post(type, stream, seq, nullptr, 0, true);
+}
+
 bool RecordChannel::can_send(size_t len) const {
   if (failed_ || len > max_payload()) return false;
   if (posted_ - completed_ + 1 >= link_->send_queue_depth()) return false;
@@ -163,8 +168,8 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         }
         release(slot);
         continue;
-      }
-      if (hdr.type != static_cast<uint8_t>(RecordType::data)) {
+      }      if (hdr.type == 0 || hdr.type > static_cast<uint8_t>(RecordType::last) ||
+          (hdr.type != static_cast<uint8_t>(RecordType::data) && hdr.len != 0)) {
         ++counters_.protocol_errors;
         failed_ = true;
         return Status::invalid;

@@ -17,9 +17,13 @@
 namespace xp::flow {
 
 enum class RecordType : uint8_t {
-  data = 1,
-  credit = 2, // payload-less; `seq` carries the cumulative consumed offset
-  // docs/protocol.md lists the stream-level types the stream layer adds.
+  data = 1,   // stream bytes from `seq` on
+  credit = 2, // channel-level, handled here: `seq` is the cumulative consumed offset
+  ack = 3,    // stream: everything below `seq` was delivered to the application
+  fin = 4,    // stream: the sender's half-close at `seq`
+  rst = 5,    // stream: abort
+  // docs/protocol.md lists further control types (switch, attach, ...).
+  last = rst,
 };
 
 struct RecordHeader {
@@ -64,8 +68,12 @@ public:
   // Send one data record; no_resource when credit (or send queue) is short:
   // poll and retry later.  Never blocks.
   Status send(uint32_t stream, uint64_t seq, const void* payload, size_t len);
-  // Process completions: data records are appended to out (up to max);
-  // credit records are applied here.  io_error when the link failed,
+  // Send a payload-less stream control record (ack, fin, rst).  Control
+  // records may use the reserved credit, so they go out even when data
+  // filled the ring.
+  Status send_control(RecordType type, uint32_t stream, uint64_t seq);
+  // Process completions: data and stream control records are appended to
+  // out (up to max); credit records are applied here.  io_error when the link failed,
   // invalid on a protocol error from the peer (the channel is unusable).
   Status poll(Record* out, int max, int* got);
   // The caller is done with a received record (any order).  Ring space is

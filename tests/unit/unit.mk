@@ -19,3 +19,23 @@ test-symbols: $(LIB)
 	bash tests/unit/symbols.sh $(LIB) preload/interpose_table.def
 
 TEST_TARGETS += test-unit test-symbols
+
+# The same unit tests built with AddressSanitizer and UBSan (the library code
+# they cover is compiled again with the sanitizers, not taken from $(CORE)).
+ASAN_DIR := $(BUILD)/asan
+ASAN_SRCS := $(CORE_SRCS) $(UNIT_SRCS)
+ASAN_OBJS := $(ASAN_SRCS:%.cc=$(ASAN_DIR)/%.o)
+ASAN_FLAGS := -std=c++20 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
+              -fno-omit-frame-pointer -pthread -I. -MMD -MP -Wall -Wextra -Werror
+$(ASAN_OBJS): $(ASAN_DIR)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -c $< -o $@
+$(ASAN_DIR)/xpress-unit: $(ASAN_OBJS)
+	$(CXX) -fsanitize=address,undefined -o $@ $^ $(LDLIBS)
+-include $(ASAN_OBJS:.o=.d)
+
+.PHONY: test-sanitize
+test-sanitize: $(ASAN_DIR)/xpress-unit
+	$(ASAN_DIR)/xpress-unit
+
+TEST_TARGETS += test-sanitize

@@ -1,0 +1,188 @@
+#include "stream/mux.h"
+
+#include <new>
+#include <sys/mman.h>
+
+namespace xp::stream {
+
+using flow::RecordType;
+
+Stream::Stream(Mux* mux, uint32_t id, uint64_t tx_start, uint64_t rx_start, size_t window,
+               flow::WindowBudget* channel_budget)
+    : mux_(mux), id_(id), window_(tx_start, window, channel_budget, nullptr), rx_(window),
+      window_size_(window), rx_next_(rx_start), delivered_(rx_start), acked_sent_(rx_start) {}
+
+bool Stream::writable() const {
+  if (fin_sent_ || reset_) return true; // a write reports the error at once
+  return window_.unacked() < window_size_ && mux_->channel_.can_send(1);
+}
+
+Status Stream::write(const void* buf, size_t len, size_t* done) {
+  *done = 0;
+  if (reset_ || fin_sent_ || mux_->failed_) return Status::closed;
+  const auto* p = static_cast<const uint8_t*>(buf);
+  while (*done < len) {
+    size_t chunk = len - *done;
+    size_t max = mux_->channel_.max_payload();
+    if (chunk > max) chunk = max;
+    if (!mux_->channel_.can_send(chunk)) {
+      // A smaller record may still fit the credit left.
+      while (chunk > 1 && !mux_->channel_.can_send(chunk))
+        chunk /= 2;
+      if (!mux_->channel_.can_send(chunk)) break;
+    }
+    uint64_t allowed = 0;
+    if (window_.reserve(chunk, &allowed) != Status::ok) {
+      ++mux_->counters_.window_stalls;
+      break;
+    }
+    uint64_t seq = window_.next() - allowed;
+    Status st = mux_->channel_.send(id_, seq, p + *done, allowed);
+    if (st != Status::ok) {
+      // can_send() said yes, so only a failed link gets here.
+      mux_->failed_ = true;
+      return Status::io_error;
+    }
+    *done += allowed;
+  }
+  return *done > 0 || len == 0 ? Status::ok : Status::no_resource;
+}
+
+Status Stream::read(void* buf, size_t len, size_t* got, bool peek) {
+  *got = rx_.get(buf, len, peek);
+  if (*got > 0) {
+    if (!peek) {
+      delivered_ += *got;
+      maybe_ack();
+    }
+    return Status::ok;
+  }
+  if (reset_) return Status::closed;
+  if (fin_received_ || len == 0) return Status::ok; // end of stream: 0 bytes
+  return Status::would_block;
+}
+
+Status Stream::shutdown_write() {
+  if (fin_sent_) return Status::ok;
+  if (reset_) return Status::closed;
+  Status st = mux_->channel_.send_control(RecordType::fin, id_, window_.next());
+  if (st == Status::ok) fin_sent_ = true;
+  return st;
+}
+
+// Acknowledge once a quarter of the window was consumed: the sender's
+// window then always has room while the application keeps reading.
+Status Stream::maybe_ack() {
+  if (!ack_pending_ && delivered_ - acked_sent_ < window_size_ / 4) return Status::ok;
+  Status st = mux_->channel_.send_control(RecordType::ack, id_, delivered_);
+  if (st == Status::ok) {
+    acked_sent_ = delivered_;
+    ack_pending_ = false;
+    ++mux_->counters_.acks_sent;
+  } else if (st == Status::no_resource) {
+    ack_pending_ = true; // retried by progress()
+    mux_->acks_pending_ = true;
+    st = Status::ok;
+  }
+  return st;
+}
+
+Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
+  switch (static_cast<RecordType>(h.type)) {
+  case RecordType::data:
+    // RC delivers in order: anything but the next sequence, data after
+    // FIN, or more than the window we advertised is a broken peer.
+    if (h.seq != rx_next_ || fin_received_ || !rx_.put(payload, h.len)) return Status::invalid;
+    rx_next_ += h.len;
+    return Status::ok;
+  case RecordType::ack:
+    return window_.on_ack(h.seq);
+  case RecordType::fin:
+    if (h.seq != rx_next_ || fin_received_) return Status::invalid;
+    fin_received_ = true;
+    return Status::ok;
+  case RecordType::rst:
+    reset_ = true;
+    return Status::ok;
+  default:
+    return Status::invalid;
+  }
+}
+
+Mux::Mux(verbs::Link* link, const MuxParams& p)
+    : channel_(link), params_(p), budget_(p.channel_window) {
+  void* mem = mmap(nullptr, sizeof(Stream*) * p.max_streams, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    failed_ = true;
+    params_.max_streams = 0;
+  } else {
+    streams_ = static_cast<Stream**>(mem);
+  }
+}
+
+Mux::~Mux() {
+  for (uint32_t i = 0; i < params_.max_streams; ++i)
+    delete streams_[i];
+  if (streams_) munmap(streams_, sizeof(Stream*) * params_.max_streams);
+}
+
+Stream* Mux::open(uint32_t id, uint64_t tx_start, uint64_t rx_start) {
+  if (failed_ || id >= params_.max_streams || streams_[id] != nullptr) return nullptr;
+  auto* s =
+      new (std::nothrow) Stream(this, id, tx_start, rx_start, params_.stream_window, &budget_);
+  if (s == nullptr) return nullptr;
+  if (!s->rx_.ok()) {
+    delete s;
+    return nullptr;
+  }
+  streams_[id] = s;
+  return s;
+}
+
+void Mux::close(Stream* s) {
+  if (s == nullptr || s->id_ >= params_.max_streams || streams_[s->id_] != s) return;
+  if (!s->fin_sent_ && !s->reset_ && !failed_) s->shutdown_write();
+  // Unacknowledged bytes leave the channel budget with the stream.
+  budget_.give(s->window_.unacked());
+  streams_[s->id_] = nullptr;
+  delete s;
+}
+
+Status Mux::progress() {
+  if (failed_) return Status::io_error;
+  flow::Record r[32];
+  while (true) {
+    int got = 0;
+    Status st = channel_.poll(r, 32, &got);
+    if (st != Status::ok) {
+      failed_ = true;
+      return st;
+    }
+    for (int i = 0; i < got; ++i) {
+      flow::RecordHeader h = *r[i].hdr; // a copy: the ring is peer-writable
+      Stream* s = h.stream < params_.max_streams ? streams_[h.stream] : nullptr;
+      Status rs = Status::ok;
+      if (s == nullptr) {
+        ++counters_.unknown_stream_records;
+      } else {
+        rs = s->on_record(h, r[i].payload);
+      }
+      channel_.release(r[i].slot);
+      if (rs != Status::ok) {
+        failed_ = true;
+        return Status::invalid;
+      }
+    }
+    if (got < 32) break;
+  }
+  // Acks that found no credit earlier (rare: only then is the table scanned).
+  if (acks_pending_) {
+    acks_pending_ = false;
+    for (uint32_t i = 0; i < params_.max_streams; ++i)
+      if (streams_[i] && streams_[i]->ack_pending_) streams_[i]->maybe_ack();
+  }
+  return Status::ok;
+}
+
+} // namespace xp::stream

@@ -1,0 +1,111 @@
+// Streams multiplexed over one RecordChannel (docs/protocol.md §4-5): each
+// TCP connection that moved to RDMA is a Stream with its own byte sequence
+// numbers in both directions, a send window opened by the peer's cumulative
+// ACKs (bytes its application consumed), and a receive buffer the size of
+// that window, so a stream whose application does not read never blocks
+// the others on the channel: their records are copied out at once.
+//
+// Threading: a Mux and its streams are used under one lock held by the
+// caller (the preload layer); nothing here blocks, allocates on the data
+// path or makes a system call other than through the Link.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "flow/record_channel.h"
+#include "flow/send_window.h"
+#include "stream/byte_ring.h"
+
+namespace xp::stream {
+
+struct MuxParams {
+  uint32_t max_streams = 256;              // XPRESS_STREAMS_PER_CHANNEL
+  size_t stream_window = 256 * 1024;       // per-stream send window = receive buffer
+  size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
+};
+
+struct MuxCounters {
+  uint64_t unknown_stream_records = 0; // records for streams closed here (dropped)
+  uint64_t acks_sent = 0;
+  uint64_t window_stalls = 0;
+};
+
+class Mux;
+
+class Stream {
+public:
+  uint32_t id() const { return id_; }
+
+  // Queues up to len bytes for sending (partial writes allowed): *done is
+  // how many were taken.  no_resource when nothing could be taken now (the
+  // window or channel credit is full: progress() and retry), closed after
+  // shutdown_write() or a reset.
+  Status write(const void* buf, size_t len, size_t* done);
+  // Reads up to len bytes.  would_block when nothing is buffered and the
+  // peer has not finished; ok with *got == 0 at end of stream; closed after
+  // a reset (the caller reports ECONNRESET).
+  Status read(void* buf, size_t len, size_t* got, bool peek);
+  // Half-close: the peer reads end of stream after the bytes sent so far.
+  Status shutdown_write();
+
+  size_t readable_bytes() const { return rx_.size(); } // FIONREAD
+  bool readable() const { return rx_.size() > 0 || fin_received_ || reset_; }
+  bool writable() const;
+  bool peer_finished() const { return fin_received_; }
+  bool was_reset() const { return reset_; }
+
+  // Sequence state (recovery resumes from these).
+  uint64_t send_next() const { return window_.next(); }
+  uint64_t send_acked() const { return window_.acked(); }
+  uint64_t delivered() const { return delivered_; }
+
+private:
+  friend class Mux;
+  Stream(Mux* mux, uint32_t id, uint64_t tx_start, uint64_t rx_start, size_t window,
+         flow::WindowBudget* channel_budget);
+  Status on_record(const flow::RecordHeader& h, const uint8_t* payload);
+  Status maybe_ack();
+
+  Mux* mux_;
+  uint32_t id_;
+  flow::SendWindow window_;
+  ByteRing rx_;
+  size_t window_size_;
+  uint64_t rx_next_;    // next sequence expected from the peer
+  uint64_t delivered_;  // consumed by the application
+  uint64_t acked_sent_; // last cumulative ack sent
+  bool fin_sent_ = false, fin_received_ = false, reset_ = false, ack_pending_ = false;
+};
+
+class Mux {
+public:
+  Mux(verbs::Link* link, const MuxParams& p);
+  ~Mux();
+  Mux(const Mux&) = delete;
+  Mux& operator=(const Mux&) = delete;
+
+  // Both ends open the same id (the attach handshake assigns it) with the
+  // switch offsets of each direction.  null: id in use, out of range, or no
+  // memory for the receive buffer.
+  Stream* open(uint32_t id, uint64_t tx_start, uint64_t rx_start);
+  // Forget a stream (after close()); later records for it are dropped.
+  void close(Stream* s);
+  // Poll the channel and dispatch records.  io_error / invalid: the channel
+  // is unusable and its streams must be recovered (docs/protocol.md).
+  Status progress();
+  flow::RecordChannel& channel() { return channel_; }
+  const MuxCounters& counters() const { return counters_; }
+
+private:
+  friend class Stream;
+  flow::RecordChannel channel_;
+  MuxParams params_;
+  flow::WindowBudget budget_;
+  Stream** streams_ = nullptr; // indexed by id, sized max_streams at set-up
+  MuxCounters counters_;
+  bool failed_ = false;
+  bool acks_pending_ = false; // some stream owes an ack that found no credit
+};
+
+} // namespace xp::stream

@@ -1,0 +1,209 @@
+// Streams over a multiplexed channel (fake link): integrity with many
+// streams at once, a stream whose reader stalls does not block the others,
+// window and acks, half-close, reset, hostile records.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+#include "fake_link.h"
+#include "stream/mux.h"
+
+using namespace xp;
+using namespace xp::stream;
+using xp::test::FakeLink;
+
+namespace {
+struct Links {
+  FakeLink la, lb;
+  explicit Links(size_t ring) : la(ring, ring / 64), lb(ring, ring / 64) {
+    FakeLink::connect(la, lb);
+  }
+};
+struct MuxPair : Links {
+  Mux a, b;
+  explicit MuxPair(size_t ring = 65536, MuxParams p = MuxParams{})
+      : Links(ring), a(&la, p), b(&lb, p) {}
+  void pump() {
+    REQUIRE(a.progress() == Status::ok);
+    REQUIRE(b.progress() == Status::ok);
+  }
+};
+uint8_t pat(uint32_t stream, uint64_t i) {
+  return static_cast<uint8_t>(i * 7 + stream * 31 + (i >> 9));
+}
+} // namespace
+
+TEST_CASE("streams: many streams interleaved arrive intact, and acks keep windows open") {
+  MuxParams mp;
+  mp.stream_window = 16384;
+  MuxPair p(32768, mp);
+  constexpr int kStreams = 8;
+  constexpr uint64_t kBytes = 300000;
+  Stream* tx[kStreams];
+  Stream* rx[kStreams];
+  for (int i = 0; i < kStreams; ++i) {
+    tx[i] = p.a.open(static_cast<uint32_t>(i), 1000 * i, 0);
+    rx[i] = p.b.open(static_cast<uint32_t>(i), 0, 1000 * i); // a's tx start is b's rx start
+    REQUIRE((tx[i] && rx[i]));
+  }
+  uint64_t sent[kStreams] = {}, got[kStreams] = {};
+  std::mt19937 rng(3);
+  std::vector<uint8_t> buf(5000), in(7000);
+  bool ok = true;
+  for (int iter = 0; iter < 200000 && ok; ++iter) {
+    int i = static_cast<int>(rng() % kStreams);
+    if (sent[i] < kBytes) {
+      size_t n = 1 + rng() % buf.size();
+      if (n > kBytes - sent[i]) n = kBytes - sent[i];
+      for (size_t k = 0; k < n; ++k)
+        buf[k] = pat(i, sent[i] + k);
+      size_t done = 0;
+      Status st = tx[i]->write(buf.data(), n, &done);
+      REQUIRE((st == Status::ok || st == Status::no_resource));
+      sent[i] += done;
+    }
+    p.pump();
+    int j = static_cast<int>(rng() % kStreams);
+    size_t n = 0;
+    Status st = rx[j]->read(in.data(), 1 + rng() % in.size(), &n, false);
+    REQUIRE((st == Status::ok || st == Status::would_block));
+    for (size_t k = 0; k < n; ++k)
+      if (in[k] != pat(j, got[j] + k)) ok = false;
+    got[j] += n;
+    bool all = true;
+    for (int k = 0; k < kStreams; ++k)
+      all = all && got[k] == kBytes;
+    if (all) break;
+  }
+  CHECK(ok);
+  for (int i = 0; i < kStreams; ++i) {
+    CHECK(got[i] == kBytes);
+    CHECK(tx[i]->send_next() == 1000u * i + kBytes);
+    CHECK(rx[i]->delivered() == 1000u * i + kBytes);
+  }
+  CHECK(p.b.counters().acks_sent > 0);
+  CHECK(p.la.rnr + p.lb.rnr == 0);
+}
+
+TEST_CASE("streams: a reader that stalls does not block other streams on the channel") {
+  MuxParams mp;
+  mp.stream_window = 8192;
+  MuxPair p(16384, mp);
+  Stream* slow_tx = p.a.open(1, 0, 0);
+  Stream* slow_rx = p.b.open(1, 0, 0);
+  Stream* fast_tx = p.a.open(2, 0, 0);
+  Stream* fast_rx = p.b.open(2, 0, 0);
+  std::vector<uint8_t> buf(100000, 5), in(100000);
+  size_t done = 0;
+  // Fill the slow stream's window; nobody reads it.
+  while (slow_tx->write(buf.data(), 4096, &done) == Status::ok && done > 0)
+    p.pump();
+  CHECK(!slow_tx->writable());
+  CHECK(slow_rx->readable_bytes() == 8192);
+  // The fast stream still moves a lot of data.
+  uint64_t moved = 0;
+  for (int i = 0; i < 1000 && moved < 1000000; ++i) {
+    fast_tx->write(buf.data(), 4096, &done);
+    p.pump();
+    size_t n = 0;
+    fast_rx->read(in.data(), in.size(), &n, false);
+    moved += n;
+  }
+  CHECK(moved >= 1000000);
+  // The slow reader finally reads: its sender may continue.
+  size_t n = 0;
+  CHECK(slow_rx->read(in.data(), in.size(), &n, false) == Status::ok);
+  CHECK(n == 8192);
+  p.pump();
+  CHECK(slow_tx->writable());
+}
+
+TEST_CASE("streams: peek, half-close, end of stream and reset") {
+  MuxPair p;
+  Stream* a = p.a.open(0, 0, 0);
+  Stream* b = p.b.open(0, 0, 0);
+  size_t done, got;
+  char out[16] = {};
+  CHECK(b->read(out, sizeof out, &got, false) == Status::would_block);
+  CHECK(a->write("hello", 5, &done) == Status::ok);
+  p.pump();
+  CHECK(b->read(out, 3, &got, true) == Status::ok);
+  CHECK(got == 3);
+  CHECK(b->readable_bytes() == 5); // peek leaves the bytes
+  CHECK(a->shutdown_write() == Status::ok);
+  CHECK(a->write("x", 1, &done) == Status::closed); // EPIPE at the boundary
+  p.pump();
+  CHECK(b->read(out, sizeof out, &got, false) == Status::ok);
+  CHECK(std::string(out, got) == "hello");
+  CHECK(b->read(out, sizeof out, &got, false) == Status::ok);
+  CHECK(got == 0); // end of stream
+  CHECK(b->peer_finished());
+  // The other direction still works after the half-close.
+  CHECK(b->write("back", 4, &done) == Status::ok);
+  p.pump();
+  CHECK(a->read(out, sizeof out, &got, false) == Status::ok);
+  CHECK(got == 4);
+  // Reset.
+  CHECK(p.b.channel().send_control(flow::RecordType::rst, 0, 0) == Status::ok);
+  p.pump();
+  CHECK(a->was_reset());
+  CHECK(a->read(out, sizeof out, &got, false) == Status::closed);
+}
+
+TEST_CASE("streams: open rules and records for closed streams") {
+  MuxParams mp;
+  mp.max_streams = 4;
+  MuxPair p(65536, mp);
+  CHECK(p.a.open(4, 0, 0) == nullptr);
+  Stream* s = p.a.open(3, 0, 0);
+  CHECK(s != nullptr);
+  CHECK(p.a.open(3, 0, 0) == nullptr);
+  Stream* r = p.b.open(3, 0, 0);
+  size_t done;
+  CHECK(s->write("abc", 3, &done) == Status::ok);
+  p.b.close(r); // closed here, the peer's data still arrives
+  CHECK(p.b.progress() == Status::ok);
+  CHECK(p.b.counters().unknown_stream_records == 1);
+}
+
+TEST_CASE("streams: hostile records break the channel, never the process") {
+  auto inject = [](MuxPair& p, flow::RecordHeader h) {
+    // One forged record at b's ring position 0 (nothing sent yet).
+    p.lb.inject(0, &h, sizeof h, static_cast<uint32_t>(flow::record_bytes(h.len)));
+    return p.b.progress();
+  };
+  SUBCASE("data out of sequence") {
+    MuxPair p;
+    p.b.open(0, 0, 0);
+    CHECK(inject(p, {1, 0, 0, 0, 77, 0, 0}) == Status::invalid);
+  }
+  SUBCASE("ack beyond what was sent") {
+    MuxPair p;
+    p.b.open(0, 0, 0);
+    CHECK(inject(p, {3, 0, 0, 0, 5000, 0, 0}) == Status::invalid);
+  }
+  SUBCASE("fin not at the end of the data") {
+    MuxPair p;
+    p.b.open(0, 0, 0);
+    CHECK(inject(p, {4, 0, 0, 0, 9, 0, 0}) == Status::invalid);
+  }
+  SUBCASE("more data than the window") {
+    MuxParams mp;
+    mp.stream_window = 4096;
+    MuxPair p(65536, mp);
+    Stream* s = p.b.open(0, 0, 0);
+    std::vector<uint8_t> rec(sizeof(flow::RecordHeader) + 8000);
+    flow::RecordHeader h{1, 0, 0, 0, 0, 8000, 0};
+    memcpy(rec.data(), &h, sizeof h);
+    p.lb.inject(0, rec.data(), rec.size(), static_cast<uint32_t>(flow::record_bytes(8000)));
+    CHECK(p.b.progress() == Status::invalid);
+    size_t done;
+    CHECK(s->write("x", 1, &done) == Status::closed);
+  }
+  SUBCASE("stream id beyond the table is dropped") {
+    MuxPair p;
+    CHECK(inject(p, {1, 0, 0, 1u << 30, 0, 0, 0}) == Status::ok);
+    CHECK(p.b.counters().unknown_stream_records == 1);
+  }
+}
