@@ -36,5 +36,25 @@ for case in "65536 64" "4194304 1000" "8388608 16384" "8388608 200000"; do
     echo "FAIL - channel $bytes bytes in $msg-byte records (client $crc, server $src)"; fail=$((fail + 1))
   fi
 done
+# Streams: 6 streams multiplexed on one QP, both directions at once.
+port=$((port + 1))
+rxe-counters snapshot "$W/before"
+timeout -k 2 120 "$bin" streams-server "$XP_ADDR0" $port 6 1048576 > "$W/server" 2>&1 &
+spid=$!
+timeout -k 2 120 "$bin" streams-client "$XP_ADDR1" "$XP_ADDR0" $port 6 1048576 > "$W/client" 2>&1
+crc=$?
+wait $spid; src=$?
+rnr=0
+for n in rxe0.rcvd_rnr_err rxe1.rcvd_rnr_err rxe0.send_rnr_err rxe1.send_rnr_err; do
+  rnr=$((rnr + $(rxe-counters delta "$W/before" $n 2>/dev/null || echo 0)))
+done
+cat "$W/server" "$W/client" | sed 's/^/    /'
+echo "    rnr events $rnr"
+if [ $crc = 0 ] && [ $src = 0 ] && [ "$rnr" = 0 ]; then
+  echo "ok   - 6 multiplexed streams, 1 MiB each way each"; pass=$((pass + 1))
+else
+  echo "FAIL - multiplexed streams (client $crc, server $src)"; fail=$((fail + 1))
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
