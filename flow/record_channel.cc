@@ -74,9 +74,11 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   return Status::ok;
 }
 
-Status RecordChannel::send_control(RecordType type, uint32_t stream, uint64_t seq) {
-  if (type == RecordType::data || type == RecordType::credit) return Status::invalid;
-  return post(type, stream, seq, nullptr, 0, true);
+Status RecordChannel::send_control(RecordType type, uint32_t stream, uint64_t seq,
+                                   const void* payload, size_t len) {
+  if (type == RecordType::data || type == RecordType::credit || len > kMaxControlPayload)
+    return Status::invalid;
+  return post(type, stream, seq, payload, len, true);
 }
 
 bool RecordChannel::can_send(size_t len) const {
@@ -168,8 +170,9 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         }
         release(slot);
         continue;
-      }      if (hdr.type == 0 || hdr.type > static_cast<uint8_t>(RecordType::last) ||
-          (hdr.type != static_cast<uint8_t>(RecordType::data) && hdr.len != 0)) {
+      }
+      if (hdr.type == 0 || hdr.type > static_cast<uint8_t>(RecordType::last) ||
+          (hdr.type != static_cast<uint8_t>(RecordType::data) && hdr.len > kMaxControlPayload)) {
         ++counters_.protocol_errors;
         failed_ = true;
         return Status::invalid;

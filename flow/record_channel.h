@@ -22,9 +22,16 @@ enum class RecordType : uint8_t {
   ack = 3,    // stream: everything below `seq` was delivered to the application
   fin = 4,    // stream: the sender's half-close at `seq`
   rst = 5,    // stream: abort
-  // docs/protocol.md lists further control types (switch, attach, ...).
-  last = rst,
+  // Upgrade control (recover/, docs/protocol.md §1-3); payload up to
+  // kMaxControlPayload bytes, never application data.
+  attach = 6,     // payload: the TCP 4-tuple and nonce; `stream` proposes the id
+  attach_ack = 7, // payload: nonce
+  attach_nak = 8, // `seq`: reason code
+  switch_ = 9,    // `seq`: switch offset S of the sender's direction; payload: proof
+  keepalive = 10,
+  last = keepalive,
 };
+constexpr size_t kMaxControlPayload = 128;
 
 struct RecordHeader {
   uint8_t type;
@@ -68,10 +75,11 @@ public:
   // Send one data record; no_resource when credit (or send queue) is short:
   // poll and retry later.  Never blocks.
   Status send(uint32_t stream, uint64_t seq, const void* payload, size_t len);
-  // Send a payload-less stream control record (ack, fin, rst).  Control
-  // records may use the reserved credit, so they go out even when data
-  // filled the ring.
-  Status send_control(RecordType type, uint32_t stream, uint64_t seq);
+  // Send a control record (any type but data and credit) with an optional
+  // payload of at most kMaxControlPayload bytes.  Control records may use
+  // the reserved credit, so they go out even when data filled the ring.
+  Status send_control(RecordType type, uint32_t stream, uint64_t seq, const void* payload = nullptr,
+                      size_t len = 0);
   // Process completions: data and stream control records are appended to
   // out (up to max); credit records are applied here.  io_error when the link failed,
   // invalid on a protocol error from the peer (the channel is unusable).

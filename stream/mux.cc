@@ -163,7 +163,9 @@ Status Mux::progress() {
       flow::RecordHeader h = *r[i].hdr; // a copy: the ring is peer-writable
       Stream* s = h.stream < params_.max_streams ? streams_[h.stream] : nullptr;
       Status rs = Status::ok;
-      if (s == nullptr) {
+      if (h.type >= static_cast<uint8_t>(flow::RecordType::attach)) {
+        rs = control_ ? control_(control_ctx_, h, r[i].payload) : Status::invalid;
+      } else if (s == nullptr) {
         ++counters_.unknown_stream_records;
       } else {
         rs = s->on_record(h, r[i].payload);

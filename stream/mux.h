@@ -95,6 +95,15 @@ public:
   // is unusable and its streams must be recovered (docs/protocol.md).
   Status progress();
   flow::RecordChannel& channel() { return channel_; }
+  // Upgrade control records (attach, attach_ack, attach_nak, switch_,
+  // keepalive) go to this handler (recover/); without one they are protocol
+  // errors.  A non-ok return marks the channel failed.
+  using ControlHandler = Status (*)(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);
+  void set_control_handler(ControlHandler fn, void* ctx) {
+    control_ = fn;
+    control_ctx_ = ctx;
+  }
+  Stream* find(uint32_t id) const { return id < params_.max_streams ? streams_[id] : nullptr; }
   const MuxCounters& counters() const { return counters_; }
 
 private:
@@ -106,6 +115,8 @@ private:
   MuxCounters counters_;
   bool failed_ = false;
   bool acks_pending_ = false; // some stream owes an ack that found no credit
+  ControlHandler control_ = nullptr;
+  void* control_ctx_ = nullptr;
 };
 
 } // namespace xp::stream

@@ -207,3 +207,22 @@ TEST_CASE("streams: hostile records break the channel, never the process") {
     CHECK(p.b.counters().unknown_stream_records == 1);
   }
 }
+
+TEST_CASE("streams: upgrade control records reach the handler, or break the channel without one") {
+  MuxPair p;
+  static int seen;
+  seen = 0;
+  CHECK(p.a.channel().send_control(flow::RecordType::keepalive, 0, 7, "abc", 3) == Status::ok);
+  p.b.set_control_handler(
+      [](void*, const flow::RecordHeader& h, const uint8_t* payload) {
+        seen = static_cast<int>(h.seq) + (memcmp(payload, "abc", 3) == 0 ? 100 : 0);
+        return Status::ok;
+      },
+      nullptr);
+  CHECK(p.b.progress() == Status::ok);
+  CHECK(seen == 107);
+  CHECK(p.b.channel().send_control(flow::RecordType::switch_, 0, 1) == Status::ok);
+  CHECK(p.a.progress() == Status::invalid); // a has no handler
+  CHECK(p.a.channel().send_control(flow::RecordType::attach, 0, 0, nullptr, 200) ==
+        Status::invalid); // control payloads are small
+}
