@@ -14,6 +14,8 @@ namespace xp {
 // Allocates and recycles SocketRecords (lock-free free list).
 class SocketPool {
 public:
+  constexpr SocketPool() = default;
+  constexpr explicit SocketPool(void (*recycle_hook)(SocketRecord*)) : on_recycle(recycle_hook) {}
   SocketRecord* alloc();            // refs == 1 on return; null when exhausted
   void release(SocketRecord* r);    // drop one reference; recycles at zero
   SocketRecord* at(uint32_t index); // null if that chunk was never allocated
@@ -51,9 +53,22 @@ private:
 
 class FdTable {
 public:
-  explicit FdTable(SocketPool* pool) : pool_(pool) {}
+  constexpr explicit FdTable(SocketPool* pool) : pool_(pool) {}
   // Lock-free lookup; empty ref when fd is not tracked (or out of range).
   SocketRef get(int fd);
+  // Lookup without taking a reference: the record may be recycled for
+  // another fd at any moment (its memory stays a SocketRecord), so callers
+  // may only do what is harmless then (statistics).  Costs three loads.
+  SocketRecord* peek(int fd) const {
+    if (fd < 0) return nullptr;
+    uint32_t u = static_cast<uint32_t>(fd);
+    Mid* mid = top_[u >> (sw::kFdLeafBits + sw::kFdMidBits)].load(std::memory_order_acquire);
+    if (mid == nullptr) return nullptr;
+    Leaf* leaf =
+        mid[(u >> sw::kFdLeafBits) & ((1u << sw::kFdMidBits) - 1)].load(std::memory_order_acquire);
+    if (leaf == nullptr) return nullptr;
+    return leaf[u & ((1u << sw::kFdLeafBits) - 1)].load(std::memory_order_acquire);
+  }
   // Puts r (whose table reference the caller hands over) at fd; a record that
   // was there is released.  Returns false if fd is out of range or memory for
   // the page could not be had (r is then released).

@@ -1,7 +1,9 @@
 #include "preload/real.h"
 
 #include <atomic>
+#include <cstdint>
 #include <dlfcn.h>
+#include <link.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,22 +12,44 @@
 namespace xp::real {
 namespace {
 
-// Our own load address, to recognise a lookup that found our own wrapper
-// (which would recurse forever).
-const void* own_base() {
-  static const void* base = [] {
-    Dl_info info{};
-    dladdr(reinterpret_cast<void*>(&own_base), &info);
-    return static_cast<const void*>(info.dli_fbase);
+// The address range of our own loaded segments, to recognise a lookup that
+// found our own wrapper (which would recurse forever).  Computed once with
+// dl_iterate_phdr: a dladdr per symbol costs ~100k instructions at start-up.
+struct Range {
+  uintptr_t lo = 0, hi = 0;
+};
+
+int find_self(dl_phdr_info* info, size_t, void* data) {
+  auto* r = static_cast<Range*>(data);
+  uintptr_t self = reinterpret_cast<uintptr_t>(&find_self);
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    uintptr_t a = info->dlpi_addr + ph.p_vaddr;
+    if (a < lo) lo = a;
+    if (a + ph.p_memsz > hi) hi = a + ph.p_memsz;
+  }
+  if (self < lo || self >= hi) return 0;
+  r->lo = lo;
+  r->hi = hi;
+  return 1;
+}
+
+const Range& own_range() {
+  static const Range range = [] {
+    Range r;
+    dl_iterate_phdr(find_self, &r);
+    return r;
   }();
-  return base;
+  return range;
 }
 
 void* lookup(const char* name) {
   void* f = dlsym(RTLD_NEXT, name);
   if (f != nullptr) {
-    Dl_info info{};
-    if (dladdr(f, &info) != 0 && info.dli_fbase == own_base()) {
+    uintptr_t a = reinterpret_cast<uintptr_t>(f);
+    if (a >= own_range().lo && a < own_range().hi) {
       // Cannot happen with a sane link order; say so instead of recursing.
       static const char msg[] = "xpress: fatal: dlsym(RTLD_NEXT) returned xpress's own wrapper\n";
       ::syscall(SYS_write, 2, msg, sizeof msg - 1);

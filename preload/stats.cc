@@ -16,7 +16,6 @@ namespace xp::stats {
 namespace {
 
 constexpr size_t kBlockBytes = (sizeof(StatsBlock) + 4095) & ~size_t{4095};
-std::atomic<StatsBlock*> g_block{nullptr};
 std::atomic<bool> g_live{false};
 std::atomic<uint32_t> g_slot_hint{0};
 
@@ -75,6 +74,8 @@ bool map_live_file(StatsBlock* b) {
 }
 
 } // namespace
+
+std::atomic<StatsBlock*> g_block{nullptr};
 
 void live_path(int pid, char* out, size_t n) {
   snprintf(out, n, "/dev/shm/xpress-%d.stats", pid);

@@ -55,8 +55,10 @@ struct StatsBlock {
 
 namespace stats {
 StatsBlock& block();
+extern std::atomic<StatsBlock*> g_block;
 inline Counters& c() {
-  return block().c;
+  StatsBlock* b = g_block.load(std::memory_order_acquire);
+  return __builtin_expect(b != nullptr, 1) ? b->c : block().c;
 }
 
 // Publish the block as /dev/shm/xpress-<pid>.stats (first tracked socket).

@@ -18,13 +18,6 @@ void recycle(SocketRecord* r) {
   r->slot = nullptr;
 }
 
-SocketPool& pool() {
-  static SocketPool p;
-  static const bool hooked = (p.on_recycle = recycle, true);
-  (void)hooked;
-  return p;
-}
-
 bool is_inet(int domain) {
   return domain == AF_INET || domain == AF_INET6;
 }
@@ -91,12 +84,13 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
          why == Reason::none ? "" : " reason=", why == Reason::none ? "" : reason_name(why));
 }
 
+SocketPool g_pool(recycle);
+
 } // namespace
 
-FdTable& table() {
-  static FdTable t(&pool());
-  return t;
-}
+// Constant-initialised: no guard on the hot path, usable before any
+// constructor ran.
+constinit FdTable g_table(&g_pool);
 
 void on_socket(int fd, int domain, int type) {
   if (in_vfork_child() || !is_inet(domain)) return;

@@ -10,13 +10,23 @@
 
 namespace xp::track {
 
-FdTable& table();
+extern FdTable g_table;
+inline FdTable& table() {
+  return g_table;
+}
 
-// Lock-free lookup (empty when fd is not a tracked socket).
+// Lock-free counted lookup (empty when fd is not a tracked socket): for
+// anything that acts on the socket's state.
 inline SocketRef lookup(int fd) {
   FdTable& t = table();
   if (__builtin_expect(t.empty(), 0)) return {};
   return t.get(fd);
+}
+// Uncounted lookup for statistics only (see FdTable::peek).
+inline SocketRecord* peek(int fd) {
+  FdTable& t = table();
+  if (__builtin_expect(t.empty(), 0)) return nullptr;
+  return t.peek(fd);
 }
 
 void on_socket(int fd, int domain, int type);

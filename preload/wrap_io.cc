@@ -12,11 +12,14 @@ using namespace xp;
 
 namespace {
 
-template <typename T> inline T count_rx(const SocketRef& s, T n) {
+// TCP-mode sockets only need their statistics updated: an uncounted peek
+// suffices (a close racing the call at worst credits the bytes to a
+// recycled record).  The RDMA data path takes a counted reference instead.
+template <typename T> inline T count_rx(SocketRecord* s, T n) {
   if (s && n > 0) track::count_rx(*s, static_cast<ssize_t>(n));
   return n;
 }
-template <typename T> inline T count_tx(const SocketRef& s, T n) {
+template <typename T> inline T count_tx(SocketRecord* s, T n) {
   if (s && n > 0) track::count_tx(*s, static_cast<ssize_t>(n));
   return n;
 }
@@ -33,30 +36,30 @@ ssize_t mmsg_bytes(const struct mmsghdr* v, int n) {
 // ---- in ------------------------------------------------------------------
 
 XP_EXPORT ssize_t read(int fd, void* buf, size_t count) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   return count_rx(s, XP_REAL(read, fd, buf, count));
 }
 
 XP_EXPORT ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   return count_rx(s, XP_REAL(readv, fd, iov, iovcnt));
 }
 
 XP_EXPORT ssize_t recv(int fd, void* buf, size_t len, int flags) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   ssize_t r = XP_REAL(recv, fd, buf, len, flags);
   return (flags & MSG_PEEK) ? r : count_rx(s, r);
 }
 
 XP_EXPORT ssize_t recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* addr,
                            socklen_t* alen) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   ssize_t r = XP_REAL(recvfrom, fd, buf, len, flags, addr, alen);
   return (flags & MSG_PEEK) ? r : count_rx(s, r);
 }
 
 XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   ssize_t r = XP_REAL(recvmsg, fd, msg, flags);
   if (r >= 0 && msg != nullptr && msg->msg_controllen > 0) {
     int saved = errno;
@@ -68,7 +71,7 @@ XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
 
 XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags,
                        struct timespec* timeout) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   int n = XP_REAL(recvmmsg, fd, vec, vlen, flags, timeout);
   if (n > 0) {
     int saved = errno;
@@ -83,52 +86,52 @@ XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags
 // ---- out -----------------------------------------------------------------
 
 XP_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   return count_tx(s, XP_REAL(write, fd, buf, count));
 }
 
 XP_EXPORT ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   return count_tx(s, XP_REAL(writev, fd, iov, iovcnt));
 }
 
 XP_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   return count_tx(s, XP_REAL(send, fd, buf, len, flags));
 }
 
 XP_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags,
                          const struct sockaddr* addr, socklen_t alen) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   return count_tx(s, XP_REAL(sendto, fd, buf, len, flags, addr, alen));
 }
 
 XP_EXPORT ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   return count_tx(s, XP_REAL(sendmsg, fd, msg, flags));
 }
 
 XP_EXPORT int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
-  SocketRef s = track::lookup(fd);
+  SocketRecord* s = track::peek(fd);
   int n = XP_REAL(sendmmsg, fd, vec, vlen, flags);
   if (n > 0) count_tx(s, mmsg_bytes(vec, n));
   return n;
 }
 
 XP_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {
-  SocketRef s = track::lookup(out_fd);
+  SocketRecord* s = track::peek(out_fd);
   return count_tx(s, XP_REAL(sendfile, out_fd, in_fd, offset, count));
 }
 
 XP_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) noexcept {
-  SocketRef s = track::lookup(out_fd);
+  SocketRecord* s = track::peek(out_fd);
   return count_tx(s, XP_REAL(sendfile64, out_fd, in_fd, offset, count));
 }
 
 XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out, size_t len,
                          unsigned int flags) {
-  SocketRef in = track::lookup(fd_in);
-  SocketRef out = track::lookup(fd_out);
+  SocketRecord* in = track::peek(fd_in);
+  SocketRecord* out = track::peek(fd_out);
   ssize_t r = XP_REAL(splice, fd_in, off_in, fd_out, off_out, len, flags);
   count_rx(in, r);
   return count_tx(out, r);
