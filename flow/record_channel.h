@@ -29,7 +29,8 @@ enum class RecordType : uint8_t {
   attach_nak = 8, // `seq`: reason code
   switch_ = 9,    // `seq`: switch offset S of the sender's direction; payload: proof
   keepalive = 10,
-  last = keepalive,
+  proof = 11, // payload: binding proof (recover/upgrade_wire.h)
+  last = proof,
 };
 constexpr size_t kMaxControlPayload = 128;
 

@@ -1,9 +1,21 @@
 #include "stream/mux.h"
 
+#include "recover/upgrade_wire.h"
+
 #include <new>
 #include <sys/mman.h>
 
 namespace xp::stream {
+
+// recover/ (below this layer's includes of flow/) names the upgrade record
+// types by number; both lists must agree.
+static_assert(static_cast<uint8_t>(flow::RecordType::attach) == recover::msg::attach);
+static_assert(static_cast<uint8_t>(flow::RecordType::attach_ack) == recover::msg::attach_ack);
+static_assert(static_cast<uint8_t>(flow::RecordType::attach_nak) == recover::msg::attach_nak);
+static_assert(static_cast<uint8_t>(flow::RecordType::switch_) == recover::msg::switch_);
+static_assert(static_cast<uint8_t>(flow::RecordType::keepalive) == recover::msg::keepalive);
+static_assert(static_cast<uint8_t>(flow::RecordType::proof) == recover::msg::proof);
+static_assert(flow::kMaxControlPayload == recover::kMaxControlPayload);
 
 using flow::RecordType;
 

@@ -1,0 +1,170 @@
+// The upgrade state machine of one TCP connection, from one end's point of
+// view (docs/protocol.md §1-3): attach, the binding proofs, and each
+// direction's switch at byte S.  Pure logic: control records come in as
+// (type, stream, seq, payload) and records to send come out of a small
+// outbox; the stream layer wires both to the channel, the preload layer
+// feeds the TCP bytes and reads the modes.  No clock, no randomness: the
+// caller passes time to tick() and the nonce (from getrandom) at set-up.
+//
+// Life of a session:
+//   client: idle -start_attach-> attaching -ACK-> bound
+//                                          -NAK unknown/busy-> refused (may attach again)
+//   server: idle -on_attach (valid, our 4-tuple)-> bound
+//   both:   idle/refused -adopt (nonces came through rdma_cm)-> bound
+//   bound:  each end sends PROOF once a byte crossed; a direction switches
+//           (try_switch_tx) once the peer's proof verified here.
+//   any:    -> failed (final; the stream stays on TCP, fallback_reason()).
+//
+// Not thread-safe: the caller serializes calls (the socket's lock).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/reasons.h"
+#include "common/status.h"
+#include "recover/upgrade_wire.h"
+
+namespace xp::recover {
+
+enum class Role : uint8_t { client, server };
+
+enum class State : uint8_t { idle, attaching, refused, bound, failed };
+const char* state_name(State s);
+
+struct SessionParams {
+  Role role = Role::client;
+  TcpTuple tuple;      // this connection, client side first
+  Nonce nonce;         // this end's nonce (getrandom)
+  uint32_t timeout_ms; // XPRESS_HANDSHAKE_TIMEOUT_MS: longest wait for the peer
+};
+
+class UpgradeSession {
+public:
+  explicit UpgradeSession(const SessionParams& p);
+
+  // ---- The TCP path (the preload layer, after each successful send/recv).
+  // Bytes actually written to / read from the kernel socket, in order.
+  void on_tcp_sent(const void* data, size_t len);
+  void on_tcp_received(const void* data, size_t len);
+
+  // ---- Attach (docs/protocol.md §1).
+  // Client: the ATTACH to send over an existing channel with the proposed
+  // stream id.  From idle or refused; unsupported once failed, else invalid.
+  Status start_attach(uint32_t stream_id, Message* out);
+  // Server: an ATTACH the stream layer routed here by its 4-tuple (parse_attach).
+  // *reply (ACK or NAK) goes back on the channel the ATTACH came from; on ok
+  // the session is bound to that channel and stream id.  invalid: refused;
+  // from idle, a malformed ATTACH or one naming another 4-tuple also fails
+  // the session; otherwise (already bound) the reply is NAK busy and nothing
+  // changes, so a third party cannot undo a binding.  closed: the session
+  // had failed (reply NAK failed).  Send *reply before anything pop_output() then returns
+  // (binding may queue our PROOF, which must follow the ACK).
+  Status on_attach(uint32_t stream_id, uint64_t seq, const uint8_t* payload, size_t len,
+                   Message* reply);
+  // Both: the rendezvous (UPGRADE_REQ/UPGRADE_ACK) exchanged the nonces and
+  // the stream id; bind directly.  From idle (or refused, client).
+  Status adopt(uint32_t stream_id, const Nonce& peer_nonce);
+
+  // ---- Control records of this stream from the bound channel.
+  // ok: accepted.  invalid: rejected, the session failed (a protocol error;
+  // the channel may stay up for other streams).  closed: the session had
+  // already failed; the record is ignored.
+  Status on_message(uint8_t type, uint32_t stream, uint64_t seq, const uint8_t* payload,
+                    size_t len);
+
+  // ---- Switching this end's sending direction (§3).
+  // ok: a SWITCH {S = bytes sent on TCP so far} is queued; from now on the
+  // caller writes nothing more on TCP in this direction and sends bytes >= S
+  // over RDMA (after the SWITCH record).  would_block: not yet (not bound,
+  // no byte crossed, or the peer has not proven itself); unsupported: the
+  // session failed; invalid: already switched.
+  Status try_switch_tx();
+
+  // Fails the session with handshake_timeout when it waited longer than
+  // timeout_ms for the peer (an answer to ATTACH, or the peer's proof once
+  // the peer has sent bytes and so can prove).  The wait is timed from the
+  // first tick that sees it.
+  void tick(uint64_t now_ms);
+  // The caller gives up (channel lost, refused and no other way, ...).
+  void fail(Reason why);
+
+  // Records for the bound channel, oldest first; false when none is queued.
+  bool pop_output(Message* out);
+
+  // ---- State for the preload and stream layers.
+  State state() const { return state_; }
+  Reason fallback_reason() const { return reason_; } // none unless refused or failed
+  uint32_t stream_id() const { return stream_id_; }
+  bool peer_proven() const { return peer_proven_; }
+  Mode tx_mode() const { return tx_switched_ ? Mode::rdma : Mode::tcp; }
+  uint64_t tx_offset() const { return tx_offset_; } // S of our direction once rdma
+  // rdma once the peer's SWITCH verified: read rx_tcp_remaining() more bytes
+  // from TCP, then RDMA bytes from rx_offset() on.  Before that: tcp, and
+  // rx_tcp_remaining() is UINT64_MAX (no limit).
+  Mode rx_mode() const { return rx_switched_ ? Mode::rdma : Mode::tcp; }
+  uint64_t rx_offset() const { return rx_offset_; }
+  uint64_t rx_tcp_remaining() const;
+  // Failed after a direction already switched: that direction must be
+  // resumed on TCP by recovery (recover/resume.h) rather than just continue.
+  bool needs_resume() const { return state_ == State::failed && (tx_switched_ || rx_switched_); }
+  uint64_t tcp_sent() const { return count_[tx_dir()]; }
+  uint64_t tcp_received() const { return count_[rx_dir()]; }
+
+private:
+  // A proof or switch the peer sent that is not verified yet, because this
+  // end has not received the bytes it covers (TCP is slower than the channel).
+  struct Pending {
+    bool present = false;
+    uint64_t offset = 0;
+    uint64_t count[2] = {0, 0};
+    uint8_t tag[kTagBytes] = {};
+  };
+  enum class Check : uint8_t { good, bad, later };
+
+  int tx_dir() const { return role_ == Role::client ? 0 : 1; }
+  int rx_dir() const { return 1 - tx_dir(); }
+  const Nonce& nonce_c() const { return role_ == Role::client ? nonce_ : peer_nonce_; }
+  const Nonce& nonce_s() const { return role_ == Role::client ? peer_nonce_ : nonce_; }
+  bool crossed() const { return count_[0] + count_[1] > 0; }
+  bool waiting_for_peer() const;
+  void record(int d, const void* data, size_t len);
+
+  Status reject(Reason why); // fail and return invalid
+  void fail_internal(Reason why, bool tell_peer);
+  void bind(uint32_t stream_id, const Nonce& peer_nonce);
+  bool push(const Message& m);
+  void maybe_prove();
+  void make_proof(uint8_t kind, uint64_t offset, Message* m) const;
+  Status on_proof_record(uint8_t type, uint64_t seq, const uint8_t* payload, size_t len);
+  Check check(uint8_t kind, const Pending& p) const;
+  void verify_pending();
+
+  Role role_;
+  State state_ = State::idle;
+  Reason reason_ = Reason::none;
+  TcpTuple tuple_;
+  Nonce nonce_, peer_nonce_{};
+  uint32_t timeout_ms_;
+  uint32_t stream_id_ = 0;
+
+  uint64_t count_[2] = {0, 0};        // bytes that crossed each direction (Dir index)
+  uint8_t prefix_[2][kPrefixBytes]{}; // their first bytes
+
+  bool proof_sent_ = false;
+  bool peer_proven_ = false;
+  Pending peer_proof_, peer_switch_;
+  bool peer_proof_seen_ = false, peer_switch_seen_ = false; // duplicates are violations
+  bool tx_switched_ = false, rx_switched_ = false;
+  uint64_t tx_offset_ = 0, rx_offset_ = 0;
+
+  bool timer_armed_ = false;
+  uint64_t deadline_ms_ = 0;
+
+  // At most one PROOF, one SWITCH and one NAK are ever queued (ATTACH and its
+  // answers are returned directly), so four slots never overflow.
+  static constexpr int kOutboxSlots = 4;
+  Message outbox_[kOutboxSlots];
+  int out_head_ = 0, out_count_ = 0;
+};
+
+} // namespace xp::recover

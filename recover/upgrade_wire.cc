@@ -1,0 +1,188 @@
+#include "recover/upgrade_wire.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "recover/siphash.h"
+
+namespace xp::recover {
+namespace {
+
+void put_le64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+bool all_zero(const uint8_t* p, size_t n) {
+  uint8_t acc = 0;
+  for (size_t i = 0; i < n; ++i)
+    acc |= p[i];
+  return acc == 0;
+}
+bool is_v4_mapped(const uint8_t* a) {
+  static const uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(a, kPrefix, sizeof kPrefix) == 0;
+}
+
+// One end of the tuple; IPv4-mapped IPv6 becomes IPv4 so both ends of a
+// dual-stack connection agree.
+Status endpoint(const sockaddr* sa, uint8_t* family, uint8_t addr[16], uint16_t* port) {
+  if (sa == nullptr) return Status::invalid;
+  memset(addr, 0, 16);
+  if (sa->sa_family == AF_INET) {
+    sockaddr_in in;
+    memcpy(&in, sa, sizeof in);
+    memcpy(addr, &in.sin_addr, 4);
+    *port = ntohs(in.sin_port);
+    *family = 4;
+    return Status::ok;
+  }
+  if (sa->sa_family == AF_INET6) {
+    sockaddr_in6 in6;
+    memcpy(&in6, sa, sizeof in6);
+    *port = ntohs(in6.sin6_port);
+    if (is_v4_mapped(in6.sin6_addr.s6_addr)) {
+      memcpy(addr, in6.sin6_addr.s6_addr + 12, 4);
+      *family = 4;
+    } else {
+      memcpy(addr, in6.sin6_addr.s6_addr, 16);
+      *family = 6;
+    }
+    return Status::ok;
+  }
+  return Status::invalid;
+}
+
+} // namespace
+
+Reason nak_reason(uint64_t code) {
+  switch (static_cast<NakCode>(code)) {
+  case NakCode::unknown_stream:
+    // The process at the other end of the channel does not hold this
+    // connection: for it, this TCP connection is not accelerated.
+    return Reason::peer_not_accelerated;
+  case NakCode::busy:
+    return Reason::resources_exhausted;
+  case NakCode::timeout:
+    return Reason::handshake_timeout;
+  case NakCode::version:
+  case NakCode::failed:
+    break;
+  }
+  return Reason::handshake_failed;
+}
+
+bool operator==(const TcpTuple& a, const TcpTuple& b) {
+  return a.family == b.family && a.client_port == b.client_port && a.server_port == b.server_port &&
+         memcmp(a.client_addr, b.client_addr, 16) == 0 &&
+         memcmp(a.server_addr, b.server_addr, 16) == 0;
+}
+
+Status tuple_from_sockaddrs(const sockaddr* client, const sockaddr* server, TcpTuple* out) {
+  TcpTuple t;
+  uint8_t fs = 0;
+  if (endpoint(client, &t.family, t.client_addr, &t.client_port) != Status::ok ||
+      endpoint(server, &fs, t.server_addr, &t.server_port) != Status::ok || fs != t.family)
+    return Status::invalid;
+  *out = t;
+  return Status::ok;
+}
+
+void encode_attach(const TcpTuple& t, const Nonce& nonce_c, uint8_t out[kAttachBytes]) {
+  memset(out, 0, kAttachBytes);
+  out[0] = kProtocolVersion;
+  out[1] = t.family;
+  out[4] = static_cast<uint8_t>(t.client_port >> 8);
+  out[5] = static_cast<uint8_t>(t.client_port);
+  out[6] = static_cast<uint8_t>(t.server_port >> 8);
+  out[7] = static_cast<uint8_t>(t.server_port);
+  const size_t alen = t.family == 4 ? 4 : 16;
+  memcpy(out + 8, t.client_addr, alen);
+  memcpy(out + 24, t.server_addr, alen);
+  memcpy(out + 40, nonce_c.b, kNonceBytes);
+}
+
+Status parse_attach(const uint8_t* p, size_t len, TcpTuple* t, Nonce* nonce_c, NakCode* nak) {
+  *nak = NakCode::failed;
+  // The version is checked first so that a later version with another layout
+  // still learns why it was refused.
+  if (p == nullptr || len < 1) return Status::invalid;
+  if (p[0] != kProtocolVersion) {
+    *nak = NakCode::version;
+    return Status::invalid;
+  }
+  if (len != kAttachBytes || (p[1] != 4 && p[1] != 6) || p[2] != 0 || p[3] != 0)
+    return Status::invalid;
+  TcpTuple r;
+  r.family = p[1];
+  r.client_port = static_cast<uint16_t>(p[4] << 8 | p[5]);
+  r.server_port = static_cast<uint16_t>(p[6] << 8 | p[7]);
+  memcpy(r.client_addr, p + 8, 16);
+  memcpy(r.server_addr, p + 24, 16);
+  if (r.family == 4 && (!all_zero(r.client_addr + 4, 12) || !all_zero(r.server_addr + 4, 12)))
+    return Status::invalid;
+  // Mapped addresses must travel as IPv4, or the same connection would have
+  // two names.
+  if (r.family == 6 && (is_v4_mapped(r.client_addr) || is_v4_mapped(r.server_addr)))
+    return Status::invalid;
+  *t = r;
+  memcpy(nonce_c->b, p + 40, kNonceBytes);
+  return Status::ok;
+}
+
+void proof_tag(const Nonce& nonce_c, const Nonce& nonce_s, const ProofInput& in,
+               uint8_t out[kTagBytes]) {
+  // Fixed-size stack buffer: 2 + 3 * 8 + 2 * 16 + 2 * 64 bytes at most.
+  uint8_t buf[2 + 3 * 8 + 2 * kNonceBytes + 2 * kPrefixBytes];
+  size_t n = 0;
+  buf[n++] = in.kind;
+  buf[n++] = static_cast<uint8_t>(in.dir);
+  put_le64(buf + n, in.offset);
+  put_le64(buf + n + 8, in.count[0]);
+  put_le64(buf + n + 16, in.count[1]);
+  n += 24;
+  memcpy(buf + n, nonce_c.b, kNonceBytes);
+  memcpy(buf + n + kNonceBytes, nonce_s.b, kNonceBytes);
+  n += 2 * kNonceBytes;
+  for (int d = 0; d < 2; ++d) {
+    const size_t take =
+        in.count[d] < kPrefixBytes ? static_cast<size_t>(in.count[d]) : kPrefixBytes;
+    if (take > 0) memcpy(buf + n, in.prefix[d], take);
+    n += take;
+  }
+  // Each end contributes its nonce to the key; the key is no secret (both
+  // nonces crossed the channel): the secret is the connection's bytes.
+  uint8_t key[kSipKeyBytes];
+  for (size_t i = 0; i < kSipKeyBytes; ++i)
+    key[i] = nonce_c.b[i] ^ nonce_s.b[i];
+  siphash24_128(key, buf, n, out);
+}
+
+void encode_proof(const uint8_t tag[kTagBytes], const uint64_t count[2], uint8_t out[kProofBytes]) {
+  memcpy(out, tag, kTagBytes);
+  put_le64(out + 16, count[0]);
+  put_le64(out + 24, count[1]);
+}
+
+void decode_proof(const uint8_t p[kProofBytes], uint8_t tag[kTagBytes], uint64_t count[2]) {
+  memcpy(tag, p, kTagBytes);
+  count[0] = get_le64(p + 16);
+  count[1] = get_le64(p + 24);
+}
+
+Message make_nak(uint32_t stream, NakCode code) {
+  Message m;
+  m.type = msg::attach_nak;
+  m.stream = stream;
+  m.seq = static_cast<uint64_t>(code);
+  return m;
+}
+
+} // namespace xp::recover

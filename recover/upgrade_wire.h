@@ -1,0 +1,120 @@
+// Wire formats of the upgrade control records (docs/protocol.md §1-3 and
+// "Upgrade control records"): the ATTACH payload, the binding proof, the NAK
+// codes.  Pure functions over bytes; recover/ depends only on common/, so the
+// record type codes are restated here rather than included from flow/.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/reasons.h"
+#include "common/status.h"
+
+struct sockaddr;
+
+namespace xp::recover {
+
+// The numeric values of flow::RecordType (flow/record_channel.h); a change
+// there must be made here too.  recover/ cannot include flow/; stream/mux.cc
+// static_asserts that the two lists agree.
+namespace msg {
+constexpr uint8_t attach = 6;
+constexpr uint8_t attach_ack = 7;
+constexpr uint8_t attach_nak = 8;
+constexpr uint8_t switch_ = 9;
+constexpr uint8_t keepalive = 10;
+// The binding proof of an end that has not switched (yet).
+constexpr uint8_t proof = 11;
+} // namespace msg
+
+// flow::kMaxControlPayload: no control payload may be larger.
+constexpr size_t kMaxControlPayload = 128;
+constexpr uint8_t kProtocolVersion = 1; // "XPR1", draft 1
+
+constexpr size_t kNonceBytes = 16;
+constexpr size_t kAttachBytes = 56;    // see encode_attach
+constexpr size_t kAttachAckBytes = 16; // nonce_s
+constexpr size_t kProofBytes = 32;     // tag(16) | count c->s (8) | count s->c (8)
+constexpr size_t kTagBytes = 16;
+constexpr size_t kPrefixBytes = 64; // first bytes of each direction kept for the proof
+static_assert(kAttachBytes <= kMaxControlPayload && kProofBytes <= kMaxControlPayload);
+
+struct Nonce {
+  uint8_t b[kNonceBytes];
+};
+
+// ATTACH_NAK reason codes (the record's seq); also sent by either end to
+// abort a bound stream (failed / timeout).
+enum class NakCode : uint64_t {
+  unknown_stream = 1, // this process does not hold the 4-tuple
+  busy = 2,           // stream id in use, stream limit, or the 4-tuple is already bound
+  version = 3,        // protocol version not spoken here
+  failed = 4,         // binding failed (bad proof, protocol violation)
+  timeout = 5,        // the peer did not answer in time
+};
+// What the end that receives a NAK records as its fallback reason.
+Reason nak_reason(uint64_t code);
+
+// Directions of the connection; proofs name them, not "mine/yours".
+enum class Dir : uint8_t { c2s = 0, s2c = 1 };
+
+// The TCP 4-tuple as the client sees it (the server swaps local and peer).
+// Addresses in network byte order, IPv4 in the first 4 bytes with the rest
+// zero; ports in host byte order.  IPv4-mapped IPv6 addresses are stored as
+// IPv4, so a dual-stack server and an IPv4 client name the same tuple.
+struct TcpTuple {
+  uint8_t family = 0; // 4 or 6
+  uint8_t client_addr[16] = {};
+  uint8_t server_addr[16] = {};
+  uint16_t client_port = 0, server_port = 0;
+};
+bool operator==(const TcpTuple& a, const TcpTuple& b);
+// From the two socket addresses (AF_INET or AF_INET6, the same family once
+// mapped addresses are unmapped); invalid otherwise.
+Status tuple_from_sockaddrs(const sockaddr* client, const sockaddr* server, TcpTuple* out);
+
+// ATTACH payload (the record's stream field proposes the stream id, seq is 0):
+//   0 version | 1 family (4/6) | 2..3 zero | 4..5 client port (network order)
+//   6..7 server port (network order) | 8..23 client address | 24..39 server
+//   address | 40..55 nonce_c
+void encode_attach(const TcpTuple& t, const Nonce& nonce_c, uint8_t out[kAttachBytes]);
+// Strict: exact length, known version (else *nak = version), family 4 or 6,
+// zero reserved bytes and IPv4 padding, no IPv4-mapped IPv6 address.
+// invalid with *nak set (version or failed) when it is rejected.
+Status parse_attach(const uint8_t* p, size_t len, TcpTuple* t, Nonce* nonce_c, NakCode* nak);
+
+// Everything a binding proof covers, from the prover's point of view.
+struct ProofInput {
+  uint8_t kind;      // kProofKindProof or kProofKindSwitch
+  Dir dir;           // the prover's sending direction
+  uint64_t offset;   // SWITCH: S; PROOF: 0
+  uint64_t count[2]; // bytes that crossed each direction (indexed by Dir), as the prover saw them
+  const uint8_t* prefix[2]; // the first min(count, 64) bytes of each direction
+};
+constexpr uint8_t kProofKindProof = 1;
+constexpr uint8_t kProofKindSwitch = 2;
+
+// tag = SipHash-2-4-128(key = nonce_c XOR nonce_s, kind | dir | offset |
+//   count c->s | count s->c | nonce_c | nonce_s | prefix c->s | prefix s->c)
+// with 8-byte little-endian integers and each prefix min(count, 64) bytes.
+void proof_tag(const Nonce& nonce_c, const Nonce& nonce_s, const ProofInput& in,
+               uint8_t out[kTagBytes]);
+
+void encode_proof(const uint8_t tag[kTagBytes], const uint64_t count[2], uint8_t out[kProofBytes]);
+void decode_proof(const uint8_t p[kProofBytes], uint8_t tag[kTagBytes], uint64_t count[2]);
+
+// One control record to send: the stream layer hands it to
+// RecordChannel::send_control(type, stream, seq, payload, len).
+struct Message {
+  uint8_t type = 0;
+  uint8_t len = 0;
+  uint32_t stream = 0;
+  uint64_t seq = 0;
+  uint8_t payload[kAttachBytes] = {};
+};
+static_assert(sizeof(Message::payload) >= kProofBytes && sizeof(Message::payload) >= kAttachBytes);
+
+// A NAK the stream layer sends itself, e.g. for an ATTACH whose 4-tuple no
+// session of this process holds (unknown_stream) or whose id is taken (busy).
+Message make_nak(uint32_t stream, NakCode code);
+
+} // namespace xp::recover
