@@ -58,6 +58,7 @@ include tools/tools.mk
 include tools/softroce/softroce.mk
 include bench/bench.mk
 include bench/xpress-bench/xpress-bench.mk
+include bench/compare.mk
 
 deps:
 	bash tools/install-deps.sh
