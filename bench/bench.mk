@@ -1,1 +1,11 @@
-# placeholder: owned by the area's author
+# Pass-through overhead of the preload: sockperf latency and iperf3 throughput,
+# plain vs preloaded, interleaved; prints a Markdown table and writes
+# results/overhead.md and results/overhead.json.  Not part of `make test`
+# (it only reports; it never fails on timing).
+# Knobs (environment or make variables): XPRESS_LIB, ROUNDS, SP_SECS, SP_MSG,
+# IPERF_SECS, PIN, XPRESS_ENV — see bench/overhead.sh.
+XPRESS_LIB ?= $(abspath $(LIB))
+
+.PHONY: bench-overhead
+bench-overhead: $(if $(filter $(abspath $(LIB)),$(abspath $(XPRESS_LIB))),$(LIB))
+	XPRESS_LIB=$(abspath $(XPRESS_LIB)) bash bench/overhead.sh

@@ -12,7 +12,7 @@ PKGS=(
   iperf3 sockperf redis-server redis-tools nginx-light memcached libmemcached-tools
   wrk curl python3 jq procps psmisc
   # Soft-RoCE VM test bed
-  qemu-system-x86 busybox-static cpio kmod iproute2
+  qemu-system-x86 busybox-static cpio kmod iproute2 xz-utils
 )
 missing=()
 for p in "${PKGS[@]}"; do
