@@ -35,7 +35,7 @@ TEST_TARGETS += test-semantics
 # (no CAP_SYS_RESOURCE here); inside the Soft-RoCE VM root can, so the
 # high-fd case runs there too (with and without the preload, as above).
 .PHONY: test-semantics-vm
-test-semantics-vm: $(SEM_BIN) $(SEM_FORT) $(LIB)
+test-semantics-vm: $(SEM_BIN) $(SEM_FORT) $(LIB) softroce-kernel
 	tools/softroce/vm run -q --timeout 300 -- \
 	  bash $(abspath $(SEM_DIR)/run.sh) $(abspath $(SEM_OUT)) $(SEM_LIB) high_fds
 

@@ -8,7 +8,7 @@ $(CHANNEL_TEST): $(BUILD)/tests/verbs/xp-channel-test.o $(CORE)
 -include $(BUILD)/tests/verbs/xp-channel-test.d
 
 .PHONY: test-verbs
-test-verbs: $(CHANNEL_TEST)
+test-verbs: $(CHANNEL_TEST) softroce-kernel
 	tools/softroce/vm run -q --timeout 400 -e XP_CHANNEL_TEST=$(abspath $(CHANNEL_TEST)) -- \
 	  bash $(abspath tests/verbs/channel.sh)
 
