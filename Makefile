@@ -65,7 +65,7 @@ deps:
 
 test: $(TEST_TARGETS)
 	@echo "make test: all test groups passed: $(TEST_TARGETS)"
-	@echo "$(words $(TEST_TARGETS)) passed, 0 failed"
+	@echo "groups: $(words $(TEST_TARGETS)) passed, 0 failed"
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c')
