@@ -74,6 +74,24 @@ Status Stream::read(void* buf, size_t len, size_t* got, bool peek) {
   return Status::would_block;
 }
 
+Status Stream::set_tx_start(uint64_t s) {
+  if (tx_start_set_ || window_.next() != window_.acked() || fin_sent_) return Status::invalid;
+  uint64_t base = window_.next();
+  if (base != 0 && base != s) return Status::invalid; // opened with a real offset already
+  window_ = flow::SendWindow(s, window_size_, &mux_->budget_, nullptr);
+  tx_start_set_ = true;
+  return Status::ok;
+}
+
+Status Stream::set_rx_start(uint64_t s) {
+  if (rx_start_set_ || rx_.size() != 0 || rx_next_ != delivered_ || fin_received_)
+    return Status::invalid;
+  if (rx_next_ != 0 && rx_next_ != s) return Status::invalid;
+  rx_next_ = delivered_ = acked_sent_ = s;
+  rx_start_set_ = true;
+  return Status::ok;
+}
+
 Status Stream::shutdown_write() {
   if (fin_sent_) return Status::ok;
   if (reset_) return Status::closed;

@@ -49,6 +49,13 @@ public:
   // Half-close: the peer reads end of stream after the bytes sent so far.
   Status shutdown_write();
 
+  // A stream is opened when the channel binds, before either direction's
+  // switch offset S is known; each is set once, when that direction
+  // switches (docs/protocol.md §3).  invalid if bytes already flowed in that
+  // direction or the offset was set before.
+  Status set_tx_start(uint64_t s);
+  Status set_rx_start(uint64_t s);
+
   size_t readable_bytes() const { return rx_.size(); } // FIONREAD
   bool readable() const { return rx_.size() > 0 || fin_received_ || reset_; }
   bool writable() const;
@@ -76,6 +83,7 @@ private:
   uint64_t delivered_;  // consumed by the application
   uint64_t acked_sent_; // last cumulative ack sent
   bool fin_sent_ = false, fin_received_ = false, reset_ = false, ack_pending_ = false;
+  bool tx_start_set_ = false, rx_start_set_ = false;
 };
 
 class Mux {

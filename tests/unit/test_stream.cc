@@ -226,3 +226,26 @@ TEST_CASE("streams: upgrade control records reach the handler, or break the chan
   CHECK(p.a.channel().send_control(flow::RecordType::attach, 0, 0, nullptr, 200) ==
         Status::invalid); // control payloads are small
 }
+
+TEST_CASE("streams: switch offsets are set once, before bytes flow") {
+  MuxPair p;
+  Stream* a = p.a.open(0, 0, 0);
+  Stream* b = p.b.open(0, 0, 0);
+  CHECK(a->set_tx_start(1234) == Status::ok);
+  CHECK(a->set_tx_start(99) == Status::invalid);  // once
+  CHECK(b->set_rx_start(1234) == Status::ok);
+  CHECK(b->set_rx_start(1234) == Status::invalid);
+  size_t done, got;
+  CHECK(a->write("xyz", 3, &done) == Status::ok);
+  CHECK(a->send_next() == 1237);
+  p.pump();
+  char out[8];
+  CHECK(b->read(out, sizeof out, &got, false) == Status::ok);
+  CHECK(got == 3);
+  CHECK(b->delivered() == 1237);
+  // Data that does not start at the announced offset is a protocol error.
+  Stream* c = p.b.open(1, 0, 0);
+  CHECK(c->set_rx_start(500) == Status::ok);
+  CHECK(p.a.open(1, 0, 0)->write("q", 1, &done) == Status::ok);  // seq 0, not 500
+  CHECK(p.b.progress() == Status::invalid);
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs INSIDE the Soft-RoCE VM (tests/verbs/run.sh boots it): the record
+# Runs INSIDE the Soft-RoCE VM (`make test-verbs` boots it): the record
 # channel over a real RC QP between the two addresses, for several record
 # sizes; every byte verified, RNR counters must stay at zero (credits), and
-# the rxe counters must show the traffic.  Ends with "N passed, M failed".
+# the rxe counters must show the traffic.  Then multiplexed streams, and the
+# upgrade of a real TCP connection (tests/verbs/xp-upgrade-test.cc).  Ends with "N passed, M failed".
 set -uo pipefail
 : "${XP_SOFTROCE:?run me inside the VM}"
 source "$XP_SOFTROCE/faults.sh"
@@ -54,6 +55,26 @@ if [ $crc = 0 ] && [ $src = 0 ] && [ "$rnr" = 0 ]; then
   echo "ok   - 6 multiplexed streams, 1 MiB each way each"; pass=$((pass + 1))
 else
   echo "FAIL - multiplexed streams (client $crc, server $src)"; fail=$((fail + 1))
+fi
+
+# The upgrade end to end: first bytes on TCP, ATTACH and proofs on the
+# channel, each direction switching at its own offset, every byte checked.
+if [ -n "${XP_UPGRADE_TEST:-}" ]; then
+  port=$((port + 1))
+  rxe-counters snapshot "$W/before"
+  timeout -k 2 120 "$XP_UPGRADE_TEST" server "$XP_ADDR0" $port > "$W/server" 2>&1 &
+  spid=$!
+  timeout -k 2 120 "$XP_UPGRADE_TEST" client "$XP_ADDR1" "$XP_ADDR0" $port > "$W/client" 2>&1
+  crc=$?
+  wait $spid; src=$?
+  pk=$(rxe-counters delta "$W/before" rxe1.sent_pkts 2>/dev/null || echo 0)
+  cat "$W/server" "$W/client" | sed 's/^/    /'
+  echo "    rxe1.sent_pkts +$pk"
+  if [ $crc = 0 ] && [ $src = 0 ] && [ "$pk" -gt 1000 ]; then
+    echo "ok   - upgrade: TCP then RDMA in both directions, no byte lost or duplicated"; pass=$((pass + 1))
+  else
+    echo "FAIL - upgrade (client $crc, server $src)"; fail=$((fail + 1))
+  fi
 fi
 
 echo "$pass passed, $fail failed"
