@@ -98,10 +98,12 @@ StatsBlock& block() {
   return *b;
 }
 
+// Once per process image (a fork child starts over: see after_fork_child).
+std::atomic<bool> g_publish_tried{false};
+
 void publish_live() {
   if (g_live.load(std::memory_order_acquire)) return;
-  static std::atomic<bool> once{false};
-  if (once.exchange(true)) return;
+  if (g_publish_tried.exchange(true)) return;
   if (!config().stats_live) return;
   if (map_live_file(&block())) g_live.store(true, std::memory_order_release);
 }
@@ -125,10 +127,14 @@ void after_fork_child() {
     munmap(copy, kBlockBytes);
     b->pid = raw_pid();
     memset(raw, 0, sizeof(Counters));
-    if (!map_live_file(b)) g_live.store(false, std::memory_order_release);
+    g_live.store(false, std::memory_order_release);
   } else {
     memset(raw, 0, sizeof(Counters));
   }
+  // The child publishes its own file on its first new connection, not now:
+  // most fork children exec or _exit at once, and a file made here would
+  // outlive them (no destructor runs on _exit).
+  g_publish_tried.store(false, std::memory_order_release);
 }
 
 ConnSlot* claim_slot(int fd) {

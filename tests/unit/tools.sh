@@ -82,5 +82,33 @@ for order in "$tmp/early.so:$PWD/build/libxpress.so" "$PWD/build/libxpress.so:$t
   if grep -q "early ctor: connect=0 read=ok" <<<"$out" && grep -q '"tcp":2' <<<"$out"; then ok "socket calls from another constructor ($order)"; else bad "early ctor ($order): $out"; fi
 done
 
+# A fork child that _exits leaves no live statistics file behind; one that
+# makes a connection publishes its own (and removes it at exit).
+out=$(tools/xpress-run /usr/bin/python3 -c "
+import os, socket
+l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()
+c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+kids = []
+for i in range(5):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+print(' '.join(str(k) for k in kids))
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    c2 = socket.create_connection(l.getsockname())
+    os.write(w, b'%d' % int(os.path.exists('/dev/shm/xpress-%d.stats' % os.getpid())))
+    c2.close()
+    os._exit(0)
+os.waitpid(pid, 0)
+print(os.read(r, 1).decode())")
+kids=$(head -1 <<<"$out") published=$(tail -1 <<<"$out") left=0
+for k in $kids; do [ -e /dev/shm/xpress-$k.stats ] && left=$((left + 1)); done
+if [ "$left" = 0 ] && [ "$published" = 1 ]; then ok "fork children: no stale live file; a child with a connection publishes its own"; else bad "fork children: $left stale files, child published=$published"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
