@@ -11,24 +11,7 @@ PATH=$PATH:/usr/sbin:/sbin
 BENCH_PIDS=()
 
 # bench_free_port: a free TCP port on 127.0.0.1 below the ephemeral range.
-bench_free_port() {
-  "$BENCH_PY" - <<'EOF'
-import random, socket
-for _ in range(500):
-    p = random.randint(20000, 32000)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    break
-else:
-    raise SystemExit("no free port")
-EOF
-}
+bench_free_port() { $BENCH_PY "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/free-port.py"; }
 
 # bench_start LOG SECONDS CMD...: start a server in the background (stdout and
 # stderr to LOG); sets BENCH_PID to its timeout(1) wrapper.

@@ -193,24 +193,7 @@ wait_listen() {
 
 # free_port: a TCP port on 127.0.0.1 that is free now, below the ephemeral
 # range so client connections cannot grab it.
-free_port() {
-  "$PY" - <<'EOF'
-import random, socket
-for _ in range(500):
-    p = random.randint(20000, 32000)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    break
-else:
-    raise SystemExit("no free port")
-EOF
-}
+free_port() { $PY "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/free-port.py"; }
 
 # xrun NAME SECONDS CMD...: run a client in the foreground with the mode's
 # prefix; stdout -> $D/NAME.out, stderr -> $D/NAME.err (the xpress statistics
