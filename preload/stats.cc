@@ -153,6 +153,8 @@ ConnSlot* claim_slot(int fd) {
       s.local_port = s.peer_port = 0;
       s.bytes_tx.store(0, std::memory_order_relaxed);
       s.bytes_rx.store(0, std::memory_order_relaxed);
+      s.msgs_tx.store(0, std::memory_order_relaxed);
+      s.msgs_rx.store(0, std::memory_order_relaxed);
       s.opened_unix_ms = unix_ms();
       return &s;
     }
@@ -162,7 +164,31 @@ ConnSlot* claim_slot(int fd) {
 }
 
 void release_slot(ConnSlot* s) {
-  if (s) s->in_use.store(0, std::memory_order_release);
+  if (s == nullptr) return;
+  Counters& c = block().c;
+  int m = s->mode < 2 ? s->mode : 0;
+  c.bytes_tx[m].fetch_add(s->bytes_tx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  c.bytes_rx[m].fetch_add(s->bytes_rx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  c.msgs_tx[m].fetch_add(s->msgs_tx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  c.msgs_rx[m].fetch_add(s->msgs_rx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  s->in_use.store(0, std::memory_order_release);
+}
+
+void totals(const StatsBlock& b, Totals* t) {
+  for (int m = 0; m < 2; ++m) {
+    t->bytes_tx[m] = b.c.bytes_tx[m].load(std::memory_order_relaxed);
+    t->bytes_rx[m] = b.c.bytes_rx[m].load(std::memory_order_relaxed);
+    t->msgs_tx[m] = b.c.msgs_tx[m].load(std::memory_order_relaxed);
+    t->msgs_rx[m] = b.c.msgs_rx[m].load(std::memory_order_relaxed);
+  }
+  for (const ConnSlot& s : b.slots) {
+    if (s.in_use.load(std::memory_order_acquire) == 0) continue;
+    int m = s.mode < 2 ? s.mode : 0;
+    t->bytes_tx[m] += s.bytes_tx.load(std::memory_order_relaxed);
+    t->bytes_rx[m] += s.bytes_rx.load(std::memory_order_relaxed);
+    t->msgs_tx[m] += s.msgs_tx.load(std::memory_order_relaxed);
+    t->msgs_rx[m] += s.msgs_rx.load(std::memory_order_relaxed);
+  }
 }
 
 namespace {
@@ -187,6 +213,8 @@ const char* role_name(uint8_t r) {
 
 void dump(FILE* out, const StatsBlock& b, bool json) {
   const Counters& c = b.c;
+  Totals t;
+  totals(b, &t);
   if (json) {
     fprintf(out, "{\"pid\":%d,\"program\":\"%s\",\"sockets_tracked\":%lu,\"listeners\":%lu,", b.pid,
             b.comm, get(c.sockets_tracked), get(c.listeners));
@@ -199,11 +227,9 @@ void dump(FILE* out, const StatsBlock& b, bool json) {
       first = false;
     }
     fprintf(out, "},\"bytes\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
-            get(c.bytes_tx[kRdma]), get(c.bytes_rx[kRdma]), get(c.bytes_tx[kTcp]),
-            get(c.bytes_rx[kTcp]));
+            t.bytes_tx[kRdma], t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp]);
     fprintf(out, "\"messages\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
-            get(c.msgs_tx[kRdma]), get(c.msgs_rx[kRdma]), get(c.msgs_tx[kTcp]),
-            get(c.msgs_rx[kTcp]));
+            t.msgs_tx[kRdma], t.msgs_rx[kRdma], t.msgs_tx[kTcp], t.msgs_rx[kTcp]);
     fprintf(out, "\"open_connections\":[");
     first = true;
     for (const ConnSlot& s : b.slots) {
@@ -234,10 +260,10 @@ void dump(FILE* out, const StatsBlock& b, bool json) {
     any = true;
   }
   fprintf(out, "%s\n", any ? "" : " -");
-  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "bytes tx/rx", get(c.bytes_tx[kRdma]),
-          get(c.bytes_rx[kRdma]), get(c.bytes_tx[kTcp]), get(c.bytes_rx[kTcp]));
-  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "messages tx/rx", get(c.msgs_tx[kRdma]),
-          get(c.msgs_rx[kRdma]), get(c.msgs_tx[kTcp]), get(c.msgs_rx[kTcp]));
+  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "bytes tx/rx", t.bytes_tx[kRdma],
+          t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp]);
+  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "messages tx/rx", t.msgs_tx[kRdma],
+          t.msgs_rx[kRdma], t.msgs_tx[kTcp], t.msgs_rx[kTcp]);
   fprintf(out, "  %-22s %lu sockets, %lu listeners\n", "tracked", get(c.sockets_tracked),
           get(c.listeners));
   bool header = false;

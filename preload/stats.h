@@ -13,7 +13,7 @@
 namespace xp {
 
 constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
-constexpr uint32_t kStatsVersion = 1;
+constexpr uint32_t kStatsVersion = 2;
 
 using Counter = std::atomic<uint64_t>;
 
@@ -29,16 +29,20 @@ struct Counters {
   Counter conn_slots_full; // connections without a live row
 };
 
-// One row per open connection (for xpress-stat, like smcss).
-struct ConnSlot {
+// One row per open connection (for xpress-stat, like smcss).  The data
+// path counts into its connection's row only: one cache line per
+// connection, written by the thread using it, instead of process-wide
+// counters that every thread's calls would bounce between cores.  A row's
+// counts are folded into the totals (Counters) when the connection closes;
+// totals() adds the open rows.
+struct alignas(64) ConnSlot {
   std::atomic<uint32_t> in_use;
   int32_t fd;
   uint8_t mode, reason, role, family; // family 4 or 6
-  uint8_t local[16], peer[16];
   uint16_t local_port, peer_port;
-  uint32_t pad;
-  Counter bytes_tx, bytes_rx;
+  Counter bytes_tx, bytes_rx, msgs_tx, msgs_rx;
   uint64_t opened_unix_ms;
+  uint8_t local[16], peer[16];
 };
 
 struct StatsBlock {
@@ -70,7 +74,14 @@ void after_fork_child();
 void at_exit();
 
 ConnSlot* claim_slot(int fd);
+// Folds the row's counts into the totals and frees it.
 void release_slot(ConnSlot* s);
+
+// Totals including the open connections' rows.
+struct Totals {
+  uint64_t bytes_tx[2], bytes_rx[2], msgs_tx[2], msgs_rx[2];
+};
+void totals(const StatsBlock& b, Totals* t);
 
 // Writes the human table (json=false) or one JSON object to out.
 void dump(FILE* out, const StatsBlock& b, bool json);

@@ -45,21 +45,30 @@ void forget(int fd);
 // Descriptors that arrived with SCM_RIGHTS.
 void forget_passed_fds(const struct msghdr* msg);
 
+// The connection's own row when it has one (see ConnSlot), else the totals.
 inline void count_tx(SocketRecord& r, ssize_t n) {
   if (n <= 0) return;
+  if (ConnSlot* s = r.slot) {
+    s->bytes_tx.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+    s->msgs_tx.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   Counters& c = stats::c();
   int m = static_cast<int>(r.mode);
   c.bytes_tx[m].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   c.msgs_tx[m].fetch_add(1, std::memory_order_relaxed);
-  if (r.slot) r.slot->bytes_tx.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
 }
 inline void count_rx(SocketRecord& r, ssize_t n) {
   if (n <= 0) return;
+  if (ConnSlot* s = r.slot) {
+    s->bytes_rx.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+    s->msgs_rx.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   Counters& c = stats::c();
   int m = static_cast<int>(r.mode);
   c.bytes_rx[m].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   c.msgs_rx[m].fetch_add(1, std::memory_order_relaxed);
-  if (r.slot) r.slot->bytes_rx.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
 }
 
 void before_fork();

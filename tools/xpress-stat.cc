@@ -68,6 +68,8 @@ int list_all(bool json) {
     }
     if (!load(pid, b.get())) continue;
     const Counters& c = b->c;
+    stats::Totals t;
+    stats::totals(*b, &t);
     auto g = [](const Counter& x) { return static_cast<unsigned long>(x.load()); };
     if (json) {
       printf("%s", first ? "" : ",");
@@ -82,8 +84,8 @@ int list_all(bool json) {
               static_cast<size_t>(snprintf(reasons + off, sizeof reasons - off, "%s=%lu ",
                                            reason_name(static_cast<Reason>(r)), g(c.fallbacks[r])));
       printf("%7d %-16s %8lu %8lu %14lu %14lu  %s\n", b->pid, b->comm, g(c.connections[1]),
-             g(c.connections[0]), g(c.bytes_tx[1]) + g(c.bytes_rx[1]),
-             g(c.bytes_tx[0]) + g(c.bytes_rx[0]), reasons);
+             g(c.connections[0]), t.bytes_tx[1] + t.bytes_rx[1], t.bytes_tx[0] + t.bytes_rx[0],
+             reasons);
     }
     first = false;
   }

@@ -104,3 +104,27 @@ TEST_CASE("upgrade decision: disabled, then rules, then device") {
     CHECK(r == Reason::no_device);
   }
 }
+
+TEST_CASE("stats: per-connection counts reach the totals while open and after close") {
+  stats::Totals before, t;
+  stats::totals(stats::block(), &before);
+  ConnSlot* s = stats::claim_slot(5);
+  REQUIRE(s);
+  s->mode = static_cast<uint8_t>(Mode::tcp);
+  s->bytes_tx += 100;
+  s->msgs_tx += 2;
+  s->bytes_rx += 40;
+  stats::totals(stats::block(), &t);
+  CHECK(t.bytes_tx[0] - before.bytes_tx[0] == 100);
+  CHECK(t.msgs_tx[0] - before.msgs_tx[0] == 2);
+  CHECK(t.bytes_rx[0] - before.bytes_rx[0] == 40);
+  stats::release_slot(s); // folded into the totals, row freed
+  stats::totals(stats::block(), &t);
+  CHECK(t.bytes_tx[0] - before.bytes_tx[0] == 100);
+  CHECK(t.bytes_rx[0] - before.bytes_rx[0] == 40);
+  ConnSlot* again = stats::claim_slot(6);
+  REQUIRE(again);
+  CHECK(again->bytes_tx.load() == 0); // a reused row starts at zero
+  stats::release_slot(again);
+  CHECK(alignof(ConnSlot) == 64); // rows never share a cache line
+}
