@@ -12,6 +12,11 @@
 - compare.md has the medians table with one column per variant and a row for
   every case, and the "where the bytes went" table;
 - compare.svg is an SVG document with at least one bar per successful variant.
+For a host-mode folder (bench/compare --host, "mode": "host" in compare.json)
+the VM checks on rxe/veth become: no RDMA traffic, the tcp runs' bytes crossed
+`lo`, xpress's connections all stayed on TCP (when the host has no RDMA device),
+the load average was recorded; compare.md has the overhead table (one row per
+case and metric, a "within 2%" verdict in each) and the pass-through section.
 Prints one line per check and "N passed, M failed"; exit status 1 on failure.
 """
 import argparse
@@ -72,6 +77,7 @@ def main():
             cases = data["params"]["cases"]
             firsts = [[r["variant"] for r in runs if r["round"] == k and r["case"] == cases[0]] for k in (1, 2)]
             check(firsts[0] == firsts[1][::-1], "variant order reversed in round 2", str(firsts))
+        host = data.get("mode") == "host"
         tcp = [r for r in runs if r["variant"] == "tcp"]
         if "tcp" in variants:
             check(tcp and all(r["ok"] for r in tcp), "every tcp run succeeded",
@@ -81,8 +87,23 @@ def main():
             tr = [report.transport(r) for r in tcp if r["ok"]]
             check(tr and all(t["verdict"] == "tcp" for t in tr), "tcp runs: rxe counters flat",
                   str([t["rxe_sent_pkts"] for t in tr]))
-            check(tr and all(t["crossed_veth"] for t in tr), "tcp runs crossed the veth pair",
-                  str([(t["veth_tx_bytes"], t["app_bytes"]) for t in tr]))
+            if host:
+                lo = [(report.lo_bytes(r), report.app_bytes(r)) for r in tcp if r["ok"]]
+                check(lo and all(b and a and b >= 0.5 * a for b, a in lo), "tcp runs crossed the loopback", str(lo[:4]))
+            else:
+                check(tr and all(t["crossed_veth"] for t in tr), "tcp runs crossed the veth pair",
+                      str([(t["veth_tx_bytes"], t["app_bytes"]) for t in tr]))
+        if host:
+            h = data.get("host") or {}
+            check(len(h.get("loadavg_before") or []) == 3 and len(h.get("loadavg") or []) == 3,
+                  "load average recorded before and after", str((h.get("loadavg_before"), h.get("loadavg"))))
+            xr = [r for r in runs if r["variant"] == "xpress" and r["ok"]]
+            if xr and not h.get("rdma_devices"):
+                conns = [(report._get(r, "xpress_stats_client", "connections") or {}).get("rdma") for r in xr]
+                check(all(c == 0 for c in conns), "xpress runs stayed on TCP (no RDMA connection)", str(conns))
+            rows = (data.get("summary") or {}).get("overhead")
+            check(isinstance(rows, list) and rows and all("verdict" in r for r in rows),
+                  "summary has the overhead rows with verdicts")
         for v in variants:
             vr = [r for r in runs if r["variant"] == v]
             nok = sum(1 for r in vr if r["ok"])
@@ -103,6 +124,8 @@ def main():
             variants = report.VARIANT_ORDER
             variants = [v for v in variants if v in data["params"]["variants"]]
             hdr = "| case | metric | " + " | ".join(variants) + " |"
+            if data.get("mode") == "host":
+                hdr = "| case | metric | tcp | xpress | xpress/tcp | paired | overhead | noise | within"
             check(any(l.startswith(hdr) for l in lines), "compare.md has the medians table", hdr)
             for case in data["params"]["cases"]:
                 check(any(l.startswith("| %s | " % case) for l in lines), "compare.md has rows for %s" % case)
@@ -110,8 +133,18 @@ def main():
             rows = [l for l in lines if l.startswith("| ") and any(l.startswith("| %s | " % c)
                                                                     for c in data["params"]["cases"])]
             widths = {l.count("|") - 1 for l in rows if "rounds 1..N" not in l}
+            if data.get("mode") == "host":
+                ncols = 9
+                trows = [l for l in rows if l.count("|") - 1 == ncols]
+                verdicts = {l.rstrip(" |").rsplit("|", 1)[1].strip() for l in trows}
+                okv = {"yes", "no", "no (within noise)", "no target", "no data"}
+                check(trows and verdicts <= okv, "every overhead row has a within-target verdict",
+                      str(sorted(verdicts - okv)))
             check(ncols in widths, "medians table rows have %d columns" % ncols, str(widths))
-        check("## Where the bytes went" in md, "compare.md says where the bytes went")
+        if data is not None and data.get("mode") == "host":
+            check("## Pass-through" in md, "compare.md says what the preload did")
+        else:
+            check("## Where the bytes went" in md, "compare.md says where the bytes went")
 
     try:
         root = ET.parse(sp).getroot()

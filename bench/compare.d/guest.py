@@ -13,6 +13,18 @@ The plan (written by the host) lists the runs in the order to execute them
 policy routing, so they cross veth1 -> veth0), stop the server, and record the
 rxe/veth counter deltas around it.  Every process has a deadline, and a failed
 run never stops the next one.  Standard library only.
+
+`bench/compare --host` runs this same driver directly on the host (no VM); its
+plan then sets the optional keys
+    addr      server address (default $XP_ADDR0 or 10.77.0.1), e.g. 127.0.0.1
+    netdevs   interfaces whose counters are read (default veth0, veth1), e.g. lo
+    wrap      {"server": [...], "client": [...]}: argv prefix of each side, e.g.
+              nice -n -15 taskset -c 0; the side's environment (LD_PRELOAD) is
+              then passed through env(1) after the prefix, so the wrappers
+              themselves are never preloaded
+    workdir   where the logs go (default $TMPDIR/compare)
+and a run's "port": 0 lets the server pick a free port (read back from its
+"listening on ... port N" line).
 """
 import glob
 import json
@@ -24,11 +36,13 @@ import sys
 import time
 
 PLAN = json.load(open(sys.argv[1]))
-A0 = os.environ.get("XP_ADDR0", "10.77.0.1")  # server (veth0 / rxe0)
+A0 = PLAN.get("addr") or os.environ.get("XP_ADDR0", "10.77.0.1")  # server (veth0 / rxe0)
 A1 = os.environ.get("XP_ADDR1", "10.77.0.2")  # client (veth1 / rxe1)
 GID = os.environ.get("XP_GID_INDEX", "1")
 TMP = os.environ.get("TMPDIR", "/tmp")
-WORK = os.path.join(TMP, "compare")
+WORK = PLAN.get("workdir") or os.path.join(TMP, "compare")
+NETDEVS = PLAN.get("netdevs") or ["veth0", "veth1"]
+WRAP = PLAN.get("wrap") or {}
 os.makedirs(WORK, exist_ok=True)
 
 
@@ -54,7 +68,7 @@ def counters():
                 c["%s.%s" % (p[4], p[-1])] = int(fh.read().split()[0])
         except (OSError, ValueError, IndexError):
             pass
-    for d in ("veth0", "veth1"):
+    for d in NETDEVS:
         for s in ("tx_packets", "rx_packets", "tx_bytes", "rx_bytes", "tx_dropped", "rx_dropped"):
             try:
                 with open("/sys/class/net/%s/statistics/%s" % (d, s)) as fh:
@@ -73,7 +87,10 @@ def delta(before, after):
 class Proc:
     """A child with a log file, reaped with wait4 so its rusage is known."""
 
-    def __init__(self, argv, env_extra, out, err=None):
+    def __init__(self, argv, env_extra, out, err=None, wrap=None):
+        if wrap:  # nice/taskset first, then env(1) sets the side's variables for the program only
+            argv = list(wrap) + ["env"] + ["%s=%s" % kv for kv in sorted(env_extra.items())] + list(argv)
+            env_extra = {}
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
         env.update(env_extra)
@@ -214,8 +231,10 @@ def variant_env(variant, tag, side):
     if variant == "xpress":
         if not PLAN.get("lib"):
             return None
-        return {"LD_PRELOAD": PLAN["lib"], "XPRESS_STATS": "json",
-                "XPRESS_STATS_FILE": os.path.join(WORK, "%s.%s.xstats.json" % (tag, side))}
+        env = {"LD_PRELOAD": PLAN["lib"], "XPRESS_STATS": "json",
+               "XPRESS_STATS_FILE": os.path.join(WORK, "%s.%s.xstats.json" % (tag, side))}
+        env.update(PLAN.get("xpress_env") or {})  # bench/compare --xpress-env VAR=VALUE
+        return env
     if variant == "rsocket":
         if not PLAN.get("rsocket"):
             return None
@@ -268,9 +287,13 @@ def run_xb(run, rec):
     xb = PLAN["xpress_bench"]
     t0 = time.monotonic()
     srv = Proc([xb, "server", "--port", str(port), "--bind", A0, "--timeout", str(run["timeout"] + 30)],
-               senv, os.path.join(WORK, tag + ".server.log"))
+               senv, os.path.join(WORK, tag + ".server.log"), wrap=WRAP.get("server"))
     up = wait_for(lambda: "listening on" in srv.text(), 20, srv)
-    if not up:
+    if up and not port:  # --port 0: the server picked one
+        m = re.search(r"listening on \S+ port (\d+)", srv.text())
+        port = int(m.group(1)) if m else 0
+        rec["port"] = port
+    if not up or not port:
         srv.stop()
         rec.update(ok=False, error="server did not start: " + (err_line(srv.text()) or "exit %s" % srv.rc))
         rec["server_log"] = srv.text(limit=2000)
@@ -279,7 +302,8 @@ def run_xb(run, rec):
     argv = [xb, run["scenario"], "--host", A0, "--port", str(port), "--json", "--quiet",
             "--label", v, "--timeout", str(run["timeout"])] + run["args"]
     rec["argv"] = " ".join(argv[1:])
-    cli = Proc(argv, cenv, os.path.join(WORK, tag + ".client.out"), os.path.join(WORK, tag + ".client.err"))
+    cli = Proc(argv, cenv, os.path.join(WORK, tag + ".client.out"), os.path.join(WORK, tag + ".client.err"),
+               wrap=WRAP.get("client"))
     rc = cli.wait(run["timeout"] + 15)
     if rc is None:
         cli.stop(signal.SIGKILL, 1)

@@ -25,6 +25,11 @@ SEED = {
     "cpu_us_per_op": (0.893, "total CPU -10.7%"),
 }
 
+# Host mode (bench/compare --host): the preload's pass-through cost on loopback
+# must stay within this fraction of kernel TCP on every metric that has a target.
+HOST_TARGET = 0.02
+NO_TARGET = {"cpu_total_s"}  # closed-loop ps: both cores busy whatever the transport
+
 # (key, label, unit, lower_is_better)
 METRICS = {
     "pingpong": [("lat_mean_us", "mean round trip", "us", True),
@@ -249,8 +254,75 @@ def summarize(data):
         if v == "xpress":
             pv["xpress_stats_client"] = _xstats_sum([r.get("xpress_stats_client") for r in vr])
             pv["xpress_stats_server"] = _xstats_sum([r.get("xpress_stats_server") for r in vr])
+        if data.get("mode") == "host":
+            pv["lo_bytes_per_app_byte"] = _median([lo_bytes(r) / app_bytes(r) for r in vr
+                                                   if run_ok(r) and app_bytes(r)])
         per_variant[v] = pv
-    return {"variants": variants, "cases": cases, "per_variant": per_variant}
+    out = {"variants": variants, "cases": cases, "per_variant": per_variant}
+    if data.get("mode") == "host":
+        out["overhead"] = overhead_rows(cases)
+        out["overhead_counts"] = {}
+        for row in out["overhead"]:
+            out["overhead_counts"][row["verdict"]] = out["overhead_counts"].get(row["verdict"], 0) + 1
+    return out
+
+
+# ---- host mode: pass-through overhead vs kernel TCP ---------------------------
+def lo_bytes(rec):
+    """Bytes the run sent through the loopback interface (host mode)."""
+    return (rec.get("counters") or {}).get("lo.tx_bytes", 0)
+
+
+def overhead_of(ratio, lower):
+    """How much worse xpress is than tcp, as a fraction (negative: better)."""
+    if ratio is None or ratio <= 0:
+        return None
+    return ratio - 1 if lower else 1 / ratio - 1
+
+
+def overhead_rows(cases):
+    """One row per case and metric: tcp and xpress medians, xpress/tcp, the
+    overhead, its round-to-round noise and the verdict against HOST_TARGET."""
+    rows = []
+    for ce in cases:
+        for key, label, unit, lower in METRICS.get(ce["scenario"], []):
+            tm = _get(ce, "variants", "tcp", "metrics", key)
+            xm = _get(ce, "variants", "xpress", "metrics", key)
+            if tm is None and xm is None:
+                continue
+            row = {"case": ce["case"], "scenario": ce["scenario"], "metric": key, "label": label, "unit": unit,
+                   "lower_is_better": lower, "tcp": tm and tm["median"], "xpress": xm and xm["median"],
+                   "ratio": xm and xm.get("ratio_vs_tcp"), "paired_ratio": xm and xm.get("paired_ratio_vs_tcp"),
+                   "has_target": key not in NO_TARGET}
+            row["overhead_of_medians"] = overhead_of(row["ratio"], lower)
+            per_round = []
+            if tm and xm:
+                for k in sorted(xm["by_round"]):
+                    if k in tm["by_round"] and tm["by_round"][k]:
+                        o = overhead_of(xm["by_round"][k] / tm["by_round"][k], lower)
+                        if o is not None:
+                            per_round.append(o)
+            row["overhead_by_round"] = per_round
+            # the verdict uses the paired comparison: each round's tcp and xpress runs are
+            # adjacent in time, so drift between rounds (common to both) cancels
+            row["overhead"] = _median(per_round) if per_round else row["overhead_of_medians"]
+            # robust scatter of the per-round overheads (1.4826 MAD ~ one standard deviation)
+            row["noise"] = (1.4826 * _median([abs(o - _median(per_round)) for o in per_round])
+                            if len(per_round) >= 3 else None)
+            ov = row["overhead"]
+            if not row["has_target"]:
+                row["verdict"] = "no target"
+            elif ov is None:
+                row["verdict"] = "no data"
+            elif ov <= HOST_TARGET:
+                row["verdict"] = "yes"
+            elif row["noise"] is not None and ov <= HOST_TARGET + row["noise"]:
+                row["verdict"] = "no (within noise)"
+            else:
+                row["verdict"] = "no"
+            row["within_target"] = None if row["verdict"] in ("no target", "no data") else row["verdict"] == "yes"
+            rows.append(row)
+    return rows
 
 
 # ---- Markdown ---------------------------------------------------------------
@@ -273,7 +345,57 @@ def _ratio(r):
     return "%.2fx" % r if r is not None else ""
 
 
+def _variant_desc(v, params):
+    xe = params.get("xpress_env") or {}
+    if v == "xpress" and xe:
+        return "%s, with %s" % (VARIANT_DESC[v], " ".join("`%s=%s`" % kv for kv in sorted(xe.items())))
+    return VARIANT_DESC[v]
+
+
+def _failures_md(w, s, variants):
+    fails = []
+    for ce in s["cases"]:
+        for v in variants:
+            ve = ce["variants"].get(v, {})
+            if ve.get("applicable") and ve.get("errors"):
+                fails.append((v, ce["case"], ve["runs"] - ve["ok"], ve["runs"], ve["errors"]))
+    w("## Failed runs")
+    w("")
+    if not fails:
+        w("None.")
+    else:
+        w("| variant | case | failed / runs | reason |")
+        w("|---|---|---|---|")
+        for v, case, nf, n, errs in fails:
+            reason = " // ".join(e.replace("|", "/") for e in errs[:2])
+            w("| %s | %s | %d / %d | %s |" % (v, case, nf, n, reason[:500]))
+    w("")
+
+
+def _per_round_md(w, s, variants):
+    """Per-round values of the headline metrics (drift is visible here)."""
+    w("## Per-round values (headline metrics, in run order)")
+    w("")
+    w("| case | metric | variant | rounds 1..N | paired ratio vs tcp |")
+    w("|---|---|---|---|---:|")
+    head = {"pingpong": "lat_mean_us", "stream": "gbps", "ps": "fetch_p99_us", "incast": "round_p99_us",
+            "connect": "ttfb_mean_us"}
+    for ce in s["cases"]:
+        key = head.get(ce["scenario"])
+        lab = {m[0]: m[1] + ", " + m[2] for m in METRICS.get(ce["scenario"], [])}.get(key, key)
+        for v in variants:
+            mm = _get(ce, "variants", v, "metrics", key)
+            if not mm:
+                continue
+            vals = ", ".join(_fmt(mm["by_round"][k]) for k in sorted(mm["by_round"]))
+            pr = mm.get("paired_ratio_vs_tcp")
+            w("| %s | %s | %s | %s | %s |" % (ce["case"], lab, v, vals, _ratio(pr) if v != "tcp" else ""))
+    w("")
+
+
 def write_md(data, path):
+    if data.get("mode") == "host":
+        return write_md_host(data, path)
     s = data["summary"]
     p = data["params"]
     variants = s["variants"]
@@ -296,7 +418,7 @@ def write_md(data, path):
       "Under TCG everything is 10x or more slower than native and varies +-30% between boots, and the host is "
       "shared: read the ratios between variants of this run, not the absolute numbers.")
     w("")
-    w("Variants: " + "; ".join("**%s** = %s" % (v, VARIANT_DESC[v]) for v in variants) + ".")
+    w("Variants: " + "; ".join("**%s** = %s" % (v, _variant_desc(v, p)) for v in variants) + ".")
     w("")
     # where the bytes went: first, because it says what the other numbers mean
     w("## Where the bytes went (rxe counters around every run)")
@@ -388,44 +510,125 @@ def write_md(data, path):
           "held against the -10.7% target. (In this VM the CPU in the window is ~2 vCPUs x the duration for every "
           "variant: the guest is CPU-bound, so that row cannot show a saving.)")
         w("")
-    # failures
-    fails = []
-    for ce in s["cases"]:
-        for v in variants:
-            ve = ce["variants"].get(v, {})
-            if ve.get("applicable") and ve.get("errors"):
-                fails.append((v, ce["case"], ve["runs"] - ve["ok"], ve["runs"], ve["errors"]))
-    w("## Failed runs")
-    w("")
-    if not fails:
-        w("None.")
-    else:
-        w("| variant | case | failed / runs | reason |")
-        w("|---|---|---|---|")
-        for v, case, nf, n, errs in fails:
-            reason = " // ".join(e.replace("|", "/") for e in errs[:2])
-            w("| %s | %s | %d / %d | %s |" % (v, case, nf, n, reason[:500]))
-    w("")
-    # per-round values of the headline metrics (drift is visible here)
-    w("## Per-round values (headline metrics, in run order)")
-    w("")
-    w("| case | metric | variant | rounds 1..N | paired ratio vs tcp |")
-    w("|---|---|---|---|---:|")
-    head = {"pingpong": "lat_mean_us", "stream": "gbps", "ps": "fetch_p99_us", "incast": "round_p99_us",
-            "connect": "ttfb_mean_us"}
-    for ce in s["cases"]:
-        key = head.get(ce["scenario"])
-        lab = {m[0]: m[1] + ", " + m[2] for m in METRICS.get(ce["scenario"], [])}.get(key, key)
-        for v in variants:
-            mm = _get(ce, "variants", v, "metrics", key)
-            if not mm:
-                continue
-            vals = ", ".join(_fmt(mm["by_round"][k]) for k in sorted(mm["by_round"]))
-            pr = mm.get("paired_ratio_vs_tcp")
-            w("| %s | %s | %s | %s | %s |" % (ce["case"], lab, v, vals, _ratio(pr) if v != "tcp" else ""))
-    w("")
+    _failures_md(w, s, variants)
+    _per_round_md(w, s, variants)
     w("Reproduce: `make bench-compare` (or `bench/compare --help`); smoke test `make test-compare`; "
       "how to read this file: bench/compare.d/README.md.")
+    with open(path, "w") as fh:
+        fh.write("\n".join(L) + "\n")
+
+
+def _pct(x, sign=True):
+    if x is None:
+        return "-"
+    return ("%+.2f%%" if sign else "%.1f%%") % (100 * x)
+
+
+def host_busy_text(data):
+    h = data.get("host") or {}
+    parts = ["load average %s before / %s after (the benchmark itself keeps about two processes busy, so the "
+             "figure after includes it)" % (" ".join(h.get("loadavg_before", ["?"])), " ".join(h.get("loadavg", ["?"])))]
+    if h.get("others_cores_before") is not None:
+        parts.append("other processes used ~%.2f cores in the second before the start" % h["others_cores_before"])
+    if h.get("others_cores_during") is not None:
+        parts.append("~%.2f cores on average during the run (all CPU time on the machine minus this benchmark's "
+                     "own, from /proc/stat)" % h["others_cores_during"])
+    return "; ".join(parts)
+
+
+def write_md_host(data, path):
+    s = data["summary"]
+    p = data["params"]
+    h = data.get("host") or {}
+    lib = data.get("lib") or {}
+    variants = s["variants"]
+    L = []
+    w = L.append
+    w("# xpress pass-through overhead vs kernel TCP on loopback (no RDMA)")
+    w("")
+    w("%s, git %s, kernel %s, %s (%s cores). Library `%s`%s. Server and client on 127.0.0.1, %s. "
+      "%d round(s), tcp and xpress interleaved (order reversed every other round: A B, B A, ...), %s s per timed run%s. "
+      "Total %.0f s wall clock%s."
+      % (data["date_utc"], data.get("git", "?"), h.get("kernel", "?"), h.get("cpu_model", "?"), h.get("nproc", "?"),
+         lib.get("path", "build/libxpress.so"), " (sha256 %s)" % lib["sha256"][:12] if lib.get("sha256") else "",
+         h.get("pin", "not pinned"), p["rounds"], _fmt(p["duration_s"]), ", --quick" if p.get("quick") else "",
+         data.get("wall_s", 0),
+         "" if not data.get("driver_exit") else " (driver exit status %s)" % data.get("driver_exit")))
+    w("")
+    w("Machine load: %s." % host_busy_text(data))
+    for warn in data.get("warnings") or []:
+        w("")
+        w("**Warning: %s**" % warn)
+    w("")
+    w("Produced by `bench/compare --host` (`make bench-host`); raw runs in `compare.json`, plot in `compare.svg`.")
+    w("")
+    w("Variants: " + "; ".join("**%s** = %s" % (v, _variant_desc(v, p)) for v in variants) + ".")
+    w("")
+    # what the preload did: the premise of the numbers below
+    w("## Pass-through (what the preload did)")
+    w("")
+    devs = h.get("rdma_devices") or []
+    w("RDMA devices on this host: %s." % (", ".join(devs) if devs else "none (/sys/class/infiniband is empty or absent)"))
+    xs = s["per_variant"].get("xpress")
+    if xs:
+        c, sv = xs.get("xpress_stats_client") or {}, xs.get("xpress_stats_server") or {}
+
+        def rs(a):
+            return ", ".join("%s=%d" % kv for kv in sorted(a.get("reasons", {}).items())) or "none"
+        w("")
+        w("xpress's own statistics (summed over its runs): clients (%d processes): %d rdma / %d tcp connections, "
+          "fallback reasons %s, %s B over RDMA, %s B over TCP; servers (%d processes, read live with `xpress-stat "
+          "--json` before the stop): %d rdma / %d tcp connections, fallback reasons %s."
+          % (c.get("processes", 0), c.get("rdma", 0), c.get("tcp", 0), rs(c), c.get("rdma_bytes", 0),
+             c.get("tcp_bytes", 0), sv.get("processes", 0), sv.get("rdma", 0), sv.get("tcp", 0), rs(sv)))
+        if c.get("rdma", 0) == 0 and sv.get("rdma", 0) == 0 and c.get("tcp", 0) > 0:
+            w("")
+            w("Every xpress connection stayed on kernel TCP: the xpress column is the preload's pass-through cost.")
+        elif c.get("rdma", 0) or sv.get("rdma", 0):
+            w("")
+            w("**Some xpress connections used RDMA: this is not a pure pass-through measurement.**")
+    w("")
+    w("Loopback bytes per payload byte (median): " + ", ".join(
+        "%s %s" % (v, _fmt(s["per_variant"][v].get("lo_bytes_per_app_byte"))) for v in variants) + ".")
+    w("")
+    # the main table
+    w("## Overhead vs kernel TCP (target: within %d%%)" % round(100 * HOST_TARGET))
+    w("")
+    w("tcp and xpress: median over the rounds; xpress/tcp: ratio of those medians. paired: median of the "
+      "same-round ratios xpress/tcp (each round's two runs are adjacent in time, so drift between rounds, "
+      "which hits both, cancels). overhead: how much worse xpress is, from the paired comparison (paired - 1 "
+      "where lower is better, 1/paired - 1 for the rows marked (higher); negative: xpress did better). "
+      "noise: the round-to-round scatter of the per-round overheads (1.4826 x their median absolute deviation, "
+      "about one standard deviation). within %d%%: **yes** when the overhead is at most +%d%%; "
+      "**no (within noise)** when above that but within %d%% + noise; **no** otherwise."
+      % ((round(100 * HOST_TARGET),) * 3))
+    w("")
+    w("| case | metric | tcp | xpress | xpress/tcp | paired | overhead | noise | within %d%% |"
+      % round(100 * HOST_TARGET))
+    w("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in s.get("overhead") or []:
+        w("| %s | %s, %s%s | %s | %s | %s | %s | %s | %s | %s |"
+          % (r["case"], r["label"], r["unit"], "" if r["lower_is_better"] else " (higher)",
+             _fmt(r["tcp"]) if r["tcp"] is not None else "FAILED",
+             _fmt(r["xpress"]) if r["xpress"] is not None else "FAILED",
+             "%.3f" % r["ratio"] if r["ratio"] is not None else "-",
+             "%.3f" % r["paired_ratio"] if r.get("paired_ratio") is not None else "-", _pct(r["overhead"]),
+             "+-" + _pct(r["noise"], False) if r.get("noise") is not None else "-", r["verdict"]))
+    w("")
+    cnt = s.get("overhead_counts") or {}
+    judged = sum(n for k, n in cnt.items() if k not in ("no target", "no data"))
+    w("**%d of %d metrics within %d%%; %d more above it but within this run's noise; %d outside.**"
+      % (cnt.get("yes", 0), judged, round(100 * HOST_TARGET), cnt.get("no (within noise)", 0), cnt.get("no", 0)))
+    w("")
+    w("CPU rows are both processes' CPU (getrusage, helper threads included) over xpress-bench's measured window. "
+      "Tail latencies (p99) on a 2-core machine shared with other work are the noisiest rows; a short run has "
+      "few samples beyond p99. ps is closed-loop (the next operation starts when the last ends), so its \"total "
+      "CPU in the window\" row has no target.")
+    w("")
+    _failures_md(w, s, variants)
+    _per_round_md(w, s, variants)
+    w("Reproduce: `make bench-host` (or `bench/compare --host --help`); how to read this file: "
+      "bench/compare.d/README.md.")
     with open(path, "w") as fh:
         fh.write("\n".join(L) + "\n")
 
@@ -512,6 +715,65 @@ def _panel(out, x0, y0, W, H, title, groups, variants, log, unit, ref_line=None)
                        % (cx, ty, "vi" if inside else "v", "end" if inside else "start", cx, ty, _esc(_fmt(e["v"]))))
 
 
+OROW = 20  # row height of the overhead panel
+
+
+def _overhead_panel(out, x0, y0, W, H, rows):
+    """Host mode: one horizontal bar per metric, xpress's overhead vs tcp in %
+    (right = xpress worse), whiskers min-max of the per-round overheads (cut at
+    the axis), the +-target band shaded; value and verdict in the right column."""
+    t = 100 * HOST_TARGET
+    out.append('<text x="%d" y="%d" class="t">%s</text>' % (
+        x0, y0 + 14, _esc("xpress overhead vs kernel TCP, %%, paired by round (right: xpress worse; "
+                          "green: +-%g%%; whiskers: rounds)" % t)))
+    lw, rw = 310, 180  # label column, value/verdict column
+    px0, py0, pw = x0 + lw, y0 + 30, W - lw - rw
+    vals = [t * 2.5] + [abs(100 * r["overhead"]) for r in rows
+                        if r["overhead"] is not None and math.isfinite(r["overhead"])]
+    top = max(vals) * 1.05
+    step = next(st for st in (0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200, 500, 1e3, 1e4, 1e6) if top / st <= 5)
+    span = step * math.ceil(top / step)
+
+    def X(v):
+        v = max(-span, min(span, v))
+        return px0 + (v + span) / (2 * span) * pw
+    ph = OROW * len(rows)
+    out.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#e3f1e3"/>' % (X(-t), py0, X(t) - X(-t), ph))
+    n = int(round(span / step))
+    for i in range(-n, n + 1):
+        v = step * i
+        out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="%s"/>' % (X(v), py0, X(v), py0 + ph,
+                                                                          "a" if i == 0 else "g"))
+        out.append('<text x="%.1f" y="%d" class="s" text-anchor="middle">%s</text>'
+                   % (X(v), py0 + ph + 14, _esc("%+g%%" % round(v, 2) if v else "0")))
+    for tv in (-t, t):
+        out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="r"/>' % (X(tv), py0, X(tv), py0 + ph))
+    for i, r in enumerate(rows):
+        y = py0 + i * OROW
+        if i % 2:
+            out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="#000" fill-opacity="0.03"/>'
+                       % (x0, y, W, OROW))
+        lab = "%s: %s%s" % (r["case"], r["label"], "" if r["lower_is_better"] else " (higher)")
+        out.append('<text x="%d" y="%d" class="s" text-anchor="end">%s</text>' % (px0 - 6, y + 14, _esc(lab[:56])))
+        o = r["overhead"]
+        if o is None or not math.isfinite(o):
+            out.append('<text x="%d" y="%d" class="f">no data</text>' % (px0 + pw + 10, y + 14))
+            continue
+        v = 100 * o
+        xa, xb = sorted((X(0), X(v)))
+        out.append('<rect class="bar" x="%.1f" y="%d" width="%.1f" height="12" fill="%s"><title>%s: %+.2f%% (%s)</title></rect>'
+                   % (xa, y + 4, max(0.8, xb - xa), COLORS["xpress"], _esc(lab), v, _esc(r["verdict"])))
+        per = [100 * q for q in r["overhead_by_round"] if q is not None and math.isfinite(q)]
+        if len(per) > 1:
+            out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="w"/>' % (X(min(per)), y + 10, X(max(per)), y + 10))
+            for q in (min(per), max(per)):
+                out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="w"/>' % (X(q), y + 6, X(q), y + 14))
+        col = "#2e7d32" if r["verdict"] == "yes" else "#a07c00" if r["verdict"] == "no (within noise)" else "#c62828"
+        out.append('<text x="%d" y="%d" class="s" text-anchor="end">%+.2f%%</text>' % (px0 + pw + 58, y + 14, v))
+        out.append('<text x="%d" y="%d" class="s" fill="%s" style="fill:%s">%s</text>'
+                   % (px0 + pw + 66, y + 14, col, col, _esc(r["verdict"])))
+
+
 def write_svg(data, path):
     s = data["summary"]
     variants = s["variants"]
@@ -566,28 +828,34 @@ def write_svg(data, path):
         if key:
             lab = {"pingpong": "per RT", "stream": "per GB", "ps": "per op"}[ce["scenario"]]
             cpu_groups.append(("%s %s" % (ce["case"], lab), {v: rentry(ce, v, key) for v in variants}))
-    if cpu_groups:
+    if cpu_groups and data.get("mode") != "host":  # host mode: the overhead panel has the CPU rows
         panels.append(("CPU (both sides) relative to kernel TCP (1.0 = same; lower is better)", cpu_groups, True,
                        "x tcp", 1.0))
 
     W, PH = 960, 280
-    H = 60 + PH * len(panels) + 20
+    host = data.get("mode") == "host"
+    orows = [r for r in s.get("overhead") or [] if r["has_target"]] if host else []
+    OH = 70 + OROW * len(orows) if orows else 0
+    H = 60 + OH + PH * len(panels) + 20
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
            'font-family="DejaVu Sans, Arial, sans-serif">' % (W, H, W, H),
            '<style>.t{font-size:14px;font-weight:bold}.s{font-size:11px;fill:#333}.v{font-size:9px;fill:#222}.vi{font-size:9px;fill:#fff}'
            '.f{font-size:10px;fill:#c00;font-weight:bold}.g{stroke:#ddd;stroke-width:1}.a{stroke:#333;stroke-width:1}'
            '.w{stroke:#000;stroke-width:1.2}.r{stroke:#c00;stroke-width:1;stroke-dasharray:4 3}</style>',
            '<rect width="100%" height="100%" fill="white"/>',
-           '<text x="10" y="20" class="t">xpress vs kernel TCP vs rsocket vs raw verbs, Soft-RoCE under qemu TCG '
-           '(%s, %d round%s)</text>' % (_esc(data["date_utc"]), data["params"]["rounds"],
-                                         "" if data["params"]["rounds"] == 1 else "s")]
+           '<text x="10" y="20" class="t">%s (%s, %d round%s)</text>'
+           % ("xpress pass-through vs kernel TCP on loopback, no RDMA" if host else
+              "xpress vs kernel TCP vs rsocket vs raw verbs, Soft-RoCE under qemu TCG",
+              _esc(data["date_utc"]), data["params"]["rounds"], "" if data["params"]["rounds"] == 1 else "s")]
     lx = 10
     for v in variants:
         out.append('<rect x="%d" y="32" width="12" height="12" fill="%s"/>' % (lx, COLORS[v]))
         out.append('<text x="%d" y="42" class="s">%s</text>' % (lx + 16, _esc(v)))
         lx += 24 + 8 * len(v) + 20
+    if orows:
+        _overhead_panel(out, 10, 55, W - 20, OH, orows)
     for i, (title, groups, log, unit, ref) in enumerate(panels):
-        _panel(out, 10, 55 + i * PH, W - 20, PH, title, groups, variants, log, unit, ref)
+        _panel(out, 10, 55 + OH + i * PH, W - 20, PH, title, groups, variants, log, unit, ref)
     out.append("</svg>")
     with open(path, "w") as fh:
         fh.write("\n".join(out) + "\n")
