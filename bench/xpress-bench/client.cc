@@ -152,6 +152,23 @@ Hello RunContext::data_hello(uint32_t index) const {
   return h;
 }
 
+bool RunContext::open_data_all(int n, std::vector<int>* fds,
+                               const std::function<void(Hello&)>& adjust) {
+  for (int i = 0; i < n; ++i) {
+    Hello h = data_hello(static_cast<uint32_t>(i));
+    if (adjust) adjust(h);
+    int fd = open_data(h);
+    if (fd < 0) {
+      for (int f : *fds)
+        close(f);
+      fds->clear();
+      return false;
+    }
+    fds->push_back(fd);
+  }
+  return true;
+}
+
 int RunContext::open_data(const Hello& h) {
   std::string err;
   int fd = connect_to(ep, &err);

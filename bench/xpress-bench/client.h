@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -64,6 +65,10 @@ public:
   Hello data_hello(uint32_t index) const;
   // Connects and completes the Hello/ack handshake; -1 on failure (error recorded).
   int open_data(const Hello& h);
+  // Opens data connections 0..n-1 (each Hello from data_hello, then `adjust`); on
+  // any failure closes those already open and returns false.
+  bool open_data_all(int n, std::vector<int>* fds,
+                     const std::function<void(Hello&)>& adjust = nullptr);
   // The server's counters now.
   bool server_snapshot(ServerStats* out);
   // Starts the measured window on both sides.

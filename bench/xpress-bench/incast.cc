@@ -25,16 +25,7 @@ bool run_incast(RunContext& ctx, Json* params, Json* results) {
   if (!ctx.open_control()) return false;
 
   std::vector<int> fds;
-  for (int i = 0; i < n; ++i) {
-    int fd = ctx.open_data(ctx.data_hello(static_cast<uint32_t>(i)));
-    if (fd < 0) break;
-    fds.push_back(fd);
-  }
-  if (static_cast<int>(fds.size()) != n) {
-    for (int fd : fds)
-      close(fd);
-    return false;
-  }
+  if (!ctx.open_data_all(n, &fds)) return false;
 
   const int total = o.warmup_rounds + o.rounds;
   std::vector<uint64_t> round_start(total, 0);

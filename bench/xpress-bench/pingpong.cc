@@ -44,16 +44,7 @@ bool run_pingpong(RunContext& ctx, Json* params, Json* results) {
   if (!ctx.open_control()) return false;
 
   std::vector<int> fds;
-  for (int i = 0; i < o.conns; ++i) {
-    int fd = ctx.open_data(ctx.data_hello(static_cast<uint32_t>(i)));
-    if (fd < 0) break;
-    fds.push_back(fd);
-  }
-  if (static_cast<int>(fds.size()) != o.conns) {
-    for (int fd : fds)
-      close(fd);
-    return false;
-  }
+  if (!ctx.open_data_all(o.conns, &fds)) return false;
 
   ctx.progress.start("pingpong", !o.quiet);
   const uint64_t start = now_ns();

@@ -116,19 +116,11 @@ bool run_stream(RunContext& ctx, Json* params, Json* results) {
 
   const auto dur = static_cast<uint64_t>(o.duration_s * 1e9);
   std::vector<int> fds;
-  for (int i = 0; i < o.conns; ++i) {
-    Hello h = ctx.data_hello(static_cast<uint32_t>(i));
-    h.duration_ns = dur;
-    if (o.reverse) h.flags |= kFlagReverse;
-    int fd = ctx.open_data(h);
-    if (fd < 0) break;
-    fds.push_back(fd);
-  }
-  if (static_cast<int>(fds.size()) != o.conns) {
-    for (int fd : fds)
-      close(fd);
+  if (!ctx.open_data_all(o.conns, &fds, [&](Hello& h) {
+        h.duration_ns = dur;
+        if (o.reverse) h.flags |= kFlagReverse;
+      }))
     return false;
-  }
 
   ctx.progress.start("stream", !o.quiet);
   ctx.mark();
