@@ -30,16 +30,12 @@ void env_report(const char* line, void*) {
   log::to_stderr("%s", line);
 }
 
-void atfork_prepare() {
-  track::before_fork();
-}
-void atfork_parent() {
-  track::after_fork_parent();
-}
+// Fork: the fd table holds no lock (readers are lock-free, writers use CAS),
+// so nothing is taken before the fork; the child inherits every record, as
+// its inherited TCP sockets are the same kernel sockets.
 void atfork_child() {
   log::after_fork_child();
   stats::after_fork_child();
-  track::after_fork_child();
 }
 
 void do_init() {
@@ -47,7 +43,7 @@ void do_init() {
   log::g_level = g_config.log_level;
   log::open_destination(g_config.log_file);
   real::resolve_all();
-  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  pthread_atfork(nullptr, nullptr, atfork_child);
   if (g_config.backtrace) install_backtrace_handlers();
   XP_LOG(debug, "initialised: enabled=%d stats=%d rules=%zu", g_config.enabled,
          static_cast<int>(g_config.stats), g_config.rules.count);

@@ -16,7 +16,8 @@ bool in_vfork_child();
 extern "C" void* xp_vfork_prepare();
 
 // Re-entrancy guard: rdma-core and libc call socket functions internally;
-// while a guard is held on this thread, wrappers pass straight through.
+// while a guard is held on this thread, the sockets they make are not
+// tracked as the application's connections (track.cc).
 struct InternalCall {
   InternalCall();
   ~InternalCall();

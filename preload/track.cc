@@ -92,8 +92,15 @@ SocketPool g_pool(recycle);
 // constructor ran.
 constinit FdTable g_table(&g_pool);
 
+// Sockets that rdma-core or libc open internally (while an InternalCall
+// guard is held) are not the application's connections: they are not
+// tracked, but any stale record for their number still goes.
 void on_socket(int fd, int domain, int type) {
   if (in_vfork_child() || !is_inet(domain)) return;
+  if (in_internal_call()) {
+    forget(fd);
+    return;
+  }
   ensure_init();
   int base_type = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
   Counters& c = stats::c();
@@ -117,19 +124,23 @@ void on_socket(int fd, int domain, int type) {
 
 void on_listen(int fd) {
   SocketRef r = lookup(fd);
-  if (!r || r->listener || in_vfork_child()) return;
+  if (!r || r->listener || in_vfork_child() || in_internal_call()) return;
   r->listener = true;
   stats::c().listeners.fetch_add(1, std::memory_order_relaxed);
 }
 
 void on_connect(int fd, const sockaddr* addr, socklen_t len) {
   SocketRef r = lookup(fd);
-  if (!r || r->counted || in_vfork_child()) return;
+  if (!r || r->counted || in_vfork_child() || in_internal_call()) return;
   establish(*r, Role::client, addr, len);
 }
 
 void on_accept(int listen_fd, int fd) {
   if (in_vfork_child()) return;
+  if (in_internal_call()) {
+    forget(fd);
+    return;
+  }
   SocketRef l = lookup(listen_fd);
   if (!l) {
     forget(fd);
@@ -191,12 +202,5 @@ void forget_passed_fds(const msghdr* msg) {
     }
   }
 }
-
-// Fork: the table holds no lock (readers are lock-free, writers use CAS), so
-// there is nothing to take in prepare.  The child inherits every record: an
-// inherited TCP socket keeps working as the same kernel socket.
-void before_fork() {}
-void after_fork_parent() {}
-void after_fork_child() {}
 
 } // namespace xp::track

@@ -71,8 +71,4 @@ inline void count_rx(SocketRecord& r, ssize_t n) {
   c.msgs_rx[m].fetch_add(1, std::memory_order_relaxed);
 }
 
-void before_fork();
-void after_fork_parent();
-void after_fork_child();
-
 } // namespace xp::track

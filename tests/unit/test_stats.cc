@@ -128,3 +128,29 @@ TEST_CASE("stats: per-connection counts reach the totals while open and after cl
   stats::release_slot(again);
   CHECK(alignof(ConnSlot) == 64); // rows never share a cache line
 }
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "preload/lifecycle.h"
+#include "preload/track.h"
+
+TEST_CASE("track: sockets opened inside an internal call are not the application's") {
+  int fd = socket(AF_INET, SOCK_STREAM, 0); // unit tests are not preloaded: track by hand
+  REQUIRE(fd >= 0);
+  {
+    InternalCall guard;
+    track::on_socket(fd, AF_INET, SOCK_STREAM);
+  }
+  CHECK(!track::lookup(fd));
+  track::on_socket(fd, AF_INET, SOCK_STREAM);
+  CHECK(track::lookup(fd));
+  {
+    InternalCall guard; // a stale record for a number reused internally goes
+    track::on_socket(fd, AF_INET, SOCK_STREAM);
+  }
+  CHECK(!track::lookup(fd));
+  track::on_close(fd);
+  close(fd);
+}
