@@ -181,8 +181,7 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       out[(*got)++] = Record{h, reinterpret_cast<const uint8_t*>(h) + sizeof(RecordHeader), slot};
     }
   }
-  Status st = maybe_grant();
-  return st == Status::ok ? Status::ok : st;
+  return maybe_grant();
 }
 
 Status RecordChannel::release(uint32_t slot) {
