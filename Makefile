@@ -56,6 +56,7 @@ include tests/programs/programs.mk
 include tests/verbs/verbs.mk
 include tools/tools.mk
 include tools/softroce/softroce.mk
+include tests/rdma-programs/rdma-programs.mk
 include bench/bench.mk
 include bench/xpress-bench/xpress-bench.mk
 include bench/compare.mk

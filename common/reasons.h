@@ -18,6 +18,8 @@ enum class Reason : uint8_t {
   handshake_timeout,    // the peer did not answer the upgrade in time
   resources_exhausted,  // no QP/memory/credits for another stream
   rdma_error_fallback,  // RDMA failed mid-stream; the stream continued on TCP
+  closed_during_upgrade, // the application closed it before the upgrade finished
+  fork_after_rdma,      // a fork child of a process that already used RDMA
   count
 };
 
@@ -47,6 +49,10 @@ inline const char* reason_name(Reason r) {
     return "resources_exhausted";
   case Reason::rdma_error_fallback:
     return "rdma_error_fallback";
+  case Reason::closed_during_upgrade:
+    return "closed_during_upgrade";
+  case Reason::fork_after_rdma:
+    return "fork_after_rdma";
   case Reason::count:
     break;
   }

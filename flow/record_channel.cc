@@ -1,5 +1,7 @@
 #include "flow/record_channel.h"
 
+#include "common/logsink.h"
+
 #include <cstring>
 #include <sys/mman.h>
 
@@ -71,6 +73,8 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
     return st;
   }
   ++counters_.records_sent;
+  XP_SLOG(XP_SLOG_TRACE, "rc %p: sent type %u stream %u seq %llu len %zu at %zu", (void*)this,
+          static_cast<unsigned>(type), stream, static_cast<unsigned long long>(seq), len, off);
   return Status::ok;
 }
 
@@ -178,6 +182,8 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         return Status::invalid;
       }
       ++counters_.records_received;
+      XP_SLOG(XP_SLOG_TRACE, "rc %p: got type %u stream %u seq %llu len %u at %zu", (void*)this,
+              hdr.type, hdr.stream, static_cast<unsigned long long>(hdr.seq), hdr.len, off);
       out[(*got)++] = Record{h, reinterpret_cast<const uint8_t*>(h) + sizeof(RecordHeader), slot};
     }
   }

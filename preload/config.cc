@@ -1,6 +1,7 @@
 #include "preload/config.h"
 
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 
 namespace xp {
@@ -40,6 +41,24 @@ struct Parser {
     return (i % 2) == 1;
   }
 
+  // A decimal integer in [lo, hi]; dflt when unset.
+  uint64_t number(const char* var, uint64_t lo, uint64_t hi, uint64_t dflt) {
+    const char* v = lookup(var, lookup_ctx);
+    if (v == nullptr || *v == '\0') return dflt;
+    uint64_t n = 0;
+    const char* p = v;
+    for (; *p >= '0' && *p <= '9' && n <= hi; ++p)
+      n = n * 10 + static_cast<uint64_t>(*p - '0');
+    if (*p != '\0' || p == v || n < lo || n > hi) {
+      char acc[96];
+      snprintf(acc, sizeof acc, "an integer from %llu to %llu", static_cast<unsigned long long>(lo),
+               static_cast<unsigned long long>(hi));
+      reject(var, v, acc);
+      return dflt;
+    }
+    return n;
+  }
+
   void path(const char* var, char* out, size_t n) {
     const char* v = lookup(var, lookup_ctx);
     if (v == nullptr || *v == '\0') return;
@@ -71,6 +90,19 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   p.path("XPRESS_STATS_FILE", cfg->stats_file, sizeof cfg->stats_file);
   cfg->stats_live = p.flag("XPRESS_STATS_LIVE", true);
   cfg->backtrace = p.flag("XPRESS_BACKTRACE", false);
+
+  stream::EngineParams& e = cfg->engine;
+  e.handshake_timeout_ms =
+      static_cast<uint32_t>(p.number("XPRESS_HANDSHAKE_TIMEOUT_MS", 10, 600000, e.handshake_timeout_ms));
+  e.spin_us = static_cast<uint32_t>(p.number("XPRESS_SPIN_US", 0, 1000000, e.spin_us));
+  e.streams_per_channel =
+      static_cast<uint32_t>(p.number("XPRESS_STREAMS_PER_CHANNEL", 1, 4096, e.streams_per_channel));
+  e.channels_per_peer =
+      static_cast<uint32_t>(p.number("XPRESS_CHANNELS_PER_PEER", 1, 64, e.channels_per_peer));
+  e.ring_bytes = p.number("XPRESS_RING_KB", 64, 1024, e.ring_bytes >> 10) << 10;
+  e.stream_window = p.number("XPRESS_STREAM_WINDOW_KB", 16, 65536, e.stream_window >> 10) << 10;
+  e.negative_cache_ms =
+      static_cast<uint32_t>(p.number("XPRESS_NEGATIVE_CACHE_MS", 0, 3600000, e.negative_cache_ms));
 
   const char* rules = lookup("XPRESS_RULES", lookup_ctx);
   char err[300];

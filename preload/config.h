@@ -6,6 +6,7 @@
 
 #include "preload/log.h"
 #include "preload/rules.h"
+#include "stream/engine_params.h"
 
 namespace xp {
 
@@ -20,6 +21,7 @@ struct Config {
   bool stats_live = true;               // XPRESS_STATS_LIVE
   bool backtrace = false;               // XPRESS_BACKTRACE
   RuleSet rules;                        // XPRESS_RULES
+  stream::EngineParams engine;          // XPRESS_HANDSHAKE_TIMEOUT_MS, XPRESS_SPIN_US, ...
   bool valid = true;                    // false: some value was rejected (pass-through)
 };
 

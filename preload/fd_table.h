@@ -38,6 +38,15 @@ public:
   SocketRef(const SocketRef&) = delete;
   SocketRef& operator=(const SocketRef&) = delete;
   SocketRef(SocketRef&& o) noexcept : pool_(o.pool_), r_(o.r_) { o.r_ = nullptr; }
+  SocketRef& operator=(SocketRef&& o) noexcept {
+    if (this != &o) {
+      if (r_) pool_->release(r_);
+      pool_ = o.pool_;
+      r_ = o.r_;
+      o.r_ = nullptr;
+    }
+    return *this;
+  }
   ~SocketRef() {
     if (r_) pool_->release(r_);
   }

@@ -8,6 +8,7 @@
 
 #include "preload/config.h"
 #include "preload/log.h"
+#include "stream/engine.h"
 #include "preload/real.h"
 #include "preload/stats.h"
 #include "preload/track.h"
@@ -36,6 +37,7 @@ void env_report(const char* line, void*) {
 void atfork_child() {
   log::after_fork_child();
   stats::after_fork_child();
+  stream::engine::on_fork_child();
 }
 
 void do_init() {

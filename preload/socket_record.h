@@ -11,6 +11,11 @@
 namespace xp {
 
 struct ConnSlot; // stats.h: the record's row in the live statistics
+namespace stream {
+class ReadySource;
+class Conn;
+struct ListenShare;
+} // namespace stream
 
 struct SocketRecord {
   std::atomic<uint32_t> refs{0};      // one for the fd table entry, one per reader
@@ -25,6 +30,17 @@ struct SocketRecord {
   bool listener = false;
   bool counted = false;     // connection counted in the per-mode totals
   ConnSlot* slot = nullptr; // live statistics row, or null when full
+  // Set while xpress, not the kernel, answers readiness for this socket
+  // (stream/ready_source.h); null on plain TCP sockets.
+  std::atomic<stream::ReadySource*> ready{nullptr};
+  // The connection's upgrade/RDMA state (stream/conn.h) once one exists.
+  std::atomic<stream::Conn*> conn{nullptr};
+  // A non-blocking connect in progress: the upgrade starts at the first data
+  // call (the connection is established by then).
+  std::atomic<bool> deferred{false};
+  bool outcome_pending = false;          // counted once the upgrade decided
+  std::atomic<int> names{1};             // fds naming this record (dup family)
+  stream::ListenShare* share = nullptr;  // listener: rendezvous state (engine.h)
 };
 
 } // namespace xp

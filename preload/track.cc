@@ -8,6 +8,12 @@
 #include "preload/config.h"
 #include "preload/lifecycle.h"
 #include "preload/log.h"
+#include "common/logsink.h"
+#include "preload/test_user_mode.h"
+#include "preload/test_user_mode.h"
+#include "stream/conn.h"
+#include "stream/engine.h"
+#include "stream/ready_source.h"
 #include "stream/upgrade_policy.h"
 
 namespace xp::track {
@@ -16,6 +22,12 @@ namespace {
 void recycle(SocketRecord* r) {
   stats::release_slot(r->slot);
   r->slot = nullptr;
+  r->ready.store(nullptr, std::memory_order_relaxed);
+  if (stream::Conn* c = r->conn.exchange(nullptr)) c->unref();
+  r->deferred.store(false, std::memory_order_relaxed);
+  r->outcome_pending = false;
+  r->names.store(1, std::memory_order_relaxed);
+  r->share = nullptr;
 }
 
 bool is_inet(int domain) {
@@ -43,9 +55,84 @@ void fill_endpoint(const sockaddr_storage& ss, uint8_t* addr, uint16_t* port, ui
   }
 }
 
-// A connection is established (either role): decide its mode, count it and
-// give it a live statistics row.
-void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t rule_len) {
+// Count a connection under its (final) mode and reason.
+void count_outcome(SocketRecord& r, Mode m, Reason why) {
+  r.mode = m;
+  r.reason = why;
+  Counters& c = stats::c();
+  c.connections[static_cast<int>(m)].fetch_add(1, std::memory_order_relaxed);
+  if (why != Reason::none)
+    c.fallbacks[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+  if (ConnSlot* s = r.slot) {
+    s->mode = static_cast<uint8_t>(m);
+    s->reason = static_cast<uint8_t>(why);
+  }
+  r.outcome_pending = false;
+  XP_LOG(debug, "fd %d: %s%s%s", r.fd, mode_name(m), why == Reason::none ? "" : " reason=",
+         why == Reason::none ? "" : reason_name(why));
+}
+
+// The engine decided (engine thread or a data call): rdma, or tcp and why.
+void on_outcome(int fd, Mode m, Reason why) {
+  SocketRef r = lookup(fd);
+  if (!r || !r->outcome_pending) return;
+  count_outcome(*r, m, why);
+}
+
+// Readiness moves between the kernel and the connection (stream/ready_source.h).
+void (*g_readiness_hook)(int fd, stream::ReadySource* now) = nullptr;
+void on_mode(int fd, stream::ReadySource* now) {
+  SocketRef r = lookup(fd);
+  if (!r) return;
+  r->ready.store(now, std::memory_order_release);
+  if (g_readiness_hook) g_readiness_hook(fd, now);
+}
+
+void stream_log(int level, const char* fmt, va_list ap) {
+  log::vwrite(static_cast<LogLevel>(level), fmt, ap);
+}
+
+void engine_config_once() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  logsink::install(stream_log, static_cast<int>(config().log_level));
+  stream::engine::configure(config().engine);
+  stream::engine::set_outcome_hook(on_outcome);
+  stream::set_mode_hook(on_mode);
+}
+
+// Hand a connected socket to the engine; true when the upgrade started.
+bool start_upgrade(SocketRecord& r, Role role, Reason* why) {
+  sockaddr_storage me, peer;
+  socklen_t ml, pl;
+  if (!raw_name(r.fd, false, &me, &ml) || !raw_name(r.fd, true, &peer, &pl)) {
+    *why = Reason::handshake_failed;
+    return false;
+  }
+  engine_config_once();
+  *why = stream::engine::unavailable();
+  if (*why != Reason::none) return false;
+  stream::Conn* c;
+  {
+    InternalCall guard; // rdma-core opens files and sockets of its own
+    if (role == Role::client)
+      c = stream::engine::on_connect(r.fd, reinterpret_cast<sockaddr*>(&me),
+                                     reinterpret_cast<sockaddr*>(&peer), why);
+    else
+      c = stream::engine::on_accept(r.fd, r.share, reinterpret_cast<sockaddr*>(&me),
+                                    reinterpret_cast<sockaddr*>(&peer), why);
+  }
+  if (c == nullptr) return false;
+  r.outcome_pending = true;
+  r.conn.store(c, std::memory_order_release);
+  on_mode(r.fd, c); // from now on xpress answers readiness
+  return true;
+}
+
+// A connection is established (either role): decide whether it tries the
+// upgrade, count it when that is already decided, give it a live row.
+void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t rule_len,
+               bool connected, SocketRecord* listener) {
   const Config& cfg = config();
   stream::UpgradeInputs in{cfg.enabled, false};
   if (cfg.enabled) in.rule_allows = rules_allow(cfg.rules, role, rule_addr, rule_len);
@@ -55,12 +142,7 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
     why = stream::upgrade_decision(in);
   }
   r.role = role;
-  r.mode = why == Reason::none ? Mode::rdma : Mode::tcp;
-  r.reason = why;
-  Counters& c = stats::c();
-  c.connections[static_cast<int>(r.mode)].fetch_add(1, std::memory_order_relaxed);
-  if (why != Reason::none)
-    c.fallbacks[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+  test_user_mode::on_established(r);
   r.counted = true;
   stats::publish_live();
   ConnSlot* s = stats::claim_slot(r.fd);
@@ -74,15 +156,45 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
       memcpy(&ss, rule_addr, rule_len); // non-blocking connect still in progress
       fill_endpoint(ss, s->peer, &s->peer_port, &s->family);
     }
-    s->mode = static_cast<uint8_t>(r.mode);
-    s->reason = static_cast<uint8_t>(r.reason);
+    s->mode = static_cast<uint8_t>(Mode::tcp);
+    s->reason = static_cast<uint8_t>(Reason::none);
     s->role = static_cast<uint8_t>(role);
   }
   r.slot = s;
-  XP_LOG(debug, "fd %d %s: %s%s%s", r.fd, role == Role::client ? "connected" : "accepted",
-         mode_name(r.mode),
-         why == Reason::none ? "" : " reason=", why == Reason::none ? "" : reason_name(why));
+  if (why == Reason::none && role == Role::server) {
+    if (listener && listener->share) {
+      r.share = listener->share;
+      if (start_upgrade(r, role, &why)) return;
+    } else {
+      why = Reason::handshake_failed; // the listener has no rendezvous state
+    }
+  } else if (why == Reason::none && role == Role::client) {
+    if (!connected) {
+      r.outcome_pending = true;
+      r.deferred.store(true, std::memory_order_release);
+      return;
+    }
+    if (start_upgrade(r, role, &why)) return;
+  }
+  count_outcome(r, Mode::tcp, why);
+  test_user_mode::on_established(r); // XPRESS_TEST_USER_MODE=1 only
 }
+
+} // namespace
+
+// The first data call on a socket whose non-blocking connect was pending.
+void start_deferred(SocketRecord& r) {
+  if (!r.deferred.exchange(false)) return;
+  Reason why;
+  if (start_upgrade(r, Role::client, &why)) return;
+  count_outcome(r, Mode::tcp, why);
+}
+
+void set_readiness_hook(void (*h)(int fd, stream::ReadySource* now)) {
+  g_readiness_hook = h;
+}
+
+namespace {
 
 SocketPool g_pool(recycle);
 
@@ -127,12 +239,26 @@ void on_listen(int fd) {
   if (!r || r->listener || in_vfork_child() || in_internal_call()) return;
   r->listener = true;
   stats::c().listeners.fetch_add(1, std::memory_order_relaxed);
+  // Rendezvous state for the connections this socket will accept, created
+  // here so that fork children inheriting the socket share it.  No RDMA
+  // resource is touched: a master that only listens never opens a device.
+  const Config& cfg = config();
+  if (cfg.enabled && r->domain == AF_INET) {
+    bool dev;
+    {
+      InternalCall guard;
+      dev = stream::engine::unavailable() == Reason::none;
+    }
+    if (dev) r->share = stream::engine::on_listen(fd);
+  }
 }
 
 void on_connect(int fd, const sockaddr* addr, socklen_t len) {
   SocketRef r = lookup(fd);
   if (!r || r->counted || in_vfork_child() || in_internal_call()) return;
-  establish(*r, Role::client, addr, len);
+  sockaddr_storage peer;
+  socklen_t pl;
+  establish(*r, Role::client, addr, len, raw_name(fd, true, &peer, &pl), nullptr);
 }
 
 void on_accept(int listen_fd, int fd) {
@@ -153,13 +279,32 @@ void on_accept(int listen_fd, int fd) {
   sockaddr_storage ss;
   socklen_t len;
   bool have = raw_name(fd, false, &ss, &len);
-  establish(*r, Role::server, have ? reinterpret_cast<sockaddr*>(&ss) : nullptr, have ? len : 0);
+  establish(*r, Role::server, have ? reinterpret_cast<sockaddr*>(&ss) : nullptr, have ? len : 0,
+            true, l.get());
+}
+
+// The last fd naming a connection goes: the stream closes (FIN after every
+// byte written), and an undecided upgrade is counted as such.
+void closing(SocketRecord& r) {
+  if (r.names.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (stream::Conn* c = r.conn.load(std::memory_order_acquire)) {
+    // A server that never heard from the client's xpress: a plain client.
+    Reason why = c->role == recover::Role::server && !c->heard_from_peer.load()
+                     ? Reason::peer_not_accelerated
+                     : Reason::closed_during_upgrade;
+    if (r.outcome_pending) count_outcome(r, Mode::tcp, why);
+    stream::engine::on_close(c);
+  } else if (r.outcome_pending) {
+    count_outcome(r, Mode::tcp, Reason::closed_during_upgrade);
+  }
 }
 
 void on_close(int fd) {
   if (in_vfork_child()) return;
   FdTable& t = table();
-  if (!t.empty()) t.remove(fd);
+  if (t.empty()) return;
+  if (SocketRef r = t.get(fd)) closing(*r);
+  t.remove(fd);
 }
 
 void on_close_range(unsigned first, unsigned last) {
@@ -168,7 +313,10 @@ void on_close_range(unsigned first, unsigned last) {
   if (t.empty()) return;
   int hi = last > 0x7fffffffu ? 0x7fffffff : static_cast<int>(last);
   if (first > 0x7fffffffu) return;
-  t.for_each_in(static_cast<int>(first), hi, [&](int fd) { t.remove(fd); });
+  t.for_each_in(static_cast<int>(first), hi, [&](int fd) {
+    if (SocketRef r = t.get(fd)) closing(*r);
+    t.remove(fd);
+  });
 }
 
 void on_dup(int oldfd, int newfd) {
@@ -178,7 +326,9 @@ void on_dup(int oldfd, int newfd) {
     forget(newfd);
     return;
   }
+  if (SocketRef old = lookup(newfd)) closing(*old); // dup2 over a tracked socket closes it
   r->refs.fetch_add(1, std::memory_order_relaxed); // the new table entry's reference
+  r->names.fetch_add(1, std::memory_order_relaxed);
   table().install(newfd, r.get());
 }
 

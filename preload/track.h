@@ -42,6 +42,11 @@ void on_close_range(unsigned first, unsigned last);
 void on_dup(int oldfd, int newfd);
 // An fd created by a call that makes no socket: any stale record goes.
 void forget(int fd);
+// The upgrade of a connected non-blocking socket starts at its first data call.
+void start_deferred(SocketRecord& r);
+// The readiness layer's part of a readiness-source change (stream/ready_source.h).
+void set_readiness_hook(void (*h)(int fd, stream::ReadySource* now));
+
 // Descriptors that arrived with SCM_RIGHTS.
 void forget_passed_fds(const struct msghdr* msg);
 

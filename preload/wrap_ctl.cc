@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 
 #include "preload/boundary.h"
+#include "preload/readiness.h"
+#include "stream/conn_io.h"
 
 using namespace xp;
 
@@ -20,6 +22,7 @@ int do_fcntl(real::fcntl_fn fn, int fd, int cmd, void* arg) {
   int r = fn(fd, cmd, arg);
   if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
     int saved = errno;
+    readiness::on_dup(fd, r);
     track::on_dup(fd, r);
     errno = saved;
   }
@@ -48,6 +51,15 @@ XP_EXPORT int ioctl(int fd, unsigned long request, ...) noexcept {
   va_start(ap, request);
   void* arg = va_arg(ap, void*);
   va_end(ap);
+  if (request == FIONREAD && arg != nullptr) {
+    SocketRef r = track::lookup(fd);
+    stream::Conn* c = r ? r->conn.load(std::memory_order_acquire) : nullptr;
+    if (c && c->phase.load() != stream::Phase::tcp) {
+      bool kernel;
+      int x = stream::io::readable_bytes(c, static_cast<int*>(arg), &kernel);
+      if (!kernel) return x;
+    }
+  }
   return XP_REAL(ioctl, fd, request, arg);
 }
 

@@ -6,11 +6,63 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <sys/ioctl.h>
+
 #include "preload/boundary.h"
+#include "stream/conn_io.h"
 
 using namespace xp;
 
 namespace {
+
+// Whether fd needs the connection path (an upgrade under way or done, or
+// one to start): one relaxed load on plain TCP sockets.
+inline bool slow(SocketRecord* s) {
+  return s && __builtin_expect(s->conn.load(std::memory_order_relaxed) != nullptr ||
+                                   s->deferred.load(std::memory_order_relaxed),
+                               0);
+}
+
+// The connection behind fd, counted, once any deferred upgrade started;
+// null when the kernel serves fd.
+struct ConnRef {
+  SocketRef rec;
+  stream::Conn* c = nullptr;
+};
+bool conn_of(int fd, ConnRef* out) {
+  out->rec = track::lookup(fd);
+  if (!out->rec) return false;
+  if (out->rec->deferred.load(std::memory_order_acquire)) {
+    int saved = errno;
+    track::start_deferred(*out->rec);
+    errno = saved;
+  }
+  out->c = out->rec->conn.load(std::memory_order_acquire);
+  return out->c != nullptr && out->c->phase.load(std::memory_order_acquire) != stream::Phase::tcp;
+}
+
+// recv/send through the connection; *kernel when the kernel must do it.
+ssize_t conn_recv(int fd, const iovec* iov, int n, int flags, bool* kernel) {
+  ConnRef r;
+  if (!conn_of(fd, &r)) {
+    *kernel = true;
+    return 0;
+  }
+  return stream::io::recv(r.c, iov, n, flags, kernel);
+}
+ssize_t conn_send(int fd, const iovec* iov, int n, int flags, bool* kernel) {
+  ConnRef r;
+  if (!conn_of(fd, &r)) {
+    *kernel = true;
+    return 0;
+  }
+  return stream::io::send(r.c, iov, n, flags, kernel);
+}
+
+// Staging for sendfile/splice on RDMA streams (no allocation per call).
+constexpr size_t kStage = 64 * 1024;
+thread_local char t_stage[kStage];
 
 // TCP-mode sockets only need their statistics updated: an uncounted peek
 // suffices (a close racing the call at worst credits the bytes to a
@@ -37,16 +89,33 @@ ssize_t mmsg_bytes(const struct mmsghdr* v, int n) {
 
 XP_EXPORT ssize_t read(int fd, void* buf, size_t count) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s)) {
+    bool kernel;
+    iovec v{buf, count};
+    ssize_t r = conn_recv(fd, &v, 1, 0, &kernel);
+    if (!kernel) return count_rx(s, r);
+  }
   return count_rx(s, XP_REAL(read, fd, buf, count));
 }
 
 XP_EXPORT ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s) && iovcnt >= 0) {
+    bool kernel;
+    ssize_t r = conn_recv(fd, iov, iovcnt, 0, &kernel);
+    if (!kernel) return count_rx(s, r);
+  }
   return count_rx(s, XP_REAL(readv, fd, iov, iovcnt));
 }
 
 XP_EXPORT ssize_t recv(int fd, void* buf, size_t len, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s)) {
+    bool kernel;
+    iovec v{buf, len};
+    ssize_t r = conn_recv(fd, &v, 1, flags, &kernel);
+    if (!kernel) return (flags & MSG_PEEK) ? r : count_rx(s, r);
+  }
   ssize_t r = XP_REAL(recv, fd, buf, len, flags);
   return (flags & MSG_PEEK) ? r : count_rx(s, r);
 }
@@ -54,12 +123,33 @@ XP_EXPORT ssize_t recv(int fd, void* buf, size_t len, int flags) {
 XP_EXPORT ssize_t recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* addr,
                            socklen_t* alen) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s)) {
+    bool kernel;
+    iovec v{buf, len};
+    ssize_t r = conn_recv(fd, &v, 1, flags, &kernel);
+    if (!kernel) {
+      if (r >= 0 && addr && alen) *alen = 0; // TCP reports no source address
+      return (flags & MSG_PEEK) ? r : count_rx(s, r);
+    }
+  }
   ssize_t r = XP_REAL(recvfrom, fd, buf, len, flags, addr, alen);
   return (flags & MSG_PEEK) ? r : count_rx(s, r);
 }
 
 XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s) && msg != nullptr && msg->msg_iovlen <= 1024) {
+    bool kernel;
+    ssize_t r = conn_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &kernel);
+    if (!kernel) {
+      if (r >= 0) {
+        msg->msg_namelen = 0;
+        msg->msg_controllen = 0; // no ancillary data travels over RDMA
+        msg->msg_flags = 0;
+      }
+      return (flags & MSG_PEEK) ? r : count_rx(s, r);
+    }
+  }
   ssize_t r = XP_REAL(recvmsg, fd, msg, flags);
   if (r >= 0 && msg != nullptr && msg->msg_controllen > 0) {
     int saved = errno;
@@ -72,6 +162,34 @@ XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
 XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags,
                        struct timespec* timeout) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s) && vec != nullptr && vlen > 0) {
+    // One message per stream read: the first as the flags say, the rest
+    // only while bytes are ready (a byte stream has no message boundaries).
+    unsigned i = 0;
+    for (; i < vlen; ++i) {
+      bool kernel;
+      int f = i == 0 ? (flags & ~MSG_WAITFORONE) : (flags | MSG_DONTWAIT);
+      if ((flags & MSG_WAITFORONE) && i > 0) f |= MSG_DONTWAIT;
+      msghdr* m = &vec[i].msg_hdr;
+      ssize_t r = conn_recv(fd, m->msg_iov, static_cast<int>(m->msg_iovlen), f, &kernel);
+      if (kernel) break;
+      if (r < 0) {
+        if (i == 0) return -1;
+        break;
+      }
+      vec[i].msg_len = static_cast<unsigned>(r);
+      m->msg_controllen = 0;
+      m->msg_flags = 0;
+      if (r == 0) {
+        ++i;
+        break;
+      }
+    }
+    if (i > 0) {
+      if (!(flags & MSG_PEEK)) count_rx(s, mmsg_bytes(vec, static_cast<int>(i)));
+      return static_cast<int>(i);
+    }
+  }
   int n = XP_REAL(recvmmsg, fd, vec, vlen, flags, timeout);
   if (n > 0) {
     int saved = errno;
@@ -87,44 +205,137 @@ XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags
 
 XP_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s)) {
+    bool kernel;
+    iovec v{const_cast<void*>(buf), count};
+    ssize_t r = conn_send(fd, &v, 1, 0, &kernel);
+    if (!kernel) return count_tx(s, r);
+  }
   return count_tx(s, XP_REAL(write, fd, buf, count));
 }
 
 XP_EXPORT ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s) && iovcnt >= 0) {
+    bool kernel;
+    ssize_t r = conn_send(fd, iov, iovcnt, 0, &kernel);
+    if (!kernel) return count_tx(s, r);
+  }
   return count_tx(s, XP_REAL(writev, fd, iov, iovcnt));
 }
 
 XP_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s)) {
+    bool kernel;
+    iovec v{const_cast<void*>(buf), len};
+    ssize_t r = conn_send(fd, &v, 1, flags, &kernel);
+    if (!kernel) return count_tx(s, r);
+  }
   return count_tx(s, XP_REAL(send, fd, buf, len, flags));
 }
 
 XP_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags,
                          const struct sockaddr* addr, socklen_t alen) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s)) { // a connected TCP socket ignores the address
+    bool kernel;
+    iovec v{const_cast<void*>(buf), len};
+    ssize_t r = conn_send(fd, &v, 1, flags, &kernel);
+    if (!kernel) return count_tx(s, r);
+  }
   return count_tx(s, XP_REAL(sendto, fd, buf, len, flags, addr, alen));
 }
 
 XP_EXPORT ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s) && msg != nullptr && msg->msg_iovlen <= 1024) {
+    bool kernel;
+    ssize_t r = conn_send(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &kernel);
+    if (!kernel) return count_tx(s, r);
+  }
   return count_tx(s, XP_REAL(sendmsg, fd, msg, flags));
 }
 
 XP_EXPORT int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (slow(s) && vec != nullptr && vlen > 0) {
+    unsigned i = 0;
+    for (; i < vlen; ++i) {
+      bool kernel;
+      msghdr* m = &vec[i].msg_hdr;
+      ssize_t r = conn_send(fd, m->msg_iov, static_cast<int>(m->msg_iovlen), flags, &kernel);
+      if (kernel) break;
+      if (r < 0) {
+        if (i == 0) return -1;
+        break;
+      }
+      vec[i].msg_len = static_cast<unsigned>(r);
+    }
+    if (i > 0) {
+      count_tx(s, mmsg_bytes(vec, static_cast<int>(i)));
+      return static_cast<int>(i);
+    }
+  }
   int n = XP_REAL(sendmmsg, fd, vec, vlen, flags);
   if (n > 0) count_tx(s, mmsg_bytes(vec, n));
   return n;
 }
 
+namespace {
+
+// sendfile onto a stream: file bytes through a staging buffer.  The file
+// offset (or position) advances only by what the stream took.
+ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bool* kernel) {
+  ConnRef r;
+  if (!conn_of(out_fd, &r)) {
+    *kernel = true;
+    return 0;
+  }
+  *kernel = false;
+  size_t done = 0;
+  while (done < count) {
+    size_t want = count - done < kStage ? count - done : kStage;
+    ssize_t n = offset ? pread64(in_fd, t_stage, want, *offset) : XP_REAL(read, in_fd, t_stage, want);
+    if (n < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+    if (n == 0) break;
+    iovec v{t_stage, static_cast<size_t>(n)};
+    bool k2;
+    ssize_t w = stream::io::send(r.c, &v, 1, done > 0 ? MSG_DONTWAIT : 0, &k2);
+    if (k2) w = XP_REAL(write, out_fd, t_stage, static_cast<size_t>(n));
+    size_t took = w > 0 ? static_cast<size_t>(w) : 0;
+    if (offset) *offset += static_cast<off64_t>(took);
+    else if (took < static_cast<size_t>(n)) lseek64(in_fd, static_cast<off64_t>(took) - n, SEEK_CUR);
+    done += took;
+    if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+    if (took < static_cast<size_t>(n)) break;
+  }
+  return static_cast<ssize_t>(done);
+}
+
+} // namespace
+
 XP_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {
   SocketRecord* s = track::peek(out_fd);
+  if (slow(s)) {
+    bool kernel;
+    off64_t o = offset ? *offset : 0;
+    ssize_t r = stream_sendfile(out_fd, in_fd, offset ? &o : nullptr, count, &kernel);
+    if (!kernel) {
+      if (offset) *offset = static_cast<off_t>(o);
+      return count_tx(s, r);
+    }
+  }
   return count_tx(s, XP_REAL(sendfile, out_fd, in_fd, offset, count));
 }
 
 XP_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) noexcept {
   SocketRecord* s = track::peek(out_fd);
+  if (slow(s)) {
+    bool kernel;
+    ssize_t r = stream_sendfile(out_fd, in_fd, offset, count, &kernel);
+    if (!kernel) return count_tx(s, r);
+  }
   return count_tx(s, XP_REAL(sendfile64, out_fd, in_fd, offset, count));
 }
 
@@ -132,6 +343,48 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
                          unsigned int flags) {
   SocketRecord* in = track::peek(fd_in);
   SocketRecord* out = track::peek(fd_out);
+  if (slow(out) && off_out == nullptr) {
+    // pipe (or file) -> stream: read what the stream will take, send it all.
+    ConnRef r;
+    if (conn_of(fd_out, &r)) {
+      size_t want = len < kStage ? len : kStage;
+      ssize_t n = off_in ? pread64(fd_in, t_stage, want, *off_in) : XP_REAL(read, fd_in, t_stage, want);
+      if (n <= 0) return n;
+      if (off_in) *off_in += n;
+      size_t done = 0;
+      while (done < static_cast<size_t>(n)) {
+        iovec v{t_stage + done, static_cast<size_t>(n) - done};
+        bool k;
+        ssize_t w = stream::io::send(r.c, &v, 1, 0, &k);
+        if (k) w = XP_REAL(write, fd_out, t_stage + done, static_cast<size_t>(n) - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
+        done += static_cast<size_t>(w);
+      }
+      return count_tx(out, static_cast<ssize_t>(done));
+    }
+  }
+  if (slow(in) && off_in == nullptr) {
+    // stream -> pipe: peek, write what the pipe takes, then consume that much.
+    ConnRef r;
+    if (conn_of(fd_in, &r)) {
+      size_t want = len < kStage ? len : kStage;
+      iovec v{t_stage, want};
+      bool k;
+      int f = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
+      ssize_t n = stream::io::recv(r.c, &v, 1, f | MSG_PEEK, &k);
+      if (!k) {
+        if (n <= 0) return n;
+        ssize_t w = off_out ? pwrite64(fd_out, t_stage, static_cast<size_t>(n), *off_out)
+                            : XP_REAL(write, fd_out, t_stage, static_cast<size_t>(n));
+        if (w <= 0) return w;
+        if (off_out) *off_out += w;
+        iovec c{t_stage, static_cast<size_t>(w)};
+        stream::io::recv(r.c, &c, 1, MSG_DONTWAIT, &k);
+        return count_rx(in, w);
+      }
+    }
+  }
   ssize_t r = XP_REAL(splice, fd_in, off_in, fd_out, off_out, len, flags);
   count_rx(in, r);
   return count_tx(out, r);

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "preload/boundary.h"
+#include "preload/readiness.h"
+#include "stream/conn_io.h"
 
 using namespace xp;
 
@@ -69,41 +71,66 @@ XP_EXPORT int connect(int fd, const struct sockaddr* addr, socklen_t len) {
 }
 
 XP_EXPORT int shutdown(int fd, int how) noexcept {
+  SocketRef r = track::lookup(fd);
+  if (r) {
+    stream::Conn* c = r->conn.load(std::memory_order_acquire);
+    if (c && c->phase.load() != stream::Phase::tcp) {
+      bool kernel;
+      int x = stream::io::shutdown(c, how, &kernel);
+      if (!kernel) return x;
+    }
+  }
   return XP_REAL(shutdown, fd, how);
 }
 
 XP_EXPORT int close(int fd) {
   // Forget first: once the kernel closes, the number can be reused at once by
   // another thread's socket(), whose record we must not drop.
+  readiness::on_close(fd);
   track::on_close(fd);
   return XP_REAL(close, fd);
 }
 
 XP_EXPORT int close_range(unsigned int first, unsigned int last, int flags) noexcept {
-  if ((flags & CLOSE_RANGE_CLOEXEC) == 0 && first <= last) track::on_close_range(first, last);
+  if ((flags & CLOSE_RANGE_CLOEXEC) == 0 && first <= last) {
+    readiness::on_close_range(first, last);
+    track::on_close_range(first, last);
+  }
   return XP_REAL(close_range, first, last, flags);
 }
 
 XP_EXPORT void closefrom(int lowfd) noexcept {
-  if (lowfd >= 0) track::on_close_range(static_cast<unsigned>(lowfd), ~0u);
+  if (lowfd >= 0) {
+    readiness::on_close_range(static_cast<unsigned>(lowfd), ~0u);
+    track::on_close_range(static_cast<unsigned>(lowfd), ~0u);
+  }
   auto fn = real::closefrom();
   if (fn) fn(lowfd);
 }
 
 XP_EXPORT int dup(int fd) noexcept {
   int nfd = XP_REAL(dup, fd);
-  if (nfd >= 0) track::on_dup(fd, nfd);
+  if (nfd >= 0) {
+    readiness::on_dup(fd, nfd);
+    track::on_dup(fd, nfd);
+  }
   return nfd;
 }
 
 XP_EXPORT int dup2(int fd, int fd2) noexcept {
   int r = XP_REAL(dup2, fd, fd2);
-  if (r >= 0) track::on_dup(fd, r);
+  if (r >= 0) {
+    readiness::on_dup(fd, r);
+    track::on_dup(fd, r);
+  }
   return r;
 }
 
 XP_EXPORT int dup3(int fd, int fd2, int flags) noexcept {
   int r = XP_REAL(dup3, fd, fd2, flags);
-  if (r >= 0) track::on_dup(fd, r);
+  if (r >= 0) {
+    readiness::on_dup(fd, r);
+    track::on_dup(fd, r);
+  }
   return r;
 }

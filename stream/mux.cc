@@ -1,5 +1,7 @@
 #include "stream/mux.h"
 
+#include "common/logsink.h"
+
 #include "recover/upgrade_wire.h"
 
 #include <new>
@@ -90,6 +92,11 @@ Status Stream::set_rx_start(uint64_t s) {
   rx_next_ = delivered_ = acked_sent_ = s;
   rx_start_set_ = true;
   return Status::ok;
+}
+
+void Stream::reset() {
+  if (!reset_ && !mux_->failed_) mux_->channel_.send_control(RecordType::rst, id_, window_.next());
+  reset_ = true;
 }
 
 Status Stream::shutdown_write() {
@@ -197,11 +204,20 @@ Status Mux::progress() {
         rs = control_ ? control_(control_ctx_, h, r[i].payload) : Status::invalid;
       } else if (s == nullptr) {
         ++counters_.unknown_stream_records;
+        XP_SLOG(XP_SLOG_DEBUG, "channel: record type %u for closed stream %u dropped", h.type,
+                h.stream);
+        // Data for a stream closed here: the kernel would answer with a
+        // reset, so that a writer on the other side does not wait forever
+        // for a window that never opens.
+        if (h.type == static_cast<uint8_t>(flow::RecordType::data))
+          channel_.send_control(RecordType::rst, h.stream, h.seq);
       } else {
         rs = s->on_record(h, r[i].payload);
       }
       channel_.release(r[i].slot);
       if (rs != Status::ok) {
+        XP_SLOG(XP_SLOG_WARN, "channel: record type %u stream %u seq %llu len %u refused: %s",
+                h.type, h.stream, static_cast<unsigned long long>(h.seq), h.len, status_name(rs));
         failed_ = true;
         return Status::invalid;
       }

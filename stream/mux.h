@@ -60,6 +60,10 @@ public:
   bool readable() const { return rx_.size() > 0 || fin_received_ || reset_; }
   bool writable() const;
   bool peer_finished() const { return fin_received_; }
+  bool write_shut() const { return fin_sent_; }
+  uint64_t received() const { return rx_next_; } // sequence after the last byte received
+  // Abort: tell the peer (RST) and fail local calls.
+  void reset();
   bool was_reset() const { return reset_; }
 
   // Sequence state (recovery resumes from these).

@@ -11,11 +11,10 @@ struct UpgradeInputs {
   bool rule_allows; // XPRESS_RULES verdict for this connection
 };
 
-// Reason::none means: try the upgrade.  Until the RDMA data path exists, a
-// connection that could be upgraded reports handshake_failed.
+// Reason::none means: try the upgrade (stream/engine.h).
 Reason upgrade_decision(const UpgradeInputs& in);
 
 // Whether this build contains the RDMA upgrade (the data path issue adds it).
-constexpr bool kUpgradeBuilt = false;
+constexpr bool kUpgradeBuilt = true;
 
 } // namespace xp::stream

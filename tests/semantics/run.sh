@@ -12,6 +12,12 @@
 # also be the same in both runs, and `nm` must show that the fortified binary
 # calls __recv_chk and __read_chk.  Transcripts: BIN_DIR/{plain,xpress}.<bin>.txt.
 # The last line is "N passed, M failed"; the exit status is 1 on any failure.
+#
+# SEM_XPRESS_ENV="VAR=VALUE ..." is added to the environment of the preloaded
+# run only, and SEM_TAG (default "xpress") names its transcripts, e.g.
+#   SEM_TAG=usermode SEM_XPRESS_ENV=XPRESS_TEST_USER_MODE=1 run.sh ...
+# runs the preloaded side with every connected socket in user mode
+# (BIN_DIR/usermode.<bin>.txt), still compared with the plain run.
 set -uo pipefail
 
 BIN_DIR=${1:?usage: run.sh BIN_DIR LIB [CASE...]}
@@ -19,6 +25,8 @@ LIB=${2:?usage: run.sh BIN_DIR LIB [CASE...]}
 shift 2
 SELECT=("$@")
 RUN_TIMEOUT=${SEM_RUN_TIMEOUT:-300}
+TAG=${SEM_TAG:-xpress}
+read -r -a XENV <<<"${SEM_XPRESS_ENV:-}"
 
 passed=0
 failed=0
@@ -87,12 +95,12 @@ for bin in semantics semantics-fortify; do
   env -u LD_PRELOAD timeout -k 5 "$RUN_TIMEOUT" "$exe" "${args[@]}" \
     >"$BIN_DIR/plain.$bin.txt" 2>"$BIN_DIR/plain.$bin.err"
   rc_plain=$?
-  env LD_PRELOAD="$LIB" timeout -k 5 "$RUN_TIMEOUT" "$exe" "${args[@]}" \
-    >"$BIN_DIR/xpress.$bin.txt" 2>"$BIN_DIR/xpress.$bin.err"
+  env "${XENV[@]}" LD_PRELOAD="$LIB" timeout -k 5 "$RUN_TIMEOUT" "$exe" "${args[@]}" \
+    >"$BIN_DIR/$TAG.$bin.txt" 2>"$BIN_DIR/$TAG.$bin.err"
   rc_xpress=$?
   split_cases "$BIN_DIR/plain.$bin.txt" "$tmp/plain"
-  split_cases "$BIN_DIR/xpress.$bin.txt" "$tmp/xpress"
-  names=$( (grep '^=== ' "$BIN_DIR/plain.$bin.txt"; grep '^=== ' "$BIN_DIR/xpress.$bin.txt") |
+  split_cases "$BIN_DIR/$TAG.$bin.txt" "$tmp/xpress"
+  names=$( (grep '^=== ' "$BIN_DIR/plain.$bin.txt"; grep '^=== ' "$BIN_DIR/$TAG.$bin.txt") |
     awk '!seen[$2]++ { print $2 }')
   for name in $names; do
     p=$tmp/plain/$name
@@ -112,12 +120,12 @@ for bin in semantics semantics-fortify; do
       grep -E '^FAIL|^--- FAIL' "$p" | sed 's/^/    /'
     else
       fail "$name" "transcripts differ (plain: $vp, with LD_PRELOAD: $vx):"
-      diff -u --label "plain/$name" --label "xpress/$name" "$p" "$x" 2>&1 | sed 's/^/    /'
+      diff -u --label "plain/$name" --label "$TAG/$name" "$p" "$x" 2>&1 | sed 's/^/    /'
     fi
   done
   if [ "$rc_plain" != "$rc_xpress" ]; then
     fail "$bin-exit-code" "exit code $rc_plain without the library, $rc_xpress with it"
-    for r in plain xpress; do
+    for r in plain "$TAG"; do
       if [ -s "$BIN_DIR/$r.$bin.err" ]; then
         echo "    stderr ($r):"
         head -20 "$BIN_DIR/$r.$bin.err" | sed 's/^/      /'

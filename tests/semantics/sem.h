@@ -125,7 +125,10 @@ const char* signame(int sig);  // "SIGPIPE"
 const char* fdflags(int fl);   // F_GETFL result: "O_RDWR|O_NONBLOCK"
 
 // ---- helpers (all abort the case on unexpected setup failures)
-int tcp_listener(struct sockaddr_in* addr);   // 127.0.0.1, ephemeral port, listening
+// The address TCP cases use: 127.0.0.1, or $SEM_ADDR (e.g. an address with an
+// RDMA device, so that the preloaded run carries the cases over RDMA).
+uint32_t sem_addr(void);                       // network byte order
+int tcp_listener(struct sockaddr_in* addr);   // sem_addr(), ephemeral port, listening
 void tcp_pair(int* client, int* server);      // connected loopback TCP pair, blocking
 int wait_ready(int fd, short events, int ms); // poll(); returns revents (0 on timeout)
 void wait_avail(int fd, size_t n);            // until >= n bytes are queued (peeked)

@@ -70,7 +70,7 @@ static void connect_nonblock_epoll(void) {
 
 static struct sockaddr_in loopback(int port) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = sem_addr();
   return a;
 }
 
@@ -133,7 +133,7 @@ static void connect_blocking_ok(void) {
   int c = OK(accept(l, (struct sockaddr*)&peer, &len));
   EQ("accept addrlen", len, sizeof peer);
   EQ("accept family", peer.sin_family, AF_INET);
-  CHECK(peer.sin_addr.s_addr == htonl(INADDR_LOOPBACK));
+  CHECK(peer.sin_addr.s_addr == sem_addr());
   RC(0, close(c));
   RC(0, close(s));
   RC(0, close(l));

@@ -204,11 +204,21 @@ int roundtrip(int x, int y) {
   return 1;
 }
 
+uint32_t sem_addr(void) {
+  static uint32_t addr;
+  if (addr == 0) {
+    const char* e = getenv("SEM_ADDR");
+    struct in_addr in;
+    addr = e && *e && inet_pton(AF_INET, e, &in) == 1 ? in.s_addr : htonl(INADDR_LOOPBACK);
+  }
+  return addr;
+}
+
 int tcp_listener(struct sockaddr_in* addr) {
   int l = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(l >= 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = sem_addr();
   REQUIRE(bind(l, (struct sockaddr*)&a, sizeof a) == 0);
   REQUIRE(listen(l, 16) == 0);
   socklen_t len = sizeof a;
@@ -234,7 +244,7 @@ int closed_port(int* holder) {
   int h = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(h >= 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = sem_addr();
   REQUIRE(bind(h, (struct sockaddr*)&a, sizeof a) == 0);
   socklen_t len = sizeof a;
   REQUIRE(getsockname(h, (struct sockaddr*)&a, &len) == 0);

@@ -1,6 +1,9 @@
 # Socket semantics suite ("tests that prove invisibility"): plain POSIX socket
 # programs print a deterministic transcript per case; run.sh runs them without
 # and with LD_PRELOAD=$(LIB) and requires identical transcripts and exit codes.
+# test-semantics does it twice: as is, and with XPRESS_TEST_USER_MODE=1 (every
+# connected socket's readiness answered by xpress's user-mode layer instead
+# of the kernel: poll/select/epoll must still be indistinguishable).
 # Built with their own rules and flags (C, exceptions irrelevant, no library
 # CXXFLAGS); the fortified binary is built with -D_FORTIFY_SOURCE=3 -O2.
 SEM_DIR := tests/semantics
@@ -28,6 +31,8 @@ SEMANTICS ?=
 .PHONY: test-semantics
 test-semantics: $(SEM_BIN) $(SEM_FORT) $(LIB)
 	bash $(SEM_DIR)/run.sh $(SEM_OUT) $(SEM_LIB) $(SEMANTICS)
+	SEM_TAG=usermode SEM_XPRESS_ENV=XPRESS_TEST_USER_MODE=1 \
+	  bash $(SEM_DIR)/run.sh $(SEM_OUT) $(SEM_LIB) $(SEMANTICS)
 
 TEST_TARGETS += test-semantics
 

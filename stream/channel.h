@@ -1,0 +1,44 @@
+// One RC connection between two processes, carrying many streams
+// (docs/protocol.md §4): the link, the mux over it, and which connection
+// each stream id belongs to.  Control records for the upgrade are not
+// handled under the channel lock: the mux's handler queues them in the
+// inbox, and whoever ran progress() drains it after unlocking (see
+// engine_control.cc), because handling them takes Conn::mu, which orders
+// before Channel::mu.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "flow/record_channel.h"
+#include "stream/mux.h"
+#include "verbs/link.h"
+
+namespace xp::stream {
+
+class Conn;
+
+struct ControlRecord {
+  flow::RecordHeader h;
+  uint8_t payload[flow::kMaxControlPayload];
+};
+
+struct Channel {
+  std::mutex mu;
+  verbs::Link* link = nullptr;
+  Mux* mux = nullptr;
+  bool client_side = false;
+  uint8_t peer_addr[4] = {}; // client side: the server's address and TCP port (the key)
+  uint16_t peer_port = 0;
+  std::vector<Conn*> conns;      // streams' connections (each holds a ref)
+  std::vector<Conn*> by_id;      // stream id -> connection, sized at creation
+  uint32_t next_id = 0;          // client side: round-robin id allocation
+  std::atomic<bool> failed{false};
+  std::atomic<bool> inbox_pending{false};
+  std::vector<ControlRecord> inbox; // guarded by mu
+  bool armed = false;
+  bool fail_logged = false;
+};
+
+} // namespace xp::stream

@@ -1,0 +1,89 @@
+// One TCP connection that xpress tries to carry over RDMA (docs/protocol.md):
+// its upgrade session, its stream on a channel once bound, and the state the
+// socket calls and the readiness layer read.
+//
+// Phases: upgrading (bytes still flow on TCP; the handshake runs beside) ->
+// rdma (at least one direction switched) | tcp (the upgrade failed before
+// any switch: from then on the kernel serves the socket directly).
+//
+// Locks, in this order: Conn::mu (session, the TCP side before a switch),
+// then Channel::mu (the mux and its streams).  Data calls after both
+// directions switched take only Channel::mu.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "common/reasons.h"
+#include "recover/upgrade.h"
+#include "stream/mux.h"
+#include "stream/ready_source.h"
+
+namespace xp::stream {
+
+struct Channel;
+struct ListenShare;
+
+enum class Phase : uint8_t { upgrading, rdma, tcp };
+
+class Conn final : public ReadySource {
+public:
+  Conn(int fd, const recover::SessionParams& p) : fd(fd), sess(p), role(p.role), tuple(p.tuple) {}
+
+  uint32_t ready_events() const override;
+  uint32_t ready_gen() const override { return gen.load(std::memory_order_acquire); }
+
+  void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
+  void unref(); // deletes at zero
+
+  const int fd;
+  std::mutex mu;
+  recover::UpgradeSession sess;
+  const recover::Role role;
+  const recover::TcpTuple tuple;
+
+  // Set under mu (and Channel::mu), read lock-free by data calls.
+  Channel* ch = nullptr;
+  Stream* st = nullptr;
+  uint32_t sid = 0;
+  std::atomic<Phase> phase{Phase::upgrading};
+  std::atomic<bool> tx_rdma{false}; // our direction switched: writes go to the stream
+  std::atomic<bool> rx_rdma{false}; // all TCP bytes below the peer's S were read
+  std::atomic<bool> closed{false};  // the application closed the fd
+  std::atomic<bool> dead{false};    // the stream failed (reset, channel lost)
+  std::atomic<bool> rd_shut{false}; // shutdown(SHUT_RD): reads return end of stream
+  bool tx_shut = false;             // shutdown(SHUT_WR) while our direction was on TCP
+  bool epipe_reported = false;      // a write saw the reset once (then EPIPE)
+  Reason reason = Reason::none;     // why phase became tcp
+
+  // Readiness, as the engine and data calls last saw it.
+  std::atomic<uint32_t> tcp_bits{0};    // EPOLL* of the kernel socket (engine's ET watch)
+  std::atomic<uint32_t> stream_bits{0}; // kIn/kOut/kFin/kReset below
+  std::atomic<uint32_t> gen{0};
+  // Edge detection for stream changes (under Channel::mu).
+  uint64_t seen_received = 0, seen_acked = 0;
+  uint32_t seen_bits = 0;
+  // TCP reported a hang-up while the stream had no FIN yet: when.
+  uint64_t hup_since_ms = 0;
+  bool counted_mode = false; // statistics: connection counted under its final mode
+  uint64_t deadline_ms = 0;  // the upgrade gives up after this (engine clock)
+  ListenShare* share = nullptr; // server: the listener's rendezvous state
+  bool cm_tried = false;        // client: an rdma_cm connection was attempted
+  std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
+  bool attach_refused = false;  // client: an ATTACH was NAKed; use rdma_cm
+  bool redirected = false;
+  uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?)
+  uint64_t retry_at_ms = 0;      // client: try rdma_cm again then      // client: followed a redirect already
+  bool slot_written = false;    // server: published in share's table
+  bool accepting = false;       // server: rdma_cm accept in flight
+  uint16_t pending_sid = 0;     // server: stream id the request proposed
+  recover::Nonce nonce{};       // ours (the session has a copy)
+  recover::Nonce peer_nonce{};  // server: the client's, from the request
+
+  static constexpr uint32_t kIn = 1, kOut = 2, kFin = 4, kReset = 8, kWriteShut = 16;
+
+private:
+  std::atomic<uint32_t> refs{1};
+};
+
+} // namespace xp::stream

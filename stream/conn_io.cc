@@ -1,0 +1,466 @@
+// Hot path: the data calls of connections on RDMA (see conn_io.h).  Budget:
+// no allocation, no system call while data or window is available (one
+// uncontended lock of the channel); system calls only to sleep.
+#include "stream/conn_io.h"
+
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+
+#include "stream/engine_internal.h"
+#include "stream/wake.h"
+
+namespace xp::stream::io {
+namespace {
+
+constexpr int kMaxIov = 64;
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+size_t total_len(const iovec* iov, int n) {
+  size_t t = 0;
+  for (int i = 0; i < n; ++i)
+    t += iov[i].iov_len;
+  return t;
+}
+
+// The iovec tail after skipping `skip` bytes, capped at `cap` bytes.
+int slice(const iovec* iov, int n, size_t skip, size_t cap, iovec* out) {
+  int k = 0;
+  for (int i = 0; i < n && k < kMaxIov && cap > 0; ++i) {
+    size_t len = iov[i].iov_len;
+    if (skip >= len) {
+      skip -= len;
+      continue;
+    }
+    size_t take = len - skip;
+    if (take > cap) take = cap;
+    out[k].iov_base = static_cast<char*>(iov[i].iov_base) + skip;
+    out[k].iov_len = take;
+    ++k;
+    cap -= take;
+    skip = 0;
+  }
+  return k;
+}
+
+bool fd_nonblocking(int fd) {
+  long fl = syscall(SYS_fcntl, fd, F_GETFL);
+  return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+// SO_RCVTIMEO / SO_SNDTIMEO in ms; -1 when none.
+int64_t sock_timeout_ms(int fd, int opt) {
+  timeval tv{};
+  socklen_t len = sizeof tv;
+  if (syscall(SYS_getsockopt, fd, SOL_SOCKET, opt, &tv, &len) != 0) return -1;
+  if (tv.tv_sec == 0 && tv.tv_usec == 0) return -1;
+  return static_cast<int64_t>(tv.tv_sec) * 1000 + (tv.tv_usec + 999) / 1000;
+}
+
+// Spin, then sleep until something may have changed.
+struct Waiter {
+  int opt;            // SO_RCVTIMEO or SO_SNDTIMEO
+  bool started = false, registered = false;
+  int efd = -1;
+  uint64_t spin_until = 0;
+  int64_t deadline_ms = -1;
+  ~Waiter() {
+    if (registered) wake::remove(efd);
+  }
+  // 0: try again; -1: give up with errno (EINTR, EAGAIN on timeout).
+  int step(Conn* c, int tcp_fd, short tcp_events) {
+    if (!started) {
+      started = true;
+      spin_until = now_ns() + engine::params().spin_us * 1000ull;
+      int64_t t = sock_timeout_ms(c->fd, opt);
+      if (t >= 0) deadline_ms = static_cast<int64_t>(engine::now_ms()) + t;
+    }
+    Channel* ch = c->ch;
+    if (now_ns() < spin_until) {
+      if (ch) engine::progress(ch);
+      return 0;
+    }
+    if (!registered) {
+      efd = wake::thread_fd();
+      registered = efd >= 0 && wake::add(efd);
+      if (ch) engine::progress(ch);
+      return 0; // check once more now that a change would wake us
+    }
+    int timeout = -1;
+    if (deadline_ms >= 0) {
+      int64_t left = deadline_ms - static_cast<int64_t>(engine::now_ms());
+      if (left <= 0) {
+        errno = EAGAIN;
+        return -1;
+      }
+      timeout = static_cast<int>(left);
+    }
+    if (!registered && (timeout < 0 || timeout > 10)) timeout = 10; // no eventfd: poll slowly
+    pollfd p[2] = {{efd, POLLIN, 0}, {tcp_fd, tcp_events, 0}};
+    int n = tcp_fd >= 0 ? 2 : 1;
+    if (!registered) p[0].fd = -1;
+    long r = syscall(SYS_poll, p, n, timeout);
+    if (r < 0 && errno == EINTR) return -1;
+    if (registered) wake::drain(efd);
+    return 0;
+  }
+};
+
+// Bytes below the peer's switch offset, from the kernel socket.  >0 bytes,
+// 0 end of stream, -1 errno (EAGAIN: none now), -2 try again (state moved).
+ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->rx_rdma.load() || c->phase.load() == Phase::tcp) return -2;
+  bool limited = c->sess.rx_mode() == Mode::rdma;
+  uint64_t room = c->sess.rx_tcp_remaining();
+  if (limited && room == 0) {
+    engine::advance(c);
+    return -2;
+  }
+  iovec v[kMaxIov];
+  int k = slice(iov, iovcnt, skip, limited ? room : SIZE_MAX, v);
+  msghdr m{};
+  m.msg_iov = v;
+  m.msg_iovlen = static_cast<size_t>(k);
+  c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLIN));
+  ssize_t n = syscall(SYS_recvmsg, c->fd, &m, flags | MSG_DONTWAIT);
+  if (n > 0) {
+    // Readiness must not outlive the bytes: a select() that says "readable"
+    // is followed by a blocking read.  A short read drained the socket; a
+    // full one asks the kernel (new bytes after the call raise the engine's
+    // edge again).
+    int left = 0;
+    if ((flags & MSG_PEEK) || (static_cast<size_t>(n) == total_len(v, k) &&
+                               (syscall(SYS_ioctl, c->fd, FIONREAD, &left) != 0 || left > 0)))
+      c->tcp_bits.fetch_or(EPOLLIN);
+    if (!(flags & MSG_PEEK)) {
+      size_t left = static_cast<size_t>(n);
+      for (int i = 0; i < k && left > 0; ++i) {
+        size_t take = v[i].iov_len < left ? v[i].iov_len : left;
+        c->sess.on_tcp_received(v[i].iov_base, take);
+        left -= take;
+      }
+      engine::advance(c);
+    }
+  } else if (n == 0 && c->ch && !limited) {
+    // End of the TCP stream before the peer's SWITCH was seen: the peer may
+    // have switched and closed, its SWITCH still on the way over RDMA.
+    for (int i = 0; i < 50 && c->sess.rx_mode() != Mode::rdma; ++i) {
+      c->mu.unlock();
+      engine::progress(c->ch);
+      usleep(100);
+      c->mu.lock();
+      if (c->ch == nullptr) break;
+    }
+    if (c->sess.rx_mode() == Mode::rdma) {
+      engine::advance(c);
+      return -2;
+    }
+  }
+  return n;
+}
+
+// Bytes from the stream; same returns as recv_tcp.
+ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
+  Channel* ch = c->ch;
+  if (ch == nullptr) {
+    errno = ECONNRESET;
+    return -1;
+  }
+  bool peek = flags & MSG_PEEK;
+  size_t got = 0;
+  Status st = Status::would_block;
+  bool changed;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    Stream* s = c->st;
+    if (s == nullptr) {
+      errno = ECONNRESET;
+      return -1;
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      iovec v[kMaxIov];
+      int k = slice(iov, iovcnt, skip, SIZE_MAX, v);
+      for (int i = 0; i < k; ++i) {
+        size_t g = 0;
+        st = s->read(v[i].iov_base, v[i].iov_len, &g, peek);
+        got += g;
+        if (g < v[i].iov_len || peek) break;
+      }
+      if (got > 0 || st != Status::would_block || pass == 1) break;
+      if (ch->mux->progress() != Status::ok) ch->failed.store(true);
+      for (Conn* o : ch->conns)
+        if (o != c) engine::refresh(o);
+    }
+    changed = engine::refresh(c);
+  }
+  if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
+  if (changed) wake::notify();
+  if (got > 0) return static_cast<ssize_t>(got);
+  if (st == Status::ok) return 0; // end of stream
+  if (st == Status::closed || ch->failed.load()) {
+    errno = ECONNRESET;
+    return -1;
+  }
+  errno = EAGAIN;
+  return -1;
+}
+
+ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->tx_rdma.load() || c->phase.load() == Phase::tcp) return -2;
+  if (c->ch) {
+    engine::advance(c); // switches now if the peer has proven itself
+    if (c->tx_rdma.load()) return -2;
+  }
+  iovec v[kMaxIov];
+  int k = slice(iov, iovcnt, skip, SIZE_MAX, v);
+  msghdr m{};
+  m.msg_iov = v;
+  m.msg_iovlen = static_cast<size_t>(k);
+  c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLOUT));
+  ssize_t n = syscall(SYS_sendmsg, c->fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n > 0) {
+    c->tcp_bits.fetch_or(EPOLLOUT);
+    size_t left = static_cast<size_t>(n);
+    for (int i = 0; i < k && left > 0; ++i) {
+      size_t take = v[i].iov_len < left ? v[i].iov_len : left;
+      c->sess.on_tcp_sent(v[i].iov_base, take);
+      left -= take;
+    }
+    if (c->ch) engine::advance(c);
+  }
+  return n;
+}
+
+ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
+  Channel* ch = c->ch;
+  if (ch == nullptr) {
+    errno = ECONNRESET;
+    return -1;
+  }
+  size_t done_total = 0;
+  Status st = Status::ok;
+  bool changed;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    Stream* s = c->st;
+    if (s == nullptr) {
+      errno = ECONNRESET;
+      return -1;
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      iovec v[kMaxIov];
+      int k = slice(iov, iovcnt, skip + done_total, SIZE_MAX, v);
+      for (int i = 0; i < k; ++i) {
+        size_t d = 0;
+        st = s->write(v[i].iov_base, v[i].iov_len, &d);
+        done_total += d;
+        if (d < v[i].iov_len) break;
+      }
+      if (st != Status::no_resource || pass == 1) break;
+      // Credit or acknowledgements may be waiting in the completion queue.
+      if (ch->mux->progress() != Status::ok) ch->failed.store(true);
+      for (Conn* o : ch->conns)
+        if (o != c) engine::refresh(o);
+    }
+    if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
+    changed = engine::refresh(c);
+  }
+  if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
+  if (changed) wake::notify();
+  if (done_total > 0) return static_cast<ssize_t>(done_total);
+  if (st == Status::unsupported) {
+    errno = EPIPE; // after shutdown(SHUT_WR)
+    return -1;
+  }
+  if (st == Status::closed || st == Status::io_error || ch->failed.load()) {
+    errno = ECONNRESET;
+    return -1;
+  }
+  errno = EAGAIN;
+  return -1;
+}
+
+} // namespace
+
+ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
+  *kernel = false;
+  size_t want = total_len(iov, iovcnt);
+  if (flags & MSG_OOB) { // no urgent data travels over RDMA
+    errno = EINVAL;
+    return -1;
+  }
+  bool peek = flags & MSG_PEEK;
+  bool waitall = (flags & MSG_WAITALL) && !peek;
+  bool nonblock = (flags & MSG_DONTWAIT) != 0;
+  bool checked_fd = false;
+  size_t got = 0;
+  Waiter w{SO_RCVTIMEO};
+  int inner = flags & ~(MSG_WAITALL | MSG_DONTWAIT);
+  if (want == 0) return 0;
+  while (true) {
+    if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
+      if (got > 0) return static_cast<ssize_t>(got);
+      *kernel = true;
+      return 0;
+    }
+    if (c->rd_shut.load()) return static_cast<ssize_t>(got);
+    ssize_t r;
+    bool on_tcp = !c->rx_rdma.load(std::memory_order_acquire);
+    if (c->dead.load(std::memory_order_acquire) && !on_tcp) {
+      // A reset stream still delivers what arrived before the reset.
+      r = recv_stream(c, iov, iovcnt, got, inner);
+      if (r <= 0) {
+        if (got > 0) return static_cast<ssize_t>(got);
+        errno = ECONNRESET;
+        return -1;
+      }
+    } else {
+      r = on_tcp ? recv_tcp(c, iov, iovcnt, got, inner) : recv_stream(c, iov, iovcnt, got, inner);
+    }
+    if (r == -2) continue;
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+      if (!waitall || got >= want) return static_cast<ssize_t>(got);
+      continue;
+    }
+    if (r == 0) return static_cast<ssize_t>(got);
+    if (errno != EAGAIN) return got > 0 ? static_cast<ssize_t>(got) : -1;
+    if (!checked_fd) {
+      checked_fd = true;
+      nonblock = nonblock || fd_nonblocking(c->fd);
+    }
+    if (nonblock) {
+      if (got > 0) return static_cast<ssize_t>(got);
+      errno = EAGAIN;
+      return -1;
+    }
+    int saved = errno;
+    if (w.step(c, on_tcp ? c->fd : -1, POLLIN) != 0) {
+      if (got > 0) return static_cast<ssize_t>(got);
+      return -1;
+    }
+    errno = saved;
+  }
+}
+
+ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
+  *kernel = false;
+  size_t want = total_len(iov, iovcnt);
+  bool nonblock = (flags & MSG_DONTWAIT) != 0;
+  bool checked_fd = false;
+  size_t sent = 0;
+  Waiter w{SO_SNDTIMEO};
+  int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+  while (true) {
+    if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      *kernel = true;
+      return 0;
+    }
+    if (c->dead.load(std::memory_order_acquire)) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      errno = ECONNRESET;
+      if (c->epipe_reported) errno = EPIPE;
+      c->epipe_reported = true;
+      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+      return -1;
+    }
+    bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
+    ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner) : send_stream(c, iov, iovcnt, sent);
+    if (r == -2) continue;
+    if (r > 0) {
+      sent += static_cast<size_t>(r);
+      if (sent >= want) return static_cast<ssize_t>(sent);
+      continue; // a blocking send takes everything; a non-blocking one stops at EAGAIN
+    }
+    if (want == 0 && r == 0) return 0;
+    if (r < 0 && errno != EAGAIN) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+      return -1;
+    }
+    if (!checked_fd) {
+      checked_fd = true;
+      nonblock = nonblock || fd_nonblocking(c->fd);
+    }
+    if (nonblock) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      errno = EAGAIN;
+      return -1;
+    }
+    if (w.step(c, on_tcp ? c->fd : -1, POLLOUT) != 0) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      return -1;
+    }
+  }
+}
+
+int shutdown(Conn* c, int how, bool* kernel) {
+  *kernel = false;
+  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
+    errno = EINVAL;
+    return -1;
+  }
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->phase.load() == Phase::tcp) {
+    *kernel = true;
+    return 0;
+  }
+  if (how != SHUT_RD) {
+    if (c->tx_rdma.load()) {
+      if (Channel* ch = c->ch) {
+        std::lock_guard<std::mutex> chl(ch->mu);
+        if (c->st) c->st->shutdown_write();
+        engine::refresh(c);
+      }
+    } else {
+      // Our direction stays on TCP for good: the kernel sends the FIN.
+      c->tx_shut = true;
+      long r = syscall(SYS_shutdown, c->fd, SHUT_WR);
+      if (r != 0) return -1;
+    }
+  }
+  if (how != SHUT_WR) {
+    c->rd_shut.store(true);
+    if (!c->rx_rdma.load()) syscall(SYS_shutdown, c->fd, SHUT_RD);
+  }
+  c->gen.fetch_add(1);
+  wake::notify();
+  return 0;
+}
+
+int readable_bytes(Conn* c, int* out, bool* kernel) {
+  *kernel = false;
+  if (c->phase.load() == Phase::tcp || !c->rx_rdma.load()) {
+    *kernel = true; // TCP bytes below S (the kernel's count is at most that)
+    return 0;
+  }
+  Channel* ch = c->ch;
+  if (ch == nullptr) {
+    *out = 0;
+    return 0;
+  }
+  engine::progress(ch);
+  std::lock_guard<std::mutex> l(ch->mu);
+  size_t n = c->st ? c->st->readable_bytes() : 0;
+  *out = n > INT_MAX ? INT_MAX : static_cast<int>(n);
+  return 0;
+}
+
+} // namespace xp::stream::io

@@ -1,0 +1,412 @@
+// The engine thread and the connection tables (see engine.h).
+#include "stream/engine.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "stream/engine_internal.h"
+#include "stream/ready_source.h"
+#include "stream/wake.h"
+#include "verbs/device.h"
+
+namespace xp::stream {
+namespace engine {
+
+namespace {
+
+constexpr uint32_t kShareMagic = 0x53505258; // "XRPS"
+constexpr int kTickMs = 10;
+// epoll data tags: the low bit of an aligned pointer says what it is.
+constexpr uintptr_t kTagConn = 1;
+
+// Never destroyed: the engine thread runs until the process ends, after
+// static destructors.
+State& state_once() {
+  static State* s = new State();
+  return *s;
+}
+#define g_state (state_once())
+std::atomic<OutcomeHook> g_outcome{nullptr};
+
+void* engine_main(void*);
+
+bool start_locked() {
+  State& s = g_state;
+  if (s.started) return s.cm != nullptr;
+  s.started = true;
+  s.used_rdma = true;
+  s.cm = verbs::Cm::create();
+  if (s.cm == nullptr) return false;
+  s.epfd = static_cast<int>(syscall(SYS_epoll_create1, EPOLL_CLOEXEC));
+  s.cmdfd = static_cast<int>(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (s.epfd < 0 || s.cmdfd < 0) {
+    delete s.cm;
+    s.cm = nullptr;
+    return false;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0; // the command eventfd
+  syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_ADD, s.cmdfd, &ev);
+  ev.data.u64 = 2; // the rdma_cm event channel
+  syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_ADD, s.cm->fd(), &ev);
+  // The thread must not take signals meant for the application's threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  int r = pthread_create(&t, &a, engine_main, nullptr);
+  pthread_attr_destroy(&a);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (r != 0) {
+    delete s.cm;
+    s.cm = nullptr;
+    return false;
+  }
+  pthread_setname_np(t, "xpress-engine");
+  return true;
+}
+
+void watch_tcp(Conn* c) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kTagConn;
+  syscall(SYS_epoll_ctl, g_state.epfd, EPOLL_CTL_ADD, c->fd, &ev);
+}
+
+} // namespace
+
+void watch_channel(Channel* ch) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = reinterpret_cast<uintptr_t>(ch); // tag 0, never 0 or 2
+  syscall(SYS_epoll_ctl, g_state.epfd, EPOLL_CTL_ADD, ch->link->wait_fd(), &ev);
+  ch->link->arm();
+}
+
+namespace {
+
+void on_tcp_event(Conn* c, uint32_t events) {
+  // The kernel socket changed: remember what it said (cleared by the data
+  // calls when the kernel says EAGAIN) and tell sleepers.
+  c->tcp_bits.fetch_or(events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI),
+                       std::memory_order_acq_rel);
+  c->gen.fetch_add(1, std::memory_order_acq_rel);
+  wake::notify();
+}
+
+void on_channel_event(Channel* ch) {
+  ch->link->ack_event();
+  ch->link->arm();
+  progress(ch);
+}
+
+void run_commands() {
+  State& s = g_state;
+  uint64_t v;
+  syscall(SYS_read, s.cmdfd, &v, sizeof v);
+  std::vector<ListenShare*> serve;
+  std::vector<Conn*> start;
+  {
+    std::lock_guard<std::mutex> q(s.qmu);
+    serve.swap(s.serve_queue);
+    start.swap(s.start_queue);
+  }
+  std::lock_guard<std::mutex> l(s.mu);
+  for (ListenShare* sh : serve)
+    serve_share(sh);
+  for (Conn* c : start) {
+    start_client(c);
+    c->unref();
+  }
+}
+
+void* engine_main(void*) {
+  State& s = g_state;
+  epoll_event evs[64];
+  uint64_t last_tick = now_ms();
+  while (true) {
+    int n = static_cast<int>(syscall(SYS_epoll_wait, s.epfd, evs, 64, kTickMs));
+    for (int i = 0; i < n; ++i) {
+      uint64_t d = evs[i].data.u64;
+      if (d == 0) {
+        run_commands();
+      } else if (d == 2) {
+        verbs::CmEvent ev;
+        while (true) {
+          std::lock_guard<std::mutex> l(s.mu);
+          if (!s.cm->next(&ev)) break;
+          on_cm_event(ev);
+        }
+      } else if (d & kTagConn) {
+        on_tcp_event(reinterpret_cast<Conn*>(d & ~kTagConn), evs[i].events);
+      } else {
+        on_channel_event(reinterpret_cast<Channel*>(d));
+      }
+    }
+    uint64_t now = now_ms();
+    if (now - last_tick >= kTickMs) {
+      last_tick = now;
+      tick_conns(now);
+      std::lock_guard<std::mutex> l(s.mu);
+      retry_pending(now);
+    }
+  }
+  return nullptr;
+}
+
+recover::Nonce make_nonce() {
+  recover::Nonce n{};
+  if (getrandom(n.b, sizeof n.b, 0) != static_cast<ssize_t>(sizeof n.b)) {
+    // getrandom cannot fail for 16 bytes once the pool is ready; mix the
+    // clock in rather than send zeros.
+    uint64_t t = now_ms() ^ reinterpret_cast<uintptr_t>(&n);
+    memcpy(n.b, &t, sizeof t);
+  }
+  return n;
+}
+
+Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockaddr* peer,
+                Reason* why) {
+  recover::SessionParams p;
+  p.role = role;
+  p.timeout_ms = g_state.p.handshake_timeout_ms;
+  const sockaddr* client = role == recover::Role::client ? local : peer;
+  const sockaddr* server = role == recover::Role::client ? peer : local;
+  if (recover::tuple_from_sockaddrs(client, server, &p.tuple) != Status::ok ||
+      p.tuple.family != 4) {
+    *why = Reason::handshake_failed; // IPv6 rendezvous is not built yet
+    return nullptr;
+  }
+  p.nonce = make_nonce();
+  auto* c = new (std::nothrow) Conn(fd, p);
+  if (c == nullptr) *why = Reason::resources_exhausted;
+  else c->nonce = p.nonce;
+  return c;
+}
+
+} // namespace
+
+State& g() {
+  return state_once();
+}
+
+uint64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+void kick() {
+  uint64_t one = 1;
+  syscall(SYS_write, g_state.cmdfd, &one, sizeof one);
+}
+
+void report(Conn* c, Mode m, Reason why) {
+  if (c->counted_mode || c->closed.load()) return;
+  c->counted_mode = true;
+  if (OutcomeHook h = g_outcome.load(std::memory_order_acquire)) h(c->fd, m, why);
+}
+
+} // namespace engine
+
+using namespace engine;
+
+void engine::configure(const EngineParams& p) {
+  g_state.p = p;
+}
+
+const EngineParams& engine::params() {
+  return g_state.p;
+}
+
+void engine::set_outcome_hook(OutcomeHook h) {
+  g_outcome.store(h, std::memory_order_release);
+}
+
+Reason engine::unavailable() {
+  if (g_state.forked_child) return Reason::fork_after_rdma;
+  if (!verbs::device_present()) return Reason::no_device;
+  return Reason::none;
+}
+
+ListenShare* engine::on_listen(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (syscall(SYS_getsockname, fd, &ss, &len) != 0 || ss.ss_family != AF_INET) return nullptr;
+  // Shared with fork children, which inherit the listening socket.
+  void* m = mmap(nullptr, sizeof(ListenShare), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                 -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  auto* s = static_cast<ListenShare*>(m); // zero-filled: every slot free, no owner
+  s->magic = kShareMagic;
+  memcpy(&s->addr, &ss, sizeof ss);
+  return s;
+}
+
+void engine::release_share(ListenShare*) {
+  // The mapping stays: a sibling process may still accept from the socket.
+}
+
+Conn* engine::on_connect(int fd, const sockaddr* local, const sockaddr* peer, Reason* why) {
+  Conn* c = make_conn(fd, recover::Role::client, local, peer, why);
+  if (c == nullptr) return nullptr;
+  State& s = g_state;
+  std::lock_guard<std::mutex> l(s.mu);
+  if (!start_locked()) {
+    *why = Reason::no_device;
+    c->unref();
+    return nullptr;
+  }
+  c->ref(); // the table's
+  s.conns.push_back(c);
+  watch_tcp(c);
+  c->ref(); // the start queue's
+  {
+    std::lock_guard<std::mutex> q(s.qmu);
+    s.start_queue.push_back(c);
+  }
+  kick();
+  return c;
+}
+
+Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const sockaddr* peer,
+                        Reason* why) {
+  if (share == nullptr || share->magic != kShareMagic) {
+    *why = Reason::handshake_failed;
+    return nullptr;
+  }
+  Conn* c = make_conn(fd, recover::Role::server, local, peer, why);
+  if (c == nullptr) return nullptr;
+  State& s = g_state;
+  std::lock_guard<std::mutex> l(s.mu);
+  if (!start_locked()) {
+    *why = Reason::no_device;
+    c->unref();
+    return nullptr;
+  }
+  c->ref();
+  s.conns.push_back(c);
+  watch_tcp(c);
+  c->deadline_ms = now_ms() + s.p.handshake_timeout_ms;
+  c->share = share;
+  // At once, not from the engine thread: the client's request may already
+  // be on its way, and an rdma_cm port nobody listens on means "no xpress".
+  serve_share(share);
+  return c;
+}
+
+void engine::on_close(Conn* c) {
+  State& s = g_state;
+  std::lock_guard<std::mutex> l(s.mu);
+  {
+    std::lock_guard<std::mutex> cl(c->mu);
+    c->closed.store(true);
+    syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    if (Channel* ch = c->ch) {
+      std::lock_guard<std::mutex> chl(ch->mu);
+      if (c->st) {
+        // Unread bytes make the kernel answer close with a reset; so do we.
+        if (c->st->readable_bytes() > 0)
+          c->st->reset();
+        ch->mux->close(c->st); // FIN after everything written (already posted)
+      }
+      if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
+      for (size_t i = 0; i < ch->conns.size(); ++i) {
+        if (ch->conns[i] == c) {
+          ch->conns[i] = ch->conns.back();
+          ch->conns.pop_back();
+          c->unref();
+          break;
+        }
+      }
+      c->st = nullptr;
+    }
+    c->ch = nullptr;
+    if (c->share) {
+      uint8_t key[12];
+      pack_key(c->tuple, key);
+      for (auto& sl : c->share->slots) {
+        if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, 12) == 0) {
+          sl.state.store(0);
+          break;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < s.conns.size(); ++i) {
+    if (s.conns[i] == c) {
+      s.conns[i] = s.conns.back();
+      s.conns.pop_back();
+      c->unref();
+      break;
+    }
+  }
+}
+
+void engine::on_fork_child() {
+  // The parent's thread, channels and rdma_cm state do not exist here.  A
+  // child of a process that already used rdma_cm cannot use it again (its
+  // librdmacm state names the parent's device contexts), so it keeps every
+  // new connection on TCP; connections inherited mid-upgrade or on RDMA
+  // are orphaned: the recovery issue moves them back to TCP.
+  State& s = g_state;
+  new (&s.mu) std::mutex();
+  new (&s.qmu) std::mutex();
+  if (s.used_rdma) s.forked_child = true;
+  for (Conn* c : s.conns) {
+    new (&c->mu) std::mutex();
+    c->dead.store(true);
+  }
+  s.conns.clear();
+  s.channels.clear();
+  s.reqs.clear();
+  s.attaches.clear();
+  s.listeners.clear();
+  s.start_queue.clear();
+  s.serve_queue.clear();
+  s.private_l = nullptr;
+  s.started = s.used_rdma; // never start again in this process if the parent had
+  s.cm = nullptr;
+}
+
+void Conn::unref() {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+uint32_t Conn::ready_events() const {
+  uint32_t tb = tcp_bits.load(std::memory_order_acquire);
+  uint32_t sb = stream_bits.load(std::memory_order_acquire);
+  uint32_t out = tb & (EPOLLHUP | EPOLLERR);
+  if (!rx_rdma.load(std::memory_order_acquire)) {
+    out |= tb & (EPOLLIN | EPOLLRDHUP | EPOLLPRI);
+  } else {
+    if (sb & (kIn | kFin | kReset)) out |= EPOLLIN;
+    if (sb & kFin) out |= EPOLLRDHUP;
+  }
+  if (!tx_rdma.load(std::memory_order_acquire))
+    out |= tb & EPOLLOUT;
+  else if (sb & (kOut | kReset | kWriteShut))
+    out |= EPOLLOUT;
+  if ((sb & kFin) && (sb & kWriteShut)) out |= EPOLLHUP;
+  if ((sb & kReset) || dead.load(std::memory_order_acquire))
+    out |= EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
+  if (out & EPOLLIN) out |= EPOLLRDNORM;
+  if (out & EPOLLOUT) out |= EPOLLWRNORM;
+  return out;
+}
+
+} // namespace xp::stream

@@ -1,0 +1,51 @@
+// The per-process engine: the thread that sets channels up (rdma_cm), waits
+// for completions and TCP readiness while nobody else polls, times the
+// handshakes, and the tables that find a connection by its TCP 4-tuple.
+// Started on first use; nothing here runs in a process that never makes an
+// eligible connection.  The preload layer calls these from the socket
+// wrappers; the data calls themselves are in conn_io.h.
+#pragma once
+#include <sys/socket.h>
+
+#include "common/reasons.h"
+#include "stream/conn.h"
+#include "stream/engine_params.h"
+
+namespace xp::stream {
+
+struct ListenShare; // rendezvous state of one listening socket, shared with fork children
+
+namespace engine {
+
+void configure(const EngineParams& p);
+const EngineParams& params();
+
+// Why this process cannot upgrade at all (none if it can): no device,
+// a fork child of a process that already used RDMA, ...
+Reason unavailable();
+
+// A listening socket: its rendezvous state, inherited by fork children
+// (MAP_SHARED).  null when not possible.
+ListenShare* on_listen(int fd);
+void release_share(ListenShare* s); // the listening socket was closed in this process
+
+// A new connection to upgrade (client after connect, server after accept
+// from a listener with share); returns it referenced once for the caller,
+// or null (then *why says why it stays on TCP).
+Conn* on_connect(int fd, const sockaddr* local, const sockaddr* peer, Reason* why);
+Conn* on_accept(int fd, ListenShare* share, const sockaddr* local, const sockaddr* peer,
+                Reason* why);
+
+// The application closes the connection's fd (called before the real close).
+void on_close(Conn* c);
+
+// In a fork child: forget the parent's engine (its thread is gone).
+void on_fork_child();
+
+// Outcome hook: the preload layer records the final mode of a connection
+// (rdma once a direction switched; tcp with the reason when the upgrade gave up).
+using OutcomeHook = void (*)(int fd, Mode m, Reason why);
+void set_outcome_hook(OutcomeHook h);
+
+} // namespace engine
+} // namespace xp::stream

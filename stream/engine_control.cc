@@ -1,0 +1,401 @@
+// The upgrade's control records and the decisions that follow them: attach,
+// proofs, each direction's switch, giving up (docs/protocol.md §1-3).  Cold
+// path: runs a handful of times per connection.
+#include <cstring>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/logsink.h"
+#include "stream/engine_internal.h"
+#include "stream/ready_source.h"
+#include "stream/wake.h"
+
+namespace xp::stream::engine {
+namespace {
+
+using flow::RecordType;
+
+bool send_msg(Channel* ch, const recover::Message& m) {
+  std::lock_guard<std::mutex> l(ch->mu);
+  // Control records may use the reserved credit; a full send queue is the
+  // only way to get no_resource, and progress frees it.
+  for (int i = 0; i < 1000; ++i) {
+    Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream, m.seq,
+                                                m.payload, m.len);
+    if (st != Status::no_resource) return st == Status::ok;
+    ch->mux->progress();
+  }
+  return false;
+}
+
+// Handle one ATTACH; false when no connection with its 4-tuple exists here
+// (yet: the application may not have accepted it).
+bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
+  recover::TcpTuple t;
+  recover::Nonce n;
+  recover::NakCode nak;
+  const flow::RecordHeader& h = r.h;
+  if (recover::parse_attach(r.payload, h.len, &t, &n, &nak) != Status::ok) {
+    send_msg(ch, recover::make_nak(h.stream, nak));
+    return true;
+  }
+  uint8_t key[12];
+  pack_key(t, key);
+  Conn* c = t.family == 4 ? find_by_key(key) : nullptr;
+  if (c == nullptr) {
+    if (!last_chance) return false;
+    send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
+    return true;
+  }
+  c->heard_from_peer.store(true);
+  std::lock_guard<std::mutex> l(c->mu);
+  bool id_free;
+  {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    id_free = h.stream < ch->by_id.size() && ch->by_id[h.stream] == nullptr;
+  }
+  if (!id_free || c->ch != nullptr || c->accepting || c->closed.load()) {
+    send_msg(ch, recover::make_nak(h.stream, recover::NakCode::busy));
+    return true;
+  }
+  recover::Message reply;
+  Status st = c->sess.on_attach(h.stream, h.seq, r.payload, h.len, &reply);
+  send_msg(ch, reply);
+  if (st != Status::ok) {
+    if (c->sess.state() == recover::State::failed) fail(c, c->sess.fallback_reason());
+    return true;
+  }
+  Stream* s;
+  {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    s = ch->mux->open(h.stream, 0, 0);
+    if (s) {
+      ch->by_id[h.stream] = c;
+      ch->conns.push_back(c);
+      c->ref();
+    }
+  }
+  if (s == nullptr) {
+    c->sess.fail(Reason::resources_exhausted);
+    flush(c);
+    fail(c, Reason::resources_exhausted);
+    return true;
+  }
+  c->ch = ch;
+  c->st = s;
+  c->sid = h.stream;
+  advance(c);
+  return true;
+}
+
+void handle_record(Channel* ch, const ControlRecord& r) {
+  if (r.h.type == static_cast<uint8_t>(RecordType::attach)) {
+    if (ch->client_side) return; // only the channel's client attaches
+    std::lock_guard<std::mutex> gl(g().mu);
+    if (!handle_attach(ch, r, false)) {
+      PendingAttach p{ch, r, now_ms() + g().p.handshake_timeout_ms};
+      g().attaches.push_back(p);
+    }
+    return;
+  }
+  Conn* c = nullptr;
+  {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    if (r.h.stream < ch->by_id.size()) c = ch->by_id[r.h.stream];
+    if (c) c->ref();
+  }
+  if (c == nullptr) return; // a stream closed here meanwhile
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    if (c->ch == ch && !c->closed.load()) {
+      c->sess.on_message(r.h.type, r.h.stream, r.h.seq, r.payload, r.h.len);
+      if (c->sess.state() == recover::State::refused) {
+        // NAK unknown_stream/busy: this channel's process does not hold
+        // the connection; try rdma_cm (a redirect finds the right process).
+        std::lock_guard<std::mutex> chl(ch->mu);
+        if (c->st) ch->mux->close(c->st);
+        if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
+        for (size_t i = 0; i < ch->conns.size(); ++i) {
+          if (ch->conns[i] == c) {
+            ch->conns[i] = ch->conns.back();
+            ch->conns.pop_back();
+            c->unref();
+            break;
+          }
+        }
+        c->ch = nullptr;
+        c->st = nullptr;
+        if (!c->cm_tried && !c->attach_refused) {
+          c->attach_refused = true; // start_client goes to rdma_cm directly
+          c->ref();
+          std::lock_guard<std::mutex> ql(g().qmu);
+          g().start_queue.push_back(c);
+          kick();
+        } else {
+          fail(c, Reason::handshake_failed);
+        }
+      } else {
+        advance(c);
+      }
+    }
+  }
+  c->unref();
+}
+
+} // namespace
+
+void flush(Conn* c) {
+  recover::Message m;
+  while (c->sess.pop_output(&m)) {
+    if (c->ch == nullptr || !send_msg(c->ch, m)) {
+      c->sess.fail(Reason::handshake_failed);
+      break;
+    }
+  }
+}
+
+void advance(Conn* c) {
+  flush(c);
+  if (c->sess.state() == recover::State::failed) return fail(c, c->sess.fallback_reason());
+  if (c->st == nullptr) return;
+  bool changed = false;
+  if (!c->tx_rdma.load() && !c->tx_shut && c->sess.try_switch_tx() == Status::ok) {
+    flush(c); // the SWITCH goes before any data over RDMA
+    {
+      std::lock_guard<std::mutex> chl(c->ch->mu);
+      c->st->set_tx_start(c->sess.tx_offset());
+      refresh(c);
+    }
+    c->tx_rdma.store(true, std::memory_order_release);
+    XP_SLOG(XP_SLOG_DEBUG, "fd %d: sending over RDMA from byte %llu (stream %u)", c->fd,
+            static_cast<unsigned long long>(c->sess.tx_offset()), c->sid);
+    changed = true;
+  }
+  if (!c->rx_rdma.load() && c->sess.rx_mode() == Mode::rdma && c->sess.rx_tcp_remaining() == 0) {
+    {
+      std::lock_guard<std::mutex> chl(c->ch->mu);
+      refresh(c);
+    }
+    c->rx_rdma.store(true, std::memory_order_release);
+    XP_SLOG(XP_SLOG_DEBUG, "fd %d: receiving over RDMA from byte %llu (stream %u)", c->fd,
+            static_cast<unsigned long long>(c->sess.rx_offset()), c->sid);
+    changed = true;
+  }
+  if (changed) {
+    if (c->phase.load() == Phase::upgrading) {
+      c->phase.store(Phase::rdma, std::memory_order_release);
+      report(c, Mode::rdma, Reason::none);
+    }
+    c->gen.fetch_add(1, std::memory_order_acq_rel);
+    wake::notify();
+  }
+}
+
+void fail(Conn* c, Reason why) {
+  XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s (tx %s, rx %s)", c->fd, reason_name(why),
+          c->tx_rdma.load() ? "rdma" : "tcp", c->rx_rdma.load() ? "rdma" : "tcp");
+  if (c->sess.state() != recover::State::failed) {
+    c->sess.fail(why);
+    recover::Message m;
+    while (c->sess.pop_output(&m))
+      if (c->ch) send_msg(c->ch, m);
+  }
+  if (c->tx_rdma.load() || c->rx_rdma.load() || c->sess.needs_resume()) {
+    // Bytes already moved over RDMA: the stream cannot simply continue on
+    // TCP (that is recovery's job); report a reset, as the kernel would
+    // for a broken connection.
+    c->dead.store(true);
+    c->gen.fetch_add(1);
+    wake::notify();
+    return;
+  }
+  if (c->phase.load() != Phase::upgrading) return;
+  if (Channel* ch = c->ch) {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    if (c->st) ch->mux->close(c->st);
+    if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
+    for (size_t i = 0; i < ch->conns.size(); ++i) {
+      if (ch->conns[i] == c) {
+        ch->conns[i] = ch->conns.back();
+        ch->conns.pop_back();
+        c->unref();
+        break;
+      }
+    }
+  }
+  c->ch = nullptr;
+  c->st = nullptr;
+  c->reason = why;
+  c->phase.store(Phase::tcp, std::memory_order_release);
+  if (!c->closed.load()) {
+    syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    report(c, Mode::tcp, why);
+    notify_mode(c->fd, nullptr); // the kernel answers readiness again
+  }
+  c->gen.fetch_add(1);
+  wake::notify();
+}
+
+bool refresh(Conn* c) {
+  Stream* s = c->st;
+  if (s == nullptr) return false;
+  uint32_t b = (s->readable() ? Conn::kIn : 0) | (s->writable() ? Conn::kOut : 0) |
+               (s->peer_finished() ? Conn::kFin : 0) | (s->was_reset() ? Conn::kReset : 0) |
+               (s->write_shut() ? Conn::kWriteShut : 0);
+  uint64_t rcv = s->received(), ack = s->send_acked();
+  if (b == c->seen_bits && rcv == c->seen_received && ack == c->seen_acked) return false;
+  c->seen_bits = b;
+  c->seen_received = rcv;
+  c->seen_acked = ack;
+  c->stream_bits.store(b, std::memory_order_release);
+  c->gen.fetch_add(1, std::memory_order_acq_rel);
+  return true;
+}
+
+Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload) {
+  auto* ch = static_cast<Channel*>(ctx);
+  // The peer's data follows its SWITCH on the channel: accept it from S on
+  // at once; it is delivered only once the switch is verified and the TCP
+  // bytes below S were read (Conn::rx_rdma).
+  if (h.type == static_cast<uint8_t>(RecordType::switch_) && h.stream < ch->by_id.size()) {
+    if (Conn* c = ch->by_id[h.stream]) {
+      if (c->st) c->st->set_rx_start(h.seq);
+    }
+  }
+  if (h.len > flow::kMaxControlPayload || ch->inbox.size() >= 4096) return Status::invalid;
+  ControlRecord r;
+  r.h = h;
+  if (h.len) memcpy(r.payload, payload, h.len);
+  ch->inbox.push_back(r);
+  ch->inbox_pending.store(true, std::memory_order_release);
+  return Status::ok;
+}
+
+void drain_inbox(Channel* ch) {
+  std::vector<ControlRecord> batch;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    batch.swap(ch->inbox);
+    ch->inbox_pending.store(false);
+  }
+  for (const ControlRecord& r : batch)
+    handle_record(ch, r);
+}
+
+void progress(Channel* ch) {
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    if (!ch->failed.load()) {
+      if (ch->mux->progress() != Status::ok) {
+        ch->failed.store(true);
+      }
+      for (Conn* c : ch->conns)
+        changed |= refresh(c);
+    }
+  }
+  if (ch->inbox_pending.load(std::memory_order_acquire)) drain_inbox(ch);
+  if (ch->failed.load()) channel_failed(ch);
+  if (changed) wake::notify();
+}
+
+void channel_failed(Channel* ch) {
+  if (!ch->failed.exchange(true) || !ch->fail_logged) {
+    ch->fail_logged = true;
+    XP_SLOG(XP_SLOG_WARN, "RDMA channel failed (%zu streams): %s", ch->conns.size(),
+            ch->mux ? "protocol error or completion error" : "?");
+  }
+  std::vector<Conn*> cs;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    for (Conn* c : ch->conns) {
+      c->ref();
+      cs.push_back(c);
+    }
+  }
+  for (Conn* c : cs) {
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      if (c->ch == ch) fail(c, Reason::rdma_error_fallback);
+    }
+    c->unref();
+  }
+}
+
+void retry_attaches(uint64_t now) {
+  auto& as = g().attaches;
+  for (size_t i = 0; i < as.size();) {
+    // handle_attach takes g().mu's place in the lock order: it is held here.
+    bool done = handle_attach(as[i].ch, as[i].rec, now >= as[i].deadline_ms);
+    if (done) {
+      as[i] = as.back();
+      as.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+void tick_conns(uint64_t now) {
+  std::vector<Conn*> cs;
+  {
+    std::lock_guard<std::mutex> gl(g().mu);
+    for (Conn* c : g().conns) {
+      if (c->phase.load() == Phase::tcp) continue;
+      c->ref();
+      cs.push_back(c);
+    }
+  }
+  for (Conn* c : cs) {
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      if (!c->closed.load()) {
+        if (c->phase.load() == Phase::upgrading) {
+          c->sess.tick(now);
+          if (c->sess.state() == recover::State::failed) {
+            fail(c, c->sess.fallback_reason());
+          } else if (c->retry_at_ms && now >= c->retry_at_ms && c->ch == nullptr) {
+            c->retry_at_ms = 0;
+            c->cm_tried = false;
+            c->ref();
+            std::lock_guard<std::mutex> ql(g().qmu);
+            g().start_queue.push_back(c);
+            kick();
+          } else if (c->deadline_ms && now > c->deadline_ms && c->ch == nullptr) {
+            // A server nobody asked for: the client does not run xpress.
+            fail(c, c->role == recover::Role::server && !c->heard_from_peer.load()
+                        ? Reason::peer_not_accelerated
+                        : Reason::handshake_timeout);
+          } else if (c->ch) {
+            advance(c); // a direction that had nothing to send switches too
+          }
+        } else if (c->rx_rdma.load()) {
+          // The peer's kernel closed TCP (its process died?) but no FIN came
+          // over RDMA: after a grace period the stream is reset.
+          uint32_t tb = c->tcp_bits.load();
+          bool fin = c->stream_bits.load() & (Conn::kFin | Conn::kReset);
+          if ((tb & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !fin) {
+            if (c->hup_since_ms == 0) c->hup_since_ms = now;
+            else if (now - c->hup_since_ms > g().p.hangup_grace_ms && !c->dead.load()) {
+              c->dead.store(true);
+              c->gen.fetch_add(1);
+              wake::notify();
+            }
+          }
+        }
+      }
+    }
+    c->unref();
+  }
+  // Channels whose completions nobody polled lately (no event armed?): poll.
+  std::vector<Channel*> chs;
+  {
+    std::lock_guard<std::mutex> gl(g().mu);
+    chs = g().channels;
+  }
+  for (Channel* ch : chs)
+    if (!ch->failed.load()) progress(ch);
+}
+
+} // namespace xp::stream::engine

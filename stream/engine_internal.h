@@ -1,0 +1,125 @@
+// Engine internals shared by engine.cc (thread, tables, timers),
+// engine_rendezvous.cc (rdma_cm: listeners, requests, channel set-up),
+// engine_control.cc (upgrade control records, switching, fallback) and
+// conn_io.cc (the data calls).  Not for other layers.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <sys/socket.h>
+#include <vector>
+
+#include "stream/channel.h"
+#include "stream/conn.h"
+#include "stream/engine.h"
+#include "verbs/cm.h"
+
+namespace xp::stream {
+
+// Rendezvous state of one listening socket, in MAP_SHARED memory created at
+// listen(): fork children that inherit the socket share it.  The process
+// that holds the rdma_cm listener on the TCP port (owner) redirects
+// requests for connections another process accepted to that process's own
+// rdma_cm port (docs/protocol.md §1).
+struct ListenShare {
+  static constexpr int kSlots = 4096;
+  struct Slot {
+    std::atomic<uint32_t> state; // 0 free, 1 being written, 2 valid
+    int32_t pid;
+    uint16_t port; // that process's private rdma_cm port
+    uint8_t tuple[12]; // client addr, server addr, client port, server port (IPv4)
+  };
+  uint32_t magic;
+  std::atomic<int32_t> owner_pid;
+  std::atomic<int32_t> owner_state; // 0 none, 1 listening, 2 could not listen
+  sockaddr_storage addr;            // the TCP listening address (port P)
+  Slot slots[kSlots];
+};
+
+namespace engine {
+
+struct PendingReq {
+  verbs::CmRequest* req;
+  ListenShare* share; // null: our private listener
+  uint8_t key[12];
+  uint16_t sid;
+  recover::Nonce nonce_c;
+  uint64_t deadline_ms;
+};
+struct PendingAttach {
+  Channel* ch;
+  ControlRecord rec;
+  uint64_t deadline_ms;
+};
+struct Negative {
+  uint8_t addr[4];
+  uint16_t port;
+  uint64_t until_ms;
+};
+struct OwnedListener {
+  ListenShare* share;
+  verbs::CmListener* l;
+};
+// What the user pointer of an rdma_cm operation names.
+struct CmUser {
+  enum class Kind : uint8_t { client, server, listener_share, listener_private } kind;
+  Conn* conn;
+  ListenShare* share;
+  uint16_t port; // client: the port this attempt went to
+};
+
+struct State {
+  std::mutex mu; // tables below; ordered before Conn::mu
+  EngineParams p;
+  bool started = false;
+  bool used_rdma = false; // librdmacm initialised in this process
+  bool forked_child = false;
+  int epfd = -1, cmdfd = -1;
+  verbs::Cm* cm = nullptr;
+  std::vector<Conn*> conns;        // live connections (one ref each)
+  std::vector<Channel*> channels;
+  std::vector<PendingReq> reqs;
+  std::vector<PendingAttach> attaches;
+  std::vector<Negative> negative;
+  std::vector<OwnedListener> listeners;
+  std::mutex qmu;                  // the two queues (a leaf lock: taken under any other)
+  std::vector<Conn*> start_queue;  // client connections to start (ref'd)
+  std::vector<ListenShare*> serve_queue;
+  verbs::CmListener* private_l = nullptr;
+  uint16_t private_port = 0;
+  CmUser private_user{CmUser::Kind::listener_private, nullptr, nullptr, 0};
+  uint64_t now_ms = 0;
+};
+State& g();
+
+uint64_t now_ms();
+void kick(); // wake the engine thread (commands queued)
+
+// ---- engine_control.cc (callers hold c->mu unless said otherwise)
+void flush(Conn* c);
+void advance(Conn* c);
+void fail(Conn* c, Reason why);
+// ch->mu held: recompute c's stream readiness; true if it changed.
+bool refresh(Conn* c);
+// Poll a channel, update its streams, handle control records.  No lock
+// held by the caller.  Wakes sleepers when anything changed.
+void progress(Channel* ch);
+void drain_inbox(Channel* ch); // no lock held
+void channel_failed(Channel* ch);
+Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);
+void tick_conns(uint64_t now);
+void retry_attaches(uint64_t now); // g().mu held
+void watch_channel(Channel* ch);   // g().mu held
+void report(Conn* c, Mode m, Reason why);
+
+// ---- engine_rendezvous.cc (engine thread, g().mu held)
+void start_client(Conn* c);
+void serve_share(ListenShare* s);
+void on_cm_event(const verbs::CmEvent& ev);
+void retry_pending(uint64_t now);
+Channel* make_channel(verbs::Link* link, bool client_side);
+void pack_key(const recover::TcpTuple& t, uint8_t key[12]);
+Conn* find_by_key(const uint8_t key[12]);
+
+} // namespace engine
+} // namespace xp::stream

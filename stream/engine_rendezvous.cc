@@ -1,0 +1,429 @@
+// Rendezvous over rdma_cm (docs/protocol.md §1): the client's request names
+// the TCP 4-tuple; the process holding that accepted connection answers,
+// after a redirect when a sibling (fork child sharing the listening socket)
+// holds it.  Runs on the engine thread with State::mu held.
+#include <arpa/inet.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <netinet/in.h>
+#include <new>
+#include <unistd.h>
+
+#include "stream/engine_internal.h"
+#include "stream/wake.h"
+
+namespace xp::stream::engine {
+namespace {
+
+constexpr uint8_t kWireVersion = 1;
+constexpr uint8_t kKindRequest = 1, kKindAccept = 2;
+enum RejectCode : uint8_t { rej_redirect = 1, rej_unknown = 2, rej_busy = 3, rej_version = 4 };
+
+// rdma_cm private data of a request: exactly verbs::kAppPrivateMax bytes.
+struct ReqWire {
+  uint8_t kind, version;
+  uint16_t sid;
+  uint8_t key[12];
+  uint8_t nonce[16];
+};
+static_assert(sizeof(ReqWire) == verbs::kAppPrivateMax);
+struct AcceptWire {
+  uint8_t kind, version, pad[2];
+  uint8_t nonce[16];
+};
+struct RejectWire {
+  uint8_t code, pad;
+  uint16_t port; // redirect: network order
+};
+
+verbs::RcLinkParams link_params() {
+  verbs::RcLinkParams lp;
+  lp.ring_bytes = g().p.ring_bytes;
+  lp.sq_depth = 256;
+  lp.max_inline = 64;
+  lp.timeout_ms = static_cast<int>(g().p.handshake_timeout_ms);
+  return lp;
+}
+
+sockaddr_in in4(const uint8_t addr[4], uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  memcpy(&a.sin_addr, addr, 4);
+  a.sin_port = htons(port);
+  return a;
+}
+
+bool negative_cached(const uint8_t addr[4], uint16_t port, uint64_t now) {
+  for (const Negative& n : g().negative)
+    if (n.port == port && memcmp(n.addr, addr, 4) == 0 && now < n.until_ms) return true;
+  return false;
+}
+
+void remember_negative(const uint8_t addr[4], uint16_t port) {
+  uint64_t until = now_ms() + g().p.negative_cache_ms;
+  for (Negative& n : g().negative) {
+    if (n.port == port && memcmp(n.addr, addr, 4) == 0) {
+      n.until_ms = until;
+      return;
+    }
+  }
+  if (g().negative.size() > 1024) g().negative.erase(g().negative.begin());
+  Negative n{};
+  memcpy(n.addr, addr, 4);
+  n.port = port;
+  n.until_ms = until;
+  g().negative.push_back(n);
+}
+
+void cm_connect(Conn* c, uint16_t port) {
+  ReqWire w{};
+  w.kind = kKindRequest;
+  w.version = kWireVersion;
+  w.sid = 0;
+  pack_key(c->tuple, w.key);
+  memcpy(w.nonce, c->nonce.b, 16);
+  sockaddr_in src = in4(c->tuple.client_addr, 0);
+  sockaddr_in dst = in4(c->tuple.server_addr, port);
+  auto* u = new (std::nothrow) CmUser{CmUser::Kind::client, c, nullptr, port};
+  if (u == nullptr) return fail(c, Reason::resources_exhausted);
+  c->ref();
+  c->cm_tried = true;
+  c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
+  Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                              link_params(), &w, sizeof w, u);
+  if (st != Status::ok) {
+    delete u;
+    c->unref();
+    fail(c, Reason::handshake_failed);
+  }
+}
+
+void send_reject(verbs::CmRequest* req, RejectCode code, uint16_t port = 0) {
+  RejectWire r{code, 0, htons(port)};
+  g().cm->reject(req, &r, sizeof r);
+}
+
+void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Nonce& nonce_c) {
+  c->heard_from_peer.store(true);
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->closed.load() || c->accepting || c->sess.state() != recover::State::idle) {
+    send_reject(req, rej_busy);
+    return;
+  }
+  AcceptWire a{};
+  a.kind = kKindAccept;
+  a.version = kWireVersion;
+  memcpy(a.nonce, c->nonce.b, 16);
+  auto* u = new (std::nothrow) CmUser{CmUser::Kind::server, c, nullptr, 0};
+  if (u == nullptr) {
+    send_reject(req, rej_busy);
+    return;
+  }
+  c->ref();
+  c->accepting = true;
+  c->pending_sid = sid;
+  c->peer_nonce = nonce_c;
+  if (g().cm->accept(req, link_params(), &a, sizeof a, u) != Status::ok) {
+    c->accepting = false;
+    delete u;
+    c->unref();
+  }
+}
+
+// Where a sibling process published a connection with this key.
+bool lookup_slot(ListenShare* sh, const uint8_t key[12], uint16_t* port) {
+  for (auto& sl : sh->slots) {
+    if (sl.state.load(std::memory_order_acquire) == 2 && memcmp(sl.tuple, key, 12) == 0 &&
+        sl.pid != getpid()) {
+      *port = sl.port;
+      return true;
+    }
+  }
+  return false;
+}
+
+// A request we cannot answer yet waits; true when it was answered.
+bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12], uint16_t sid,
+                    const recover::Nonce& nonce) {
+  if (Conn* c = find_by_key(key)) {
+    accept_for(c, req, sid, nonce);
+    return true;
+  }
+  uint16_t port = 0;
+  if (sh && lookup_slot(sh, key, &port)) {
+    send_reject(req, rej_redirect, port);
+    return true;
+  }
+  return false;
+}
+
+void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& peer_nonce) {
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->closed.load() || c->phase.load() != Phase::upgrading || c->ch != nullptr) return;
+  Stream* st;
+  {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    st = sid < ch->by_id.size() ? ch->mux->open(sid, 0, 0) : nullptr;
+    if (st) {
+      ch->by_id[sid] = c;
+      ch->conns.push_back(c);
+      c->ref();
+      if (ch->client_side) ch->next_id = sid + 1;
+    }
+  }
+  if (st == nullptr) return fail(c, Reason::resources_exhausted);
+  c->ch = ch;
+  c->st = st;
+  c->sid = sid;
+  if (c->sess.adopt(sid, peer_nonce) != Status::ok) return fail(c, Reason::handshake_failed);
+  advance(c);
+}
+
+} // namespace
+
+void pack_key(const recover::TcpTuple& t, uint8_t key[12]) {
+  memcpy(key, t.client_addr, 4);
+  memcpy(key + 4, t.server_addr, 4);
+  key[8] = static_cast<uint8_t>(t.client_port >> 8);
+  key[9] = static_cast<uint8_t>(t.client_port);
+  key[10] = static_cast<uint8_t>(t.server_port >> 8);
+  key[11] = static_cast<uint8_t>(t.server_port);
+}
+
+Conn* find_by_key(const uint8_t key[12]) {
+  for (Conn* c : g().conns) {
+    if (c->role != recover::Role::server || c->closed.load()) continue;
+    uint8_t k[12];
+    pack_key(c->tuple, k);
+    if (memcmp(k, key, 12) == 0) return c;
+  }
+  return nullptr;
+}
+
+Channel* make_channel(verbs::Link* link, bool client_side) {
+  auto* ch = new (std::nothrow) Channel();
+  if (ch == nullptr) return nullptr;
+  ch->link = link;
+  ch->client_side = client_side;
+  MuxParams mp;
+  mp.max_streams = g().p.streams_per_channel;
+  mp.stream_window = g().p.stream_window;
+  ch->mux = new (std::nothrow) Mux(link, mp);
+  if (ch->mux == nullptr) {
+    delete ch;
+    return nullptr;
+  }
+  ch->mux->set_control_handler(on_control_record, ch);
+  ch->by_id.assign(mp.max_streams, nullptr);
+  g().channels.push_back(ch);
+  watch_channel(ch);
+  return ch;
+}
+
+void start_client(Conn* c) {
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->closed.load() || c->phase.load() != Phase::upgrading ||
+      c->sess.state() == recover::State::failed)
+    return;
+  uint64_t now = now_ms();
+  if (negative_cached(c->tuple.server_addr, c->tuple.server_port, now))
+    return fail(c, Reason::peer_not_accelerated);
+  // A channel to the same server address and port: attach over it.
+  int to_this_peer = 0;
+  for (Channel* ch : g().channels) {
+    if (c->attach_refused) break;
+    if (!ch->client_side || ch->failed.load() || ch->peer_port != c->tuple.server_port ||
+        memcmp(ch->peer_addr, c->tuple.server_addr, 4) != 0)
+      continue;
+    ++to_this_peer;
+    std::lock_guard<std::mutex> chl(ch->mu);
+    uint32_t n = static_cast<uint32_t>(ch->by_id.size());
+    Stream* st = nullptr;
+    uint32_t id = 0;
+    for (uint32_t k = 0; k < n && st == nullptr; ++k) {
+      id = (ch->next_id + k) % n;
+      if (ch->by_id[id] == nullptr) st = ch->mux->open(id, 0, 0);
+    }
+    if (st == nullptr) continue;
+    ch->next_id = id + 1;
+    ch->by_id[id] = c;
+    ch->conns.push_back(c);
+    c->ref();
+    c->ch = ch;
+    c->st = st;
+    c->sid = id;
+    recover::Message m;
+    if (c->sess.start_attach(id, &m) == Status::ok)
+      ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
+                                      m.payload, m.len);
+    c->deadline_ms = now + g().p.handshake_timeout_ms;
+    return;
+  }
+  if (to_this_peer >= static_cast<int>(g().p.channels_per_peer))
+    return fail(c, Reason::resources_exhausted);
+  cm_connect(c, c->tuple.server_port);
+}
+
+void serve_share(ListenShare* sh) {
+  const int32_t me = getpid();
+  int32_t owner = sh->owner_pid.load();
+  if (owner != me && (owner == 0 || (kill(owner, 0) != 0 && errno == ESRCH))) {
+    if (sh->owner_pid.compare_exchange_strong(owner, me)) {
+      auto* u = new (std::nothrow) CmUser{CmUser::Kind::listener_share, nullptr, sh, 0};
+      verbs::CmListener* l = nullptr;
+      uint16_t port = 0;
+      if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u, &l, &port) == Status::ok) {
+        g().listeners.push_back(OwnedListener{sh, l});
+        sh->owner_state.store(1);
+      } else {
+        delete u;
+        sh->owner_state.store(2);
+      }
+      return;
+    }
+    owner = sh->owner_pid.load();
+  }
+  if (owner == me) return;
+  // Another process answers the port: publish our connections for redirects.
+  if (g().private_l == nullptr) {
+    sockaddr_in a;
+    memcpy(&a, &sh->addr, sizeof a);
+    a.sin_port = 0;
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&a), &g().private_user, &g().private_l,
+                       &g().private_port) != Status::ok)
+      return;
+  }
+  for (Conn* c : g().conns) {
+    if (c->share != sh || c->slot_written || c->closed.load()) continue;
+    for (auto& sl : sh->slots) {
+      uint32_t free_state = 0;
+      if (sl.state.compare_exchange_strong(free_state, 1)) {
+        sl.pid = me;
+        sl.port = g().private_port;
+        pack_key(c->tuple, sl.tuple);
+        sl.state.store(2, std::memory_order_release);
+        c->slot_written = true;
+        break;
+      }
+    }
+  }
+}
+
+void on_cm_event(const verbs::CmEvent& ev) {
+  using K = verbs::CmEvent::Kind;
+  auto* u = static_cast<CmUser*>(ev.user);
+  switch (ev.kind) {
+  case K::request: {
+    ReqWire w{};
+    if (ev.priv_len != sizeof w) return send_reject(ev.req, rej_version);
+    memcpy(&w, ev.priv, sizeof w);
+    if (w.kind != kKindRequest || w.version != kWireVersion)
+      return send_reject(ev.req, rej_version);
+    recover::Nonce n;
+    memcpy(n.b, w.nonce, 16);
+    ListenShare* sh = u && u->kind == CmUser::Kind::listener_share ? u->share : nullptr;
+    if (answer_request(ev.req, sh, w.key, w.sid, n)) return;
+    PendingReq p{};
+    p.req = ev.req;
+    p.share = sh;
+    memcpy(p.key, w.key, 12);
+    p.sid = w.sid;
+    p.nonce_c = n;
+    p.deadline_ms = now_ms() + g().p.handshake_timeout_ms;
+    g().reqs.push_back(p);
+    return;
+  }
+  case K::established: {
+    Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
+    if (ch == nullptr) {
+      g().cm->destroy(ev.link);
+    } else if (u->kind == CmUser::Kind::client) {
+      memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
+      ch->peer_port = u->conn->tuple.server_port;
+      AcceptWire a{};
+      if (ev.priv_len >= sizeof a) memcpy(&a, ev.priv, sizeof a);
+      recover::Nonce n;
+      memcpy(n.b, a.nonce, 16);
+      if (a.kind == kKindAccept && a.version == kWireVersion) bind_new_channel(u->conn, ch, 0, n);
+    } else {
+      Conn* c = u->conn;
+      {
+        std::lock_guard<std::mutex> l(c->mu);
+        c->accepting = false;
+      }
+      bind_new_channel(c, ch, c->pending_sid, c->peer_nonce);
+    }
+    u->conn->unref();
+    delete u;
+    return;
+  }
+  case K::rejected:
+  case K::failed: {
+    Conn* c = u->conn;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      RejectWire r{};
+      if (ev.kind == K::rejected && ev.consumer_reject && ev.priv_len >= sizeof r)
+        memcpy(&r, ev.priv, sizeof r);
+      if (u->kind == CmUser::Kind::server) {
+        c->accepting = false;
+      } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
+        c->redirected = true;
+        cm_connect(c, ntohs(r.port));
+      } else if (r.code == 0 && ev.kind == K::rejected && !c->closed.load() &&
+                 c->no_listener_tries < 3 && u->port == c->tuple.server_port) {
+        // Nobody listens there: either no xpress, or the server process has
+        // not accepted the connection yet (its first accept on that socket
+        // opens the port).  A few quick retries tell the two apart.
+        ++c->no_listener_tries;
+        c->retry_at_ms = now_ms() + 20u * c->no_listener_tries;
+      } else if (r.code == 0) {
+        // Nobody answers rdma_cm there: not an xpress peer (or no RDMA).
+        remember_negative(c->tuple.server_addr, c->tuple.server_port);
+        fail(c, Reason::peer_not_accelerated);
+      } else {
+        fail(c, Reason::handshake_failed);
+      }
+    }
+    c->unref();
+    delete u;
+    return;
+  }
+  case K::disconnected: {
+    for (Channel* ch : g().channels) {
+      if (ch->link == ev.link) {
+        channel_failed(ch);
+        return;
+      }
+    }
+    g().cm->destroy(ev.link); // never established here
+    if (u && (u->kind == CmUser::Kind::server || u->kind == CmUser::Kind::client)) {
+      u->conn->unref();
+      delete u;
+    }
+    return;
+  }
+  }
+}
+
+void retry_pending(uint64_t now) {
+  auto& reqs = g().reqs;
+  for (size_t i = 0; i < reqs.size();) {
+    PendingReq& p = reqs[i];
+    bool done = answer_request(p.req, p.share, p.key, p.sid, p.nonce_c);
+    if (!done && now >= p.deadline_ms) {
+      send_reject(p.req, rej_unknown);
+      done = true;
+    }
+    if (done) {
+      reqs[i] = reqs.back();
+      reqs.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  retry_attaches(now);
+}
+
+} // namespace xp::stream::engine

@@ -1,0 +1,35 @@
+// The seam between the readiness layer (preload/: epoll, poll, select) and a
+// connection whose readiness xpress computes itself ("user mode"): while a
+// connection upgrades or runs over RDMA, the kernel TCP socket no longer
+// tells the truth about it (its bytes arrive over the channel), so the
+// readiness layer asks the connection instead of the kernel.
+#pragma once
+#include <cstdint>
+
+namespace xp::stream {
+
+class ReadySource {
+public:
+  // Readiness now, as epoll bits (EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLHUP,
+  // EPOLLERR; poll's POLL* bits have the same values).  Level: what a
+  // level-triggered waiter would be told.  Lock-free and cheap.
+  virtual uint32_t ready_events() const = 0;
+  // Changes whenever a new readiness event happened (bytes arrived, the send
+  // window opened, end of stream, reset): an edge for EPOLLET and the re-arm
+  // point for EPOLLONESHOT.  Monotonic modulo 2^32.
+  virtual uint32_t ready_gen() const = 0;
+
+protected:
+  ~ReadySource() = default;
+};
+
+// The readiness layer installs this; the stream layer calls it (from any
+// thread, with no lock of its own held) when fd's readiness source changes:
+// becomes non-null (the connection entered user mode: kernel registrations
+// of fd must stop reporting it) or null (back to the kernel: registrations
+// must be restored with the application's mask and data).
+using ModeHook = void (*)(int fd, ReadySource* now);
+void set_mode_hook(ModeHook h);
+void notify_mode(int fd, ReadySource* now);
+
+} // namespace xp::stream

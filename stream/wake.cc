@@ -1,0 +1,128 @@
+#include "stream/wake.h"
+
+#include <atomic>
+#include <cstdint>
+#include <fcntl.h>
+#include <mutex>
+#include <new>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "stream/ready_source.h"
+
+namespace xp::stream {
+
+namespace {
+std::atomic<ModeHook> g_mode_hook{nullptr};
+} // namespace
+
+void set_mode_hook(ModeHook h) {
+  g_mode_hook.store(h, std::memory_order_release);
+}
+void notify_mode(int fd, ReadySource* now) {
+  if (ModeHook h = g_mode_hook.load(std::memory_order_acquire)) h(fd, now);
+}
+
+namespace wake {
+namespace {
+
+constexpr int kMaxSleepers = 1024;
+std::mutex g_mu;
+int g_fds[kMaxSleepers];
+std::atomic<int> g_count{0};
+
+struct ThreadFd {
+  int fd = -1;
+  ~ThreadFd() {
+    if (fd >= 0) syscall(SYS_close, fd);
+  }
+};
+thread_local ThreadFd t_fd;
+
+} // namespace
+
+namespace {
+// The eventfd goes above the numbers a program expects to get: it may count
+// on the lowest free number (a number it just closed must stay closed, for
+// POLLNVAL or EBADF), and a lazily made eventfd would take exactly that one.
+// Not too high either: the kernel's fd table grows to the highest number.
+// (preload/readiness.cc places xpress's other internal fds the same way.)
+long move_high(long fd) {
+  rlimit rl;
+  if (fd < 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return fd;
+  rlim_t base = rl.rlim_cur - rl.rlim_cur / 16;
+  if (base > 8192) base = 8192;
+  if (static_cast<rlim_t>(fd) >= base) return fd;
+  long moved = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, static_cast<long>(base));
+  if (moved < 0) return fd;
+  syscall(SYS_close, fd);
+  return moved;
+}
+} // namespace
+
+int thread_fd() {
+  // Raw system calls: this layer sits below the interposed libc functions.
+  if (t_fd.fd < 0)
+    t_fd.fd = static_cast<int>(move_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
+  return t_fd.fd;
+}
+
+namespace {
+// A fork child has one thread and none of the parent's sleepers; another
+// parent thread may have held the lock at the fork.
+void atfork_child() {
+  new (&g_mu) std::mutex;
+  g_count.store(0, std::memory_order_relaxed);
+}
+} // namespace
+
+bool add(int efd) {
+  static const bool atfork = pthread_atfork(nullptr, nullptr, atfork_child) == 0;
+  (void)atfork;
+  std::lock_guard<std::mutex> g(g_mu);
+  int n = g_count.load(std::memory_order_relaxed);
+  if (n >= kMaxSleepers) return false;
+  g_fds[n] = efd;
+  // seq_cst: the sleeper's next load of the readiness it waits for must not
+  // be ordered before this store (notify() reads the count after the change).
+  g_count.store(n + 1, std::memory_order_seq_cst);
+  return true;
+}
+
+void remove(int efd) {
+  std::lock_guard<std::mutex> g(g_mu);
+  int n = g_count.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    if (g_fds[i] == efd) {
+      g_fds[i] = g_fds[n - 1];
+      g_count.store(n - 1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+void notify() {
+  // Pairs with add(): a change published before this load is seen by any
+  // sleeper that registered after it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (g_count.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> g(g_mu);
+  int n = g_count.load(std::memory_order_relaxed);
+  uint64_t one = 1;
+  for (int i = 0; i < n; ++i) {
+    long r = syscall(SYS_write, g_fds[i], &one, sizeof one);
+    (void)r; // EAGAIN: the counter is saturated, the sleeper wakes anyway
+  }
+}
+
+void drain(int efd) {
+  uint64_t v;
+  long r = syscall(SYS_read, efd, &v, sizeof v);
+  (void)r;
+}
+
+} // namespace wake
+} // namespace xp::stream

@@ -1,0 +1,24 @@
+// Waking threads that sleep in the kernel while xpress, not the kernel,
+// knows when they can go on (connections in user mode, stream/ready_source.h).
+// A thread about to sleep registers an eventfd it also passes to its kernel
+// wait (poll, epoll_wait); whoever changes a connection's readiness calls
+// notify(), which writes every registered eventfd.  Spurious wake-ups are
+// allowed: sleepers re-check their condition.  Registration is done before
+// the sleeper's final check, so no wake-up can be lost in between.
+#pragma once
+
+namespace xp::stream::wake {
+
+// This thread's eventfd (EFD_NONBLOCK|EFD_CLOEXEC, created on first use,
+// closed at thread exit); -1 if none could be made.
+int thread_fd();
+// Register / unregister an eventfd as a sleeper.  add() returns false when
+// the registry is full (the caller then sleeps with a short timeout).
+bool add(int efd);
+void remove(int efd);
+// Wake every registered sleeper.  One relaxed load when nobody sleeps.
+void notify();
+// Consume pending wake-ups of efd (non-blocking read).
+void drain(int efd);
+
+} // namespace xp::stream::wake

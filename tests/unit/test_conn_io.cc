@@ -1,0 +1,281 @@
+// The socket data calls of an upgrading connection (stream/conn_io.cc and
+// the engine's control handling) over a fake transport: a socketpair plays
+// the TCP connection, a FakeLink pair the RDMA channel.  Bytes written
+// before, during and after each direction's switch must arrive exactly
+// once and in order, whatever the interleaving of writes, reads and
+// channel progress; a peer that never proves itself leaves the connection
+// on TCP with every byte intact.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <random>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <vector>
+
+#include "fake_link.h"
+#include "stream/conn_io.h"
+#include "stream/engine_internal.h"
+
+using namespace xp;
+using namespace xp::stream;
+
+namespace {
+
+uint8_t pat(int dir, uint64_t i) {
+  return static_cast<uint8_t>(i * 31 + dir * 101 + (i >> 9));
+}
+
+recover::SessionParams params(recover::Role r, uint8_t seed) {
+  recover::SessionParams p;
+  p.role = r;
+  sockaddr_in c{}, s{};
+  c.sin_family = s.sin_family = AF_INET;
+  c.sin_port = htons(40000);
+  s.sin_port = htons(80);
+  inet_pton(AF_INET, "10.0.0.1", &c.sin_addr);
+  inet_pton(AF_INET, "10.0.0.2", &s.sin_addr);
+  REQUIRE(recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&c),
+                                        reinterpret_cast<sockaddr*>(&s), &p.tuple) == Status::ok);
+  for (size_t i = 0; i < recover::kNonceBytes; ++i)
+    p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
+  p.timeout_ms = 1000;
+  return p;
+}
+
+// One end: its connection bound to a channel over its FakeLink.
+struct End {
+  Conn* c;
+  Channel* ch;
+  int dir;
+  uint64_t sent = 0, got = 0, bad = 0;
+};
+
+void bind(End& e, const recover::Nonce& peer_nonce) {
+  std::lock_guard<std::mutex> l(e.c->mu);
+  {
+    std::lock_guard<std::mutex> chl(e.ch->mu);
+    e.c->st = e.ch->mux->open(0, 0, 0);
+    REQUIRE(e.c->st != nullptr);
+    e.ch->by_id[0] = e.c;
+    e.ch->conns.push_back(e.c);
+    e.c->ref();
+  }
+  e.c->ch = e.ch;
+  e.c->sid = 0;
+  REQUIRE(e.c->sess.adopt(0, peer_nonce) == Status::ok);
+  engine::advance(e.c);
+}
+
+struct Pair {
+  int fds[2];
+  test::FakeLink la{64 * 1024, 1024}, lb{64 * 1024, 1024};
+  End a{}, b{};
+  Pair(bool bind_both) {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    test::FakeLink::connect(la, lb);
+    auto pc = params(recover::Role::client, 1), ps = params(recover::Role::server, 2);
+    a.c = new Conn(fds[0], pc);
+    b.c = new Conn(fds[1], ps);
+    a.dir = 0;
+    b.dir = 1;
+    {
+      std::lock_guard<std::mutex> g(engine::g().mu);
+      a.ch = engine::make_channel(&la, true);
+      b.ch = engine::make_channel(&lb, false);
+    }
+    REQUIRE(a.ch != nullptr);
+    REQUIRE(b.ch != nullptr);
+    if (bind_both) {
+      bind(a, ps.nonce);
+      bind(b, pc.nonce);
+    }
+  }
+  ~Pair() {
+    for (End* e : {&a, &b}) {
+      engine::on_close(e->c);
+      e->c->unref();
+    }
+    close(fds[0]);
+    close(fds[1]);
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    auto& v = engine::g().channels;
+    for (Channel* ch : {a.ch, b.ch}) {
+      for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
+      delete ch->mux;
+      delete ch;
+    }
+  }
+};
+
+// Non-blocking write of up to n pattern bytes; returns how many went.
+size_t put(End& e, size_t n) {
+  std::vector<uint8_t> buf(n);
+  for (size_t k = 0; k < n; ++k)
+    buf[k] = pat(e.dir, e.sent + k);
+  iovec v{buf.data(), n};
+  bool kernel = false;
+  ssize_t r = io::send(e.c, &v, 1, MSG_DONTWAIT, &kernel);
+  if (kernel) r = ::send(e.c->fd, buf.data(), n, MSG_DONTWAIT);
+  if (r > 0) e.sent += static_cast<uint64_t>(r);
+  return r > 0 ? static_cast<size_t>(r) : 0;
+}
+
+size_t take(End& e, size_t n, int peer_dir) {
+  std::vector<uint8_t> buf(n);
+  iovec v{buf.data(), n};
+  bool kernel = false;
+  ssize_t r = io::recv(e.c, &v, 1, MSG_DONTWAIT, &kernel);
+  if (kernel) r = ::recv(e.c->fd, buf.data(), n, MSG_DONTWAIT);
+  if (r <= 0) return 0;
+  for (ssize_t k = 0; k < r; ++k)
+    e.bad += buf[static_cast<size_t>(k)] != pat(peer_dir, e.got + static_cast<uint64_t>(k));
+  e.got += static_cast<uint64_t>(r);
+  return static_cast<size_t>(r);
+}
+
+// Random interleaving of writes, reads and channel progress until both
+// directions delivered `total` bytes.
+void run(Pair& p, uint64_t total, unsigned seed) {
+  std::mt19937 rng(seed);
+  for (int step = 0; step < 200000 && (p.a.got < total || p.b.got < total); ++step) {
+    switch (rng() % 5) {
+    case 0:
+      if (p.a.sent < total) put(p.a, std::min<uint64_t>(total - p.a.sent, 1 + rng() % 9000));
+      break;
+    case 1:
+      if (p.b.sent < total) put(p.b, std::min<uint64_t>(total - p.b.sent, 1 + rng() % 9000));
+      break;
+    case 2:
+      take(p.a, 1 + rng() % 12000, 1);
+      break;
+    case 3:
+      take(p.b, 1 + rng() % 12000, 0);
+      break;
+    default:
+      engine::progress(p.a.ch);
+      engine::progress(p.b.ch);
+    }
+  }
+}
+
+} // namespace
+
+TEST_CASE("conn io: bytes before, across and after both switches arrive once, in order") {
+  for (unsigned seed = 1; seed <= 12; ++seed) {
+    CAPTURE(seed);
+    Pair p(true);
+    const uint64_t total = 300000 + seed * 7777;
+    run(p, total, seed);
+    CHECK(p.a.got == total);
+    CHECK(p.b.got == total);
+    CHECK(p.a.bad == 0);
+    CHECK(p.b.bad == 0);
+    // Both directions moved to the stream once the proofs verified.
+    CHECK(p.a.c->tx_rdma.load());
+    CHECK(p.b.c->tx_rdma.load());
+    CHECK(p.a.c->rx_rdma.load());
+    CHECK(p.b.c->rx_rdma.load());
+    CHECK(p.a.c->phase.load() == Phase::rdma);
+    CHECK(p.la.rnr == 0);
+    CHECK(p.lb.rnr == 0);
+  }
+}
+
+TEST_CASE("conn io: a peer that never binds leaves the connection on TCP, bytes intact") {
+  Pair p(false); // no channel binding: the sessions stay idle
+  {
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    engine::fail(p.a.c, Reason::peer_not_accelerated);
+  }
+  {
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    engine::fail(p.b.c, Reason::peer_not_accelerated);
+  }
+  CHECK(p.a.c->phase.load() == Phase::tcp);
+  run(p, 200000, 99);
+  CHECK(p.a.got == 200000);
+  CHECK(p.b.got == 200000);
+  CHECK(p.a.bad + p.b.bad == 0);
+}
+
+TEST_CASE("conn io: end of stream, half-close and reset over the stream") {
+  Pair p(true);
+  run(p, 5000, 7);
+  // Idle directions switch on the next progress (the engine's tick does it).
+  for (int i = 0; i < 20 && !(p.a.c->tx_rdma.load() && p.b.c->rx_rdma.load()); ++i) {
+    for (End* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      engine::advance(e->c);
+    }
+    engine::progress(p.a.ch);
+    engine::progress(p.b.ch);
+  }
+  REQUIRE(p.a.c->tx_rdma.load());
+  REQUIRE(p.b.c->rx_rdma.load());
+  bool kernel = false;
+  REQUIRE(io::shutdown(p.a.c, SHUT_WR, &kernel) == 0);
+  CHECK_FALSE(kernel);
+  engine::progress(p.b.ch);
+  char buf[16];
+  iovec v{buf, sizeof buf};
+  CHECK(io::recv(p.b.c, &v, 1, MSG_DONTWAIT, &kernel) == 0); // EOF after the bytes
+  // Writing after our own half-close: EPIPE (MSG_NOSIGNAL: no signal).
+  CHECK(io::send(p.a.c, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL, &kernel) == -1);
+  CHECK(errno == EPIPE);
+  // The other direction still flows.
+  CHECK(put(p.b, 100) == 100);
+  engine::progress(p.a.ch);
+  CHECK(take(p.a, 100, 1) == 100);
+  // A reset from the peer: ECONNRESET.
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    p.b.c->st->reset();
+  }
+  engine::progress(p.a.ch);
+  CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
+  CHECK(errno == ECONNRESET);
+}
+
+TEST_CASE("conn io: nothing to read is EAGAIN for a non-blocking read, in every phase") {
+  Pair p(true);
+  char buf[8];
+  iovec v{buf, sizeof buf};
+  bool kernel = false;
+  CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
+  CHECK(errno == EAGAIN);
+  run(p, 3000, 3);
+  for (int i = 0; i < 20 && !p.a.c->rx_rdma.load(); ++i) {
+    for (End* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      engine::advance(e->c);
+    }
+    engine::progress(p.a.ch);
+    engine::progress(p.b.ch);
+  }
+  REQUIRE(p.a.c->rx_rdma.load());
+  CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
+  CHECK(errno == EAGAIN);
+  CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT | MSG_OOB, &kernel) == -1);
+  CHECK(errno == EINVAL);
+}
+
+TEST_CASE("conn io: readiness never outlives the TCP bytes (select, then a blocking read)") {
+  // A reader that takes exactly what arrived must not leave the socket
+  // "readable": the next select() would send it into a read that blocks.
+  Pair p(false);
+  REQUIRE(put(p.a, 100) == 100);
+  for (size_t want : {40u, 60u}) {
+    p.b.c->tcp_bits.fetch_or(EPOLLIN); // the engine's edge for the arrival
+    CHECK(take(p.b, want, 0) == want);
+  }
+  CHECK((p.b.c->ready_events() & EPOLLIN) == 0);
+  REQUIRE(put(p.a, 10) == 10);
+  p.b.c->tcp_bits.fetch_or(EPOLLIN);
+  CHECK(take(p.b, 4, 0) == 4); // bytes remain: still readable
+  CHECK((p.b.c->ready_events() & EPOLLIN) != 0);
+  CHECK(p.a.bad + p.b.bad == 0);
+}

@@ -1,0 +1,307 @@
+// The epoll registration logic of the readiness layer (preload/epoll_regs.h)
+// with fake readiness sources: level- and edge-triggered reports, one-shot
+// disarm and re-arm, the requested mask, maxevents and round robin,
+// EPOLLEXCLUSIVE across two sets, the (fd, socket) index, and the filtering
+// and merging of the kernel's events.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "preload/epoll_regs.h"
+
+using namespace xp;
+using namespace xp::epoll;
+
+namespace {
+
+class FakeSource final : public stream::ReadySource {
+public:
+  uint32_t ready_events() const override { return ev; }
+  uint32_t ready_gen() const override { return gen; }
+  // A new readiness event: level `now`, new generation.
+  void event(uint32_t now) {
+    ev = now;
+    ++gen;
+  }
+  uint32_t ev = 0;
+  uint32_t gen = 0;
+};
+
+// Two keys standing for two sockets (their records, in the library).
+int sock_a, sock_b, sock_c;
+
+Reg* add(Regs& regs, int fd, const void* key, uint32_t events, uint64_t data,
+         stream::ReadySource* src) {
+  Reg r;
+  r.fd = fd;
+  r.key = key;
+  Reg* in = regs.insert(r);
+  regs.rearm(in, events, data);
+  in->shadow = src != nullptr;
+  regs.set_src(in, src);
+  return in;
+}
+
+std::vector<epoll_event> wait(Regs& regs, int room, bool* residual = nullptr) {
+  std::vector<epoll_event> out(static_cast<size_t>(room > 0 ? room : 1));
+  bool res = false;
+  int n = regs.harvest(out.data(), room, &res);
+  if (residual) *residual = res;
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+uint32_t events_of(const epoll_event& e) {
+  return e.events;
+}
+uint64_t data_of(const epoll_event& e) {
+  return e.data.u64;
+}
+
+} // namespace
+
+TEST_CASE("epoll regs: level-triggered reports while ready, within the mask") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  FakeSource s;
+  add(regs, 5, &sock_a, EPOLLIN, 11, &s);
+  CHECK(wait(regs, 4).empty());
+  CHECK_FALSE(regs.reportable());
+  s.event(EPOLLIN | EPOLLOUT);
+  CHECK(regs.reportable());
+  for (int i = 0; i < 3; ++i) { // reported again and again while readable
+    bool residual = false;
+    auto ev = wait(regs, 4, &residual);
+    REQUIRE(ev.size() == 1);
+    CHECK(events_of(ev[0]) == EPOLLIN); // EPOLLOUT and EPOLLRDNORM were not asked for
+    CHECK(data_of(ev[0]) == 11);
+    CHECK(residual); // other waiters may be told too
+  }
+  s.event(EPOLLOUT);
+  CHECK(wait(regs, 4).empty());
+  // EPOLLHUP and EPOLLERR come unasked; EPOLLRDNORM comes with EPOLLIN when asked.
+  s.event(EPOLLHUP | EPOLLERR | EPOLLIN);
+  Reg* r = regs.find(5, &sock_a);
+  REQUIRE(r);
+  regs.rearm(r, EPOLLRDNORM, 12);
+  auto ev = wait(regs, 4);
+  REQUIRE(ev.size() == 1);
+  CHECK(events_of(ev[0]) == (EPOLLRDNORM | EPOLLHUP | EPOLLERR));
+  CHECK(data_of(ev[0]) == 12);
+}
+
+TEST_CASE("epoll regs: edge-triggered reports each new event once") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  FakeSource s;
+  s.event(EPOLLOUT);
+  add(regs, 7, &sock_a, EPOLLIN | EPOLLOUT | EPOLLET, 1, &s);
+  auto ev = wait(regs, 4); // ADD: the current level once
+  REQUIRE(ev.size() == 1);
+  CHECK(events_of(ev[0]) == EPOLLOUT);
+  bool residual = true;
+  CHECK(wait(regs, 4, &residual).empty()); // no new edge
+  CHECK_FALSE(residual);
+  s.event(EPOLLIN | EPOLLOUT);
+  CHECK(regs.reportable());
+  ev = wait(regs, 4);
+  REQUIRE(ev.size() == 1);
+  CHECK(events_of(ev[0]) == (EPOLLIN | EPOLLOUT));
+  CHECK(wait(regs, 4).empty()); // data still there, no new edge
+  // An edge whose level matches nothing in the mask is consumed.
+  Reg* r = regs.find(7, &sock_a);
+  regs.rearm(r, EPOLLIN | EPOLLET, 2);
+  s.event(EPOLLOUT);
+  CHECK(wait(regs, 4).empty());
+  s.ev = EPOLLIN; // level changes without an event: no edge
+  CHECK(wait(regs, 4).empty());
+  // MOD reports the current level once more
+  regs.rearm(r, EPOLLIN | EPOLLET, 3);
+  ev = wait(regs, 4);
+  REQUIRE(ev.size() == 1);
+  CHECK(data_of(ev[0]) == 3);
+  CHECK(wait(regs, 4).empty());
+}
+
+TEST_CASE("epoll regs: EPOLLONESHOT disarms after a report until re-armed") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  FakeSource s;
+  Reg* r = add(regs, 3, &sock_a, EPOLLIN | EPOLLONESHOT, 3, &s);
+  CHECK(wait(regs, 1).empty()); // not ready: stays armed
+  s.event(EPOLLIN);
+  bool residual = true;
+  auto ev = wait(regs, 1, &residual);
+  REQUIRE(ev.size() == 1);
+  CHECK_FALSE(residual); // nobody else may get it
+  s.event(EPOLLIN);
+  CHECK(wait(regs, 1).empty()); // disarmed despite new data
+  CHECK_FALSE(regs.reportable());
+  regs.rearm(r, EPOLLIN | EPOLLONESHOT, 4);
+  ev = wait(regs, 1);
+  REQUIRE(ev.size() == 1);
+  CHECK(data_of(ev[0]) == 4);
+  CHECK(wait(regs, 1).empty());
+}
+
+TEST_CASE("epoll regs: maxevents, round robin and kernel-mode registrations") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  FakeSource s[5];
+  for (int i = 0; i < 5; ++i) {
+    s[i].event(EPOLLOUT);
+    add(regs, 10 + i, &s[i], EPOLLOUT, static_cast<uint64_t>(100 + i), &s[i]);
+  }
+  add(regs, 20, &sock_c, EPOLLOUT, 999, nullptr); // the kernel answers this one
+  CHECK(regs.user_count() == 5);
+  std::map<uint64_t, int> seen;
+  for (int round = 0; round < 5; ++round) {
+    bool residual = false;
+    auto ev = wait(regs, 2, &residual);
+    REQUIRE(ev.size() == 2);
+    CHECK(residual);
+    for (auto& e : ev)
+      ++seen[data_of(e)];
+  }
+  // Each of the five got its turn twice: none starved behind the first ones.
+  REQUIRE(seen.size() == 5);
+  for (auto& [data, n] : seen) {
+    CHECK(data >= 100);
+    CHECK(data <= 104);
+    CHECK(n == 2);
+  }
+  // One that did not fit counts as residual even for one-shot ones.
+  Regs one(&claims);
+  FakeSource x, y;
+  x.event(EPOLLIN);
+  y.event(EPOLLIN);
+  add(one, 1, &x, EPOLLIN | EPOLLONESHOT, 1, &x);
+  add(one, 2, &y, EPOLLIN | EPOLLONESHOT, 2, &y);
+  bool residual = false;
+  CHECK(wait(one, 1, &residual).size() == 1);
+  CHECK(residual);
+  CHECK(wait(one, 1, &residual).size() == 1);
+  CHECK_FALSE(residual);
+}
+
+TEST_CASE("epoll regs: leaving and entering user mode") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  FakeSource s, t;
+  s.event(EPOLLIN);
+  Reg* r = add(regs, 4, &sock_a, EPOLLIN | EPOLLET, 1, &s);
+  CHECK(wait(regs, 2).size() == 1);
+  regs.set_src(r, nullptr);
+  CHECK(regs.user_count() == 0);
+  CHECK(wait(regs, 2).empty());
+  t.ev = EPOLLIN; // a new source: its current level is reported once
+  regs.set_src(r, &t);
+  CHECK(regs.user_count() == 1);
+  CHECK(wait(regs, 2).size() == 1);
+  CHECK(wait(regs, 2).empty());
+}
+
+TEST_CASE("epoll regs: EPOLLEXCLUSIVE gives each event to one set") {
+  ClaimTable claims;
+  Regs one(&claims), two(&claims);
+  FakeSource s;
+  add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
+  add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).empty());
+  s.event(EPOLLIN);
+  CHECK(one.reportable());
+  CHECK(two.reportable());
+  CHECK(wait(two, 1).size() == 1); // the first to look wins
+  CHECK_FALSE(one.reportable());
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).size() == 1); // level-triggered in the winning set
+  s.event(EPOLLIN);
+  CHECK(wait(one, 1).size() == 1); // the next event: the other set may win
+  CHECK(wait(two, 1).empty());
+  claims.forget(&sock_a);
+  CHECK(claims.claimable(&sock_a, s.gen));
+}
+
+TEST_CASE("epoll regs: the (fd, socket) index survives inserts and erases") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  std::mt19937 rng(7);
+  std::map<std::pair<int, int>, uint64_t> model; // (fd, key index) -> data
+  int keys[8];
+  for (int step = 0; step < 20000; ++step) {
+    int fd = static_cast<int>(rng() % 300);
+    int k = static_cast<int>(rng() % 8);
+    Reg* r = regs.find(fd, &keys[k]);
+    auto it = model.find({fd, k});
+    REQUIRE((r != nullptr) == (it != model.end()));
+    if (r) {
+      CHECK(r->data == it->second);
+      if (rng() % 2) {
+        regs.erase(r);
+        model.erase(it);
+      }
+    } else {
+      uint64_t data = rng();
+      add(regs, fd, &keys[k], EPOLLIN, data, nullptr);
+      model[{fd, k}] = data;
+    }
+    REQUIRE(regs.size() == model.size());
+  }
+  for (auto& [key, data] : model) {
+    Reg* r = regs.find(key.first, &keys[key.second]);
+    REQUIRE(r);
+    CHECK(r->data == data);
+  }
+  // The same number with another socket is another registration (the
+  // kernel keys by fd and open file).
+  Regs two(&claims);
+  add(two, 9, &sock_a, EPOLLIN, 1, nullptr);
+  add(two, 9, &sock_b, EPOLLIN, 2, nullptr);
+  CHECK(two.find(9, &sock_a)->data == 1);
+  CHECK(two.find(9, &sock_b)->data == 2);
+  two.erase(two.find(9, &sock_a));
+  CHECK(two.find(9, &sock_a) == nullptr);
+  CHECK(two.find(9, &sock_b)->data == 2);
+}
+
+TEST_CASE("epoll regs: xpress's own kernel entries are dropped, same data is merged") {
+  epoll_event ev[5];
+  ev[0].events = EPOLLIN;
+  ev[0].data.u64 = 1;
+  ev[1].events = EPOLLIN;
+  ev[1].data.u64 = kWakeData;
+  ev[2].events = EPOLLHUP;
+  ev[2].data.u64 = kShadowData;
+  ev[3].events = EPOLLOUT;
+  ev[3].data.u64 = 3;
+  bool saw = false;
+  int n = drop_reserved(ev, 4, &saw);
+  CHECK(saw);
+  REQUIRE(n == 2);
+  CHECK(data_of(ev[0]) == 1);
+  CHECK(data_of(ev[1]) == 3);
+  saw = false;
+  CHECK(drop_reserved(ev, 2, &saw) == 2);
+  CHECK_FALSE(saw);
+
+  // user events [0, 2), kernel events [2, 5)
+  epoll_event m[5];
+  m[0].events = EPOLLIN;
+  m[0].data.u64 = 10;
+  m[1].events = EPOLLIN;
+  m[1].data.u64 = 20;
+  m[2].events = EPOLLOUT;
+  m[2].data.u64 = 20;
+  m[3].events = EPOLLOUT;
+  m[3].data.u64 = 30;
+  m[4].events = EPOLLRDHUP;
+  m[4].data.u64 = 10;
+  n = fold_same_data(m, 2, 3);
+  REQUIRE(n == 3);
+  CHECK(events_of(m[0]) == (EPOLLIN | EPOLLRDHUP));
+  CHECK(events_of(m[1]) == (EPOLLIN | EPOLLOUT));
+  CHECK(data_of(m[2]) == 30);
+}

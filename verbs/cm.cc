@@ -1,0 +1,343 @@
+#include "verbs/cm.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <new>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "verbs/rc_link_impl.h"
+
+namespace xp::verbs {
+using namespace detail;
+
+namespace {
+
+constexpr uint32_t kRejectMagic = 0x4a525058; // "XPRJ": a reject from xpress, not rdma_cm
+constexpr int kRejConsumerDefined = 28;       // IB_CM_REJ_CONSUMER_DEFINED
+
+enum class CtxKind : uint8_t { listener, active, passive };
+
+// What an rdma_cm id's context points to.
+struct Ctx {
+  CtxKind kind;
+  void* user = nullptr;
+  RcLink* link = nullptr;
+  rdma_cm_id* id = nullptr;
+  RcLinkParams params;
+  uint8_t app[kAppPrivateMax] = {};
+  size_t app_len = 0;
+  int timeout_ms = 3000;
+};
+
+} // namespace
+
+struct CmListener {
+  Ctx ctx;
+};
+
+struct CmRequest {
+  rdma_cm_id* id = nullptr;
+  WireRing peer{};
+  sockaddr_storage peer_addr{};
+};
+
+struct Cm::Impl {
+  rdma_event_channel* ec = nullptr;
+};
+
+Cm* Cm::create() {
+  auto* cm = new (std::nothrow) Cm();
+  if (cm == nullptr) return nullptr;
+  cm->impl_ = new (std::nothrow) Impl();
+  if (cm->impl_ == nullptr || (cm->impl_->ec = rdma_create_event_channel()) == nullptr) {
+    delete cm;
+    return nullptr;
+  }
+  // next() must never block the engine thread.
+  int fl = static_cast<int>(syscall(SYS_fcntl, cm->impl_->ec->fd, F_GETFL));
+  syscall(SYS_fcntl, cm->impl_->ec->fd, F_SETFL, fl | O_NONBLOCK);
+  return cm;
+}
+
+Cm::~Cm() {
+  if (impl_) {
+    if (impl_->ec) rdma_destroy_event_channel(impl_->ec);
+    delete impl_;
+  }
+}
+
+int Cm::fd() const {
+  return impl_->ec->fd;
+}
+
+Status Cm::listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* port) {
+  auto* l = new (std::nothrow) CmListener();
+  if (l == nullptr) return Status::no_resource;
+  l->ctx.kind = CtxKind::listener;
+  l->ctx.user = user;
+  if (rdma_create_id(impl_->ec, &l->ctx.id, &l->ctx, RDMA_PS_TCP) != 0) {
+    delete l;
+    return Status::io_error;
+  }
+  if (rdma_bind_addr(l->ctx.id, const_cast<sockaddr*>(addr)) != 0 ||
+      rdma_listen(l->ctx.id, 128) != 0) {
+    Status st = errno == EADDRINUSE ? Status::unsupported : Status::io_error;
+    rdma_destroy_id(l->ctx.id);
+    delete l;
+    return st;
+  }
+  *port = ntohs(rdma_get_src_port(l->ctx.id));
+  *out = l;
+  return Status::ok;
+}
+
+void Cm::close_listener(CmListener* l) {
+  if (l == nullptr) return;
+  rdma_destroy_id(l->ctx.id);
+  delete l;
+}
+
+Status Cm::connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p,
+                   const void* app, size_t app_len, void* user) {
+  if (app_len > kAppPrivateMax) return Status::invalid;
+  auto* c = new (std::nothrow) Ctx();
+  auto* link = c ? new (std::nothrow) RcLink() : nullptr;
+  if (link == nullptr) {
+    delete c;
+    return Status::no_resource;
+  }
+  c->kind = CtxKind::active;
+  c->user = user;
+  c->link = link;
+  c->params = p;
+  c->timeout_ms = p.timeout_ms;
+  if (app_len) memcpy(c->app, app, app_len);
+  c->app_len = app_len;
+  link->cm_ctx_ = c;
+  if (rdma_create_id(impl_->ec, &c->id, c, RDMA_PS_TCP) != 0) {
+    delete link;
+    delete c;
+    return Status::io_error;
+  }
+  if (rdma_resolve_addr(c->id, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
+                        p.timeout_ms) != 0) {
+    rdma_destroy_id(c->id);
+    delete link;
+    delete c;
+    return Status::io_error;
+  }
+  return Status::ok;
+}
+
+Status Cm::accept(CmRequest* req, const RcLinkParams& p, const void* app, size_t app_len,
+                  void* user) {
+  auto* c = new (std::nothrow) Ctx();
+  auto* link = c ? new (std::nothrow) RcLink() : nullptr;
+  Status st = link ? Status::ok : Status::no_resource;
+  if (st == Status::ok) st = link->setup(req->id, p);
+  if (st == Status::ok) st = link->set_peer(&req->peer, sizeof req->peer);
+  if (st == Status::ok) {
+    c->kind = CtxKind::passive;
+    c->user = user;
+    c->link = link;
+    c->id = req->id;
+    link->cm_ctx_ = c;
+    req->id->context = c;
+    WireRing w;
+    link->fill_wire(&w, app, app_len);
+    rdma_conn_param cp{};
+    cp.private_data = &w;
+    cp.private_data_len = sizeof w;
+    cp.rnr_retry_count = 7;
+    cp.retry_count = 7;
+    if (rdma_accept(req->id, &cp) != 0) st = Status::io_error;
+  }
+  if (st != Status::ok) {
+    if (link && link->id_) {
+      rdma_reject(req->id, nullptr, 0);
+      delete link; // setup() took the id: this destroys it
+    } else {
+      delete link;
+      rdma_reject(req->id, nullptr, 0);
+      rdma_destroy_id(req->id);
+    }
+    delete c;
+  }
+  delete req;
+  return st;
+}
+
+void Cm::reject(CmRequest* req, const void* app, size_t app_len) {
+  uint8_t buf[4 + kAppPrivateMax];
+  memcpy(buf, &kRejectMagic, 4);
+  if (app_len > kAppPrivateMax) app_len = kAppPrivateMax;
+  if (app_len) memcpy(buf + 4, app, app_len);
+  rdma_reject(req->id, buf, static_cast<uint8_t>(4 + app_len));
+  rdma_destroy_id(req->id);
+  delete req;
+}
+
+const sockaddr* Cm::request_peer(const CmRequest* req) const {
+  return reinterpret_cast<const sockaddr*>(&req->peer_addr);
+}
+
+void Cm::destroy(Link* link) {
+  auto* l = static_cast<RcLink*>(link);
+  auto* c = static_cast<Ctx*>(l->cm_ctx_);
+  delete l; // disconnects, destroys the QP and the id
+  delete c;
+}
+
+namespace {
+
+void fail_active(Ctx* c) {
+  // setup() may not have run yet: then the link does not own the id.
+  if (c->link->id_ == nullptr) rdma_destroy_id(c->id);
+  delete c->link;
+  delete c;
+}
+
+} // namespace
+
+bool Cm::next(CmEvent* out) {
+  while (true) {
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(impl_->ec, &ev) != 0) return false; // EAGAIN: nothing pending
+    // Copy what we need, then ack before acting: destroying an id waits
+    // for its events to be acknowledged.
+    rdma_cm_event_type type = ev->event;
+    rdma_cm_id* id = ev->id;
+    int status = ev->status;
+    uint8_t priv[256];
+    size_t plen = 0;
+    if (ev->param.conn.private_data) {
+      plen = ev->param.conn.private_data_len;
+      if (plen > sizeof priv) plen = sizeof priv;
+      memcpy(priv, ev->param.conn.private_data, plen);
+    }
+    auto* c = static_cast<Ctx*>(id->context);
+    rdma_ack_cm_event(ev);
+
+    *out = CmEvent{};
+    out->status = status;
+    switch (type) {
+    case RDMA_CM_EVENT_CONNECT_REQUEST: {
+      // id is the new connection's; its context is still the listener's.
+      auto* req = new (std::nothrow) CmRequest();
+      if (req == nullptr || plen < offsetof(WireRing, app)) {
+        rdma_reject(id, nullptr, 0);
+        rdma_destroy_id(id);
+        delete req;
+        continue;
+      }
+      req->id = id;
+      memcpy(&req->peer, priv, plen < sizeof req->peer ? plen : sizeof req->peer);
+      if (req->peer.app_len > kAppPrivateMax) {
+        rdma_reject(id, nullptr, 0);
+        rdma_destroy_id(id);
+        delete req;
+        continue;
+      }
+      const sockaddr* pa = rdma_get_peer_addr(id);
+      if (pa) memcpy(&req->peer_addr, pa, pa->sa_family == AF_INET6 ? sizeof(sockaddr_in6)
+                                                                   : sizeof(sockaddr_in));
+      out->kind = CmEvent::Kind::request;
+      out->user = c->user;
+      out->req = req;
+      out->priv_len = req->peer.app_len;
+      memcpy(out->priv, req->peer.app, out->priv_len);
+      return true;
+    }
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+      if (rdma_resolve_route(id, c->timeout_ms) != 0) {
+        out->kind = CmEvent::Kind::failed;
+        out->user = c->user;
+        fail_active(c);
+        return true;
+      }
+      continue;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+      Status st = c->link->setup(id, c->params);
+      if (st == Status::ok) {
+        WireRing w;
+        c->link->fill_wire(&w, c->app, c->app_len);
+        rdma_conn_param cp{};
+        cp.private_data = &w;
+        cp.private_data_len = sizeof w;
+        cp.retry_count = 7;
+        cp.rnr_retry_count = 7;
+        if (rdma_connect(id, &cp) != 0) st = Status::io_error;
+      }
+      if (st != Status::ok) {
+        out->kind = CmEvent::Kind::failed;
+        out->user = c->user;
+        fail_active(c);
+        return true;
+      }
+      continue;
+    }
+    case RDMA_CM_EVENT_ESTABLISHED:
+      if (c->kind == CtxKind::active) {
+        if (c->link->set_peer(priv, plen) != Status::ok) {
+          out->kind = CmEvent::Kind::failed;
+          out->user = c->user;
+          c->link->connected_ = true;
+          fail_active(c);
+          return true;
+        }
+        WireRing w{};
+        memcpy(&w, priv, plen < sizeof w ? plen : sizeof w);
+        out->priv_len = w.app_len <= kAppPrivateMax ? w.app_len : 0;
+        memcpy(out->priv, w.app, out->priv_len);
+      }
+      c->link->connected_ = true;
+      out->kind = CmEvent::Kind::established;
+      out->user = c->user;
+      out->link = c->link;
+      return true;
+    case RDMA_CM_EVENT_REJECTED:
+      if (c->kind != CtxKind::active) continue;
+      out->kind = CmEvent::Kind::rejected;
+      out->user = c->user;
+      out->consumer_reject = status == kRejConsumerDefined;
+      if (plen >= 4 && memcmp(priv, &kRejectMagic, 4) == 0) {
+        out->priv_len = plen - 4 < kAppPrivateMax ? plen - 4 : kAppPrivateMax;
+        memcpy(out->priv, priv + 4, out->priv_len);
+      } else {
+        out->consumer_reject = false; // rdma_cm's own reject: nobody listens there
+      }
+      fail_active(c);
+      return true;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+      if (c->kind == CtxKind::active) {
+        out->kind = CmEvent::Kind::failed;
+        out->user = c->user;
+        fail_active(c);
+        return true;
+      }
+      if (c->kind == CtxKind::passive) {
+        out->kind = CmEvent::Kind::disconnected;
+        out->user = c->user;
+        out->link = c->link;
+        return true;
+      }
+      continue;
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+      if (c->kind == CtxKind::listener) continue;
+      out->kind = CmEvent::Kind::disconnected;
+      out->user = c->user;
+      out->link = c->link;
+      return true;
+    default:
+      continue;
+    }
+  }
+}
+
+} // namespace xp::verbs

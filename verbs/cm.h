@@ -1,0 +1,69 @@
+// Asynchronous rdma_cm: one event channel, many listeners and connections,
+// driven from one thread (the engine's).  Nothing here blocks: set-up steps
+// are started, and their outcome comes back as events from next().  The
+// links it produces are verbs::Link (RcLink) like rc_connect()'s.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <sys/socket.h>
+
+#include "common/status.h"
+#include "verbs/link.h"
+#include "verbs/rc_link.h"
+
+namespace xp::verbs {
+
+struct CmRequest; // a connection request waiting for accept() or reject()
+struct CmListener;
+
+struct CmEvent {
+  enum class Kind : uint8_t {
+    request,      // a listener got a connection request: accept() or reject() req
+    established,  // a connection (either side) is up: link is the caller's now
+    rejected,     // the peer rejected our request (priv: its reject data, if any)
+    failed,       // our request failed (no route, no answer, unreachable, ...)
+    disconnected, // an established link's peer went away
+  };
+  Kind kind;
+  void* user;           // listener's (request) or connection's user pointer
+  CmRequest* req;       // request
+  Link* link;           // established, disconnected
+  int status;           // rejected/failed: rdma_cm's status
+  bool consumer_reject; // rejected by the peer's application (not "no listener")
+  uint8_t priv[kAppPrivateMax];
+  size_t priv_len;
+};
+
+class Cm {
+public:
+  // null when rdma_cm cannot be used (no device, no permission).
+  static Cm* create();
+  ~Cm();
+  int fd() const; // readable when next() may have an event
+
+  // Listen on addr (port 0: an ephemeral port); *port receives the port.
+  Status listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* port);
+  void close_listener(CmListener* l);
+
+  // Start connecting from src (may be null) to dst with app bytes in the
+  // request; the outcome arrives as established/rejected/failed with user.
+  Status connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p, const void* app,
+                 size_t app_len, void* user);
+  // Answer a request: accept (the link arrives with `established`, user) or reject.
+  Status accept(CmRequest* req, const RcLinkParams& p, const void* app, size_t app_len, void* user);
+  void reject(CmRequest* req, const void* app, size_t app_len);
+  // The peer's address of a request (for logs and checks).
+  const sockaddr* request_peer(const CmRequest* req) const;
+
+  // The next event, if any (non-blocking).
+  bool next(CmEvent* ev);
+  // Tear down a link this Cm produced (disconnects it first).
+  void destroy(Link* link);
+
+private:
+  Cm() = default;
+  struct Impl;
+  Impl* impl_ = nullptr;
+};
+
+} // namespace xp::verbs

@@ -1,0 +1,98 @@
+// RcLink (a verbs::Link on one RC QP) and the rdma_cm private-data format,
+// shared by the synchronous set-up (rc_link.cc) and the asynchronous one the
+// engine uses (cm.cc).  Internal to verbs/.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <sys/mman.h>
+
+#include "verbs/rc_link.h"
+
+namespace xp::verbs::detail {
+
+constexpr uint32_t kMagic = 0x4c525058; // "XPRL"
+constexpr uint16_t kVersion = 1;
+
+// What each side tells the other in the rdma_cm private data.
+struct WireRing {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t app_len;
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t size;
+  uint8_t app[kAppPrivateMax];
+};
+static_assert(sizeof(WireRing) <= 56, "must fit rdma_cm's REQ private data");
+
+inline void* map_zeroed(size_t n) {
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// Waits for the next rdma_cm event on ec, of the expected type.
+inline Status wait_event(rdma_event_channel* ec, rdma_cm_event_type want, int timeout_ms,
+                  rdma_cm_event** out) {
+  pollfd pfd{ec->fd, POLLIN, 0};
+  int r = ::poll(&pfd, 1, timeout_ms);
+  if (r == 0) return Status::timed_out;
+  if (r < 0) return Status::io_error;
+  rdma_cm_event* ev = nullptr;
+  if (rdma_get_cm_event(ec, &ev) != 0) return Status::io_error;
+  if (ev->event != want) {
+    Status st = ev->event == RDMA_CM_EVENT_REJECTED || ev->event == RDMA_CM_EVENT_UNREACHABLE
+                    ? Status::unsupported
+                    : Status::io_error;
+    rdma_ack_cm_event(ev);
+    return st;
+  }
+  *out = ev;
+  return Status::ok;
+}
+
+class RcLink final : public Link {
+public:
+  ~RcLink() override;
+  Status setup(rdma_cm_id* id, const RcLinkParams& p);
+  Status set_peer(const void* priv, size_t len);
+  void fill_wire(WireRing* w, const void* app, size_t app_len) const;
+
+  uint8_t* send_stage() override { return stage_; }
+  size_t peer_ring_size() const override { return peer_size_; }
+  const uint8_t* recv_ring() const override { return ring_; }
+  size_t recv_ring_size() const override { return ring_size_; }
+  uint32_t max_inline() const override { return max_inline_; }
+  uint32_t send_queue_depth() const override { return sq_depth_; }
+  Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
+                        uint64_t wr_id) override;
+  Status post_recv() override;
+  int poll(Completion* out, int max) override;
+  Status arm() override { return ibv_req_notify_cq(cq_, 0) == 0 ? Status::ok : Status::io_error; }
+  int wait_fd() const override { return comp_ ? comp_->fd : -1; }
+  void ack_event() override;
+
+  rdma_cm_id* id_ = nullptr;
+  rdma_event_channel* ec_ = nullptr; // owned by clients only
+  bool connected_ = false;
+  void* cm_ctx_ = nullptr; // cm.cc: the asynchronous set-up context of this id
+
+private:
+  ibv_pd* pd_ = nullptr;
+  ibv_comp_channel* comp_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  uint8_t* ring_ = nullptr;
+  size_t ring_size_ = 0;
+  ibv_mr* ring_mr_ = nullptr;
+  uint8_t* stage_ = nullptr;
+  size_t peer_size_ = 0;
+  ibv_mr* stage_mr_ = nullptr;
+  uint64_t peer_addr_ = 0;
+  uint32_t peer_rkey_ = 0;
+  uint32_t max_inline_ = 0, sq_depth_ = 0;
+  bool qp_created_ = false;
+};
+
+} // namespace xp::verbs::detail
