@@ -20,6 +20,7 @@ enum class Reason : uint8_t {
   rdma_error_fallback,  // RDMA failed mid-stream; the stream continued on TCP
   closed_during_upgrade, // the application closed it before the upgrade finished
   fork_after_rdma,      // a fork child of a process that already used RDMA
+  shared_by_fork,       // forked while its upgrade was under way: parent and child share it
   count
 };
 
@@ -53,6 +54,8 @@ inline const char* reason_name(Reason r) {
     return "closed_during_upgrade";
   case Reason::fork_after_rdma:
     return "fork_after_rdma";
+  case Reason::shared_by_fork:
+    return "shared_by_fork";
   case Reason::count:
     break;
   }

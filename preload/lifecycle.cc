@@ -39,13 +39,22 @@ void atfork_child() {
   stats::after_fork_child();
   stream::engine::on_fork_child();
 }
+// Connections still upgrading when the process forks stay on TCP: the child
+// shares the kernel socket, and a switch made by one process would hide
+// bytes from the other.
+void atfork_prepare() {
+  stream::engine::before_fork();
+}
+void atfork_parent() {
+  stream::engine::after_fork_parent();
+}
 
 void do_init() {
   parse_config(env_lookup, nullptr, env_report, nullptr, &g_config);
   log::g_level = g_config.log_level;
   log::open_destination(g_config.log_file);
   real::resolve_all();
-  pthread_atfork(nullptr, nullptr, atfork_child);
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (g_config.backtrace) install_backtrace_handlers();
   XP_LOG(debug, "initialised: enabled=%d stats=%d rules=%zu", g_config.enabled,
          static_cast<int>(g_config.stats), g_config.rules.count);

@@ -285,8 +285,20 @@ void on_accept(int listen_fd, int fd) {
 
 // The last fd naming a connection goes: the stream closes (FIN after every
 // byte written), and an undecided upgrade is counted as such.
-void closing(SocketRecord& r) {
-  if (r.names.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+void closing(SocketRecord& r, int fd) {
+  if (r.names.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    // Another number (a dup) keeps the socket: the connection now goes by it.
+    stream::Conn* c = r.conn.load(std::memory_order_acquire);
+    if (c && c->sock() == fd) {
+      FdTable& t = table();
+      int other = -1;
+      t.for_each_in(0, 0x7fffffff, [&](int n) {
+        if (other < 0 && n != fd && t.peek(n) == &r) other = n;
+      });
+      if (other >= 0) stream::engine::renumber(c, other);
+    }
+    return;
+  }
   if (stream::Conn* c = r.conn.load(std::memory_order_acquire)) {
     // A server that never heard from the client's xpress: a plain client.
     Reason why = c->role == recover::Role::server && !c->heard_from_peer.load()
@@ -303,7 +315,7 @@ void on_close(int fd) {
   if (in_vfork_child()) return;
   FdTable& t = table();
   if (t.empty()) return;
-  if (SocketRef r = t.get(fd)) closing(*r);
+  if (SocketRef r = t.get(fd)) closing(*r, fd);
   t.remove(fd);
 }
 
@@ -314,7 +326,7 @@ void on_close_range(unsigned first, unsigned last) {
   int hi = last > 0x7fffffffu ? 0x7fffffff : static_cast<int>(last);
   if (first > 0x7fffffffu) return;
   t.for_each_in(static_cast<int>(first), hi, [&](int fd) {
-    if (SocketRef r = t.get(fd)) closing(*r);
+    if (SocketRef r = t.get(fd)) closing(*r, fd);
     t.remove(fd);
   });
 }
@@ -326,7 +338,7 @@ void on_dup(int oldfd, int newfd) {
     forget(newfd);
     return;
   }
-  if (SocketRef old = lookup(newfd)) closing(*old); // dup2 over a tracked socket closes it
+  if (SocketRef old = lookup(newfd)) closing(*old, newfd); // dup2 over a tracked socket closes it
   r->refs.fetch_add(1, std::memory_order_relaxed); // the new table entry's reference
   r->names.fetch_add(1, std::memory_order_relaxed);
   table().install(newfd, r.get());

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 
 #include "preload/boundary.h"
 #include "stream/conn_io.h"
@@ -58,6 +59,12 @@ ssize_t conn_send(int fd, const iovec* iov, int n, int flags, bool* kernel) {
     return 0;
   }
   return stream::io::send(r.c, iov, n, flags, kernel);
+}
+
+// splice needs a pipe on one side (else the kernel's EINVAL).
+bool is_pipe(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
 // Staging for sendfile/splice on RDMA streams (no allocation per call).
@@ -293,6 +300,13 @@ ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bo
     return 0;
   }
   *kernel = false;
+  // The kernel's rules for the source: a file it can read pages from.
+  struct stat st;
+  if (fstat(in_fd, &st) != 0) return -1; // EBADF
+  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+    errno = EINVAL;
+    return -1;
+  }
   size_t done = 0;
   while (done < count) {
     size_t want = count - done < kStage ? count - done : kStage;
@@ -343,8 +357,8 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
                          unsigned int flags) {
   SocketRecord* in = track::peek(fd_in);
   SocketRecord* out = track::peek(fd_out);
-  if (slow(out) && off_out == nullptr) {
-    // pipe (or file) -> stream: read what the stream will take, send it all.
+  if (slow(out) && off_out == nullptr && is_pipe(fd_in)) {
+    // pipe -> stream: read what the stream will take, send it all.
     ConnRef r;
     if (conn_of(fd_out, &r)) {
       size_t want = len < kStage ? len : kStage;
@@ -364,7 +378,7 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
       return count_tx(out, static_cast<ssize_t>(done));
     }
   }
-  if (slow(in) && off_in == nullptr) {
+  if (slow(in) && off_in == nullptr && is_pipe(fd_out)) {
     // stream -> pipe: peek, write what the pipe takes, then consume that much.
     ConnRef r;
     if (conn_of(fd_in, &r)) {

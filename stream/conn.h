@@ -30,13 +30,17 @@ class Conn final : public ReadySource {
 public:
   Conn(int fd, const recover::SessionParams& p) : fd(fd), sess(p), role(p.role), tuple(p.tuple) {}
 
+  // The kernel socket's fd.  It changes only when the program closes this
+  // number while a dup of it stays open (the dup becomes the name we use).
+  int sock() const { return fd.load(std::memory_order_acquire); }
+
   uint32_t ready_events() const override;
   uint32_t ready_gen() const override { return gen.load(std::memory_order_acquire); }
 
   void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   void unref(); // deletes at zero
 
-  const int fd;
+  std::atomic<int> fd;
   std::mutex mu;
   recover::UpgradeSession sess;
   const recover::Role role;
@@ -54,6 +58,9 @@ public:
   std::atomic<bool> rd_shut{false}; // shutdown(SHUT_RD): reads return end of stream
   bool tx_shut = false;             // shutdown(SHUT_WR) while our direction was on TCP
   bool epipe_reported = false;      // a write saw the reset once (then EPIPE)
+  // A reset's error is reported once (like the kernel's sk_err): by the
+  // next data call, and until then by POLLERR.
+  std::atomic<bool> err_pending{false};
   Reason reason = Reason::none;     // why phase became tcp
 
   // Readiness, as the engine and data calls last saw it.

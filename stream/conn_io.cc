@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
@@ -23,6 +24,17 @@ namespace xp::stream::io {
 namespace {
 
 constexpr int kMaxIov = 64;
+constexpr ssize_t kReset = -3; // the stream was reset (after every byte before it)
+
+// The error of a reset is reported once, like the kernel's pending socket
+// error; afterwards reads see end of stream and writes EPIPE.
+ssize_t reset_read(Conn* c) {
+  if (c->err_pending.exchange(false)) {
+    errno = ECONNRESET;
+    return -1;
+  }
+  return 0;
+}
 
 uint64_t now_ns() {
   timespec ts;
@@ -71,6 +83,19 @@ int64_t sock_timeout_ms(int fd, int opt) {
   return static_cast<int64_t>(tv.tv_sec) * 1000 + (tv.tv_usec + 999) / 1000;
 }
 
+// Whether the kernel would restart a socket call a signal interrupted: we
+// cannot tell which signal it was, so only when every handler the program
+// installed asks for SA_RESTART (a call with a socket timeout never restarts).
+bool restartable() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction sa;
+    if (sigaction(sig, nullptr, &sa) != 0) continue;
+    if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) continue;
+    if (!(sa.sa_flags & SA_RESTART)) return false;
+  }
+  return true;
+}
+
 // Spin, then sleep until something may have changed.
 struct Waiter {
   int opt;            // SO_RCVTIMEO or SO_SNDTIMEO
@@ -86,7 +111,7 @@ struct Waiter {
     if (!started) {
       started = true;
       spin_until = now_ns() + engine::params().spin_us * 1000ull;
-      int64_t t = sock_timeout_ms(c->fd, opt);
+      int64_t t = sock_timeout_ms(c->sock(), opt);
       if (t >= 0) deadline_ms = static_cast<int64_t>(engine::now_ms()) + t;
     }
     Channel* ch = c->ch;
@@ -114,7 +139,7 @@ struct Waiter {
     int n = tcp_fd >= 0 ? 2 : 1;
     if (!registered) p[0].fd = -1;
     long r = syscall(SYS_poll, p, n, timeout);
-    if (r < 0 && errno == EINTR) return -1;
+    if (r < 0 && errno == EINTR && (deadline_ms >= 0 || !restartable())) return -1;
     if (registered) wake::drain(efd);
     return 0;
   }
@@ -137,7 +162,7 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
   m.msg_iov = v;
   m.msg_iovlen = static_cast<size_t>(k);
   c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLIN));
-  ssize_t n = syscall(SYS_recvmsg, c->fd, &m, flags | MSG_DONTWAIT);
+  ssize_t n = syscall(SYS_recvmsg, c->sock(), &m, flags | MSG_DONTWAIT);
   if (n > 0) {
     // Readiness must not outlive the bytes: a select() that says "readable"
     // is followed by a blocking read.  A short read drained the socket; a
@@ -145,7 +170,7 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
     // edge again).
     int left = 0;
     if ((flags & MSG_PEEK) || (static_cast<size_t>(n) == total_len(v, k) &&
-                               (syscall(SYS_ioctl, c->fd, FIONREAD, &left) != 0 || left > 0)))
+                               (syscall(SYS_ioctl, c->sock(), FIONREAD, &left) != 0 || left > 0)))
       c->tcp_bits.fetch_or(EPOLLIN);
     if (!(flags & MSG_PEEK)) {
       size_t left = static_cast<size_t>(n);
@@ -211,11 +236,8 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
   if (changed) wake::notify();
   if (got > 0) return static_cast<ssize_t>(got);
-  if (st == Status::ok) return 0; // end of stream
-  if (st == Status::closed || ch->failed.load()) {
-    errno = ECONNRESET;
-    return -1;
-  }
+  if (st == Status::ok) return 0;                              // end of stream
+  if (st == Status::closed || ch->failed.load()) return kReset; // after the bytes before it
   errno = EAGAIN;
   return -1;
 }
@@ -233,7 +255,7 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
   m.msg_iov = v;
   m.msg_iovlen = static_cast<size_t>(k);
   c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLOUT));
-  ssize_t n = syscall(SYS_sendmsg, c->fd, &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+  ssize_t n = syscall(SYS_sendmsg, c->sock(), &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n > 0) {
     c->tcp_bits.fetch_or(EPOLLOUT);
     size_t left = static_cast<size_t>(n);
@@ -289,7 +311,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
     return -1;
   }
   if (st == Status::closed || st == Status::io_error || ch->failed.load()) {
-    errno = ECONNRESET;
+    errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
     return -1;
   }
   errno = EAGAIN;
@@ -300,6 +322,10 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
 
 ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   *kernel = false;
+  if (iovcnt < 0 || iovcnt > IOV_MAX) {
+    errno = EINVAL;
+    return -1;
+  }
   size_t want = total_len(iov, iovcnt);
   if (flags & MSG_OOB) { // no urgent data travels over RDMA
     errno = EINVAL;
@@ -319,21 +345,24 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       *kernel = true;
       return 0;
     }
+    if (c->closed.load(std::memory_order_acquire)) { // closed by another thread
+      if (got > 0) return static_cast<ssize_t>(got);
+      errno = EBADF;
+      return -1;
+    }
     if (c->rd_shut.load()) return static_cast<ssize_t>(got);
     ssize_t r;
     bool on_tcp = !c->rx_rdma.load(std::memory_order_acquire);
-    if (c->dead.load(std::memory_order_acquire) && !on_tcp) {
-      // A reset stream still delivers what arrived before the reset.
-      r = recv_stream(c, iov, iovcnt, got, inner);
-      if (r <= 0) {
-        if (got > 0) return static_cast<ssize_t>(got);
-        errno = ECONNRESET;
-        return -1;
-      }
+    if (c->dead.load(std::memory_order_acquire)) {
+      // A broken stream still delivers what arrived before it broke.
+      r = on_tcp ? kReset : recv_stream(c, iov, iovcnt, got, inner);
+      if (r <= 0 && got > 0) return static_cast<ssize_t>(got);
+      if (r <= 0) return reset_read(c);
     } else {
       r = on_tcp ? recv_tcp(c, iov, iovcnt, got, inner) : recv_stream(c, iov, iovcnt, got, inner);
     }
     if (r == -2) continue;
+    if (r == kReset) return got > 0 ? static_cast<ssize_t>(got) : reset_read(c);
     if (r > 0) {
       got += static_cast<size_t>(r);
       if (!waitall || got >= want) return static_cast<ssize_t>(got);
@@ -343,7 +372,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     if (errno != EAGAIN) return got > 0 ? static_cast<ssize_t>(got) : -1;
     if (!checked_fd) {
       checked_fd = true;
-      nonblock = nonblock || fd_nonblocking(c->fd);
+      nonblock = nonblock || fd_nonblocking(c->sock());
     }
     if (nonblock) {
       if (got > 0) return static_cast<ssize_t>(got);
@@ -351,7 +380,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     int saved = errno;
-    if (w.step(c, on_tcp ? c->fd : -1, POLLIN) != 0) {
+    if (w.step(c, on_tcp ? c->sock() : -1, POLLIN) != 0) {
       if (got > 0) return static_cast<ssize_t>(got);
       return -1;
     }
@@ -361,6 +390,10 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
 
 ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   *kernel = false;
+  if (iovcnt < 0 || iovcnt > IOV_MAX) {
+    errno = EINVAL;
+    return -1;
+  }
   size_t want = total_len(iov, iovcnt);
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
   bool checked_fd = false;
@@ -373,11 +406,15 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       *kernel = true;
       return 0;
     }
-    if (c->dead.load(std::memory_order_acquire)) {
+    if (c->closed.load(std::memory_order_acquire)) {
       if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = ECONNRESET;
-      if (c->epipe_reported) errno = EPIPE;
-      c->epipe_reported = true;
+      errno = EBADF;
+      return -1;
+    }
+    if (c->dead.load(std::memory_order_acquire) ||
+        (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
       if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
       return -1;
     }
@@ -397,14 +434,14 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     }
     if (!checked_fd) {
       checked_fd = true;
-      nonblock = nonblock || fd_nonblocking(c->fd);
+      nonblock = nonblock || fd_nonblocking(c->sock());
     }
     if (nonblock) {
       if (sent > 0) return static_cast<ssize_t>(sent);
       errno = EAGAIN;
       return -1;
     }
-    if (w.step(c, on_tcp ? c->fd : -1, POLLOUT) != 0) {
+    if (w.step(c, on_tcp ? c->sock() : -1, POLLOUT) != 0) {
       if (sent > 0) return static_cast<ssize_t>(sent);
       return -1;
     }
@@ -429,16 +466,19 @@ int shutdown(Conn* c, int how, bool* kernel) {
         if (c->st) c->st->shutdown_write();
         engine::refresh(c);
       }
+      // The kernel socket follows (after the FIN record), so that TCP_INFO
+      // and the peer's kernel state are what the program expects.
+      syscall(SYS_shutdown, c->sock(), SHUT_WR);
     } else {
       // Our direction stays on TCP for good: the kernel sends the FIN.
       c->tx_shut = true;
-      long r = syscall(SYS_shutdown, c->fd, SHUT_WR);
+      long r = syscall(SYS_shutdown, c->sock(), SHUT_WR);
       if (r != 0) return -1;
     }
   }
   if (how != SHUT_WR) {
     c->rd_shut.store(true);
-    if (!c->rx_rdma.load()) syscall(SYS_shutdown, c->fd, SHUT_RD);
+    syscall(SYS_shutdown, c->sock(), SHUT_RD);
   }
   c->gen.fetch_add(1);
   wake::notify();

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/fd_place.h"
 #include "stream/engine_internal.h"
 #include "stream/ready_source.h"
 #include "stream/wake.h"
@@ -47,8 +49,8 @@ bool start_locked() {
   s.used_rdma = true;
   s.cm = verbs::Cm::create();
   if (s.cm == nullptr) return false;
-  s.epfd = static_cast<int>(syscall(SYS_epoll_create1, EPOLL_CLOEXEC));
-  s.cmdfd = static_cast<int>(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC));
+  s.epfd = place_high(static_cast<int>(syscall(SYS_epoll_create1, EPOLL_CLOEXEC)));
+  s.cmdfd = place_high(static_cast<int>(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
   if (s.epfd < 0 || s.cmdfd < 0) {
     delete s.cm;
     s.cm = nullptr;
@@ -84,7 +86,7 @@ void watch_tcp(Conn* c) {
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kTagConn;
-  syscall(SYS_epoll_ctl, g_state.epfd, EPOLL_CTL_ADD, c->fd, &ev);
+  syscall(SYS_epoll_ctl, g_state.epfd, EPOLL_CTL_ADD, c->sock(), &ev);
 }
 
 } // namespace
@@ -139,6 +141,13 @@ void* engine_main(void*) {
   epoll_event evs[64];
   uint64_t last_tick = now_ms();
   while (true) {
+    std::vector<Conn*> dead;
+    {
+      std::lock_guard<std::mutex> q(s.qmu);
+      dead.swap(s.graveyard);
+    }
+    for (Conn* c : dead)
+      delete c;
     int n = static_cast<int>(syscall(SYS_epoll_wait, s.epfd, evs, 64, kTickMs));
     for (int i = 0; i < n; ++i) {
       uint64_t d = evs[i].data.u64;
@@ -218,7 +227,7 @@ void kick() {
 void report(Conn* c, Mode m, Reason why) {
   if (c->counted_mode || c->closed.load()) return;
   c->counted_mode = true;
-  if (OutcomeHook h = g_outcome.load(std::memory_order_acquire)) h(c->fd, m, why);
+  if (OutcomeHook h = g_outcome.load(std::memory_order_acquire)) h(c->sock(), m, why);
 }
 
 } // namespace engine
@@ -315,7 +324,8 @@ void engine::on_close(Conn* c) {
   {
     std::lock_guard<std::mutex> cl(c->mu);
     c->closed.store(true);
-    syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    c->gen.fetch_add(1);
+    syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
     if (Channel* ch = c->ch) {
       std::lock_guard<std::mutex> chl(ch->mu);
       if (c->st) {
@@ -355,6 +365,50 @@ void engine::on_close(Conn* c) {
       break;
     }
   }
+  wake::notify(); // a call blocked on this connection in another thread returns
+}
+
+void engine::renumber(Conn* c, int newfd) {
+  std::lock_guard<std::mutex> cl(c->mu);
+  int old = c->sock();
+  bool watched = c->phase.load() != Phase::tcp;
+  if (watched) syscall(SYS_epoll_ctl, g_state.epfd, EPOLL_CTL_DEL, old, nullptr);
+  c->fd.store(newfd, std::memory_order_release);
+  if (watched) watch_tcp(c);
+}
+
+void engine::before_fork() {
+  State& s = g_state;
+  if (!s.started) return;
+  s.forking.store(true, std::memory_order_release);
+  // Wait out a switch in progress (switches happen under Conn::mu).
+  std::lock_guard<std::mutex> l(s.mu);
+  for (Conn* c : s.conns) {
+    c->mu.lock();
+    c->mu.unlock();
+  }
+}
+
+void engine::after_fork_parent() {
+  State& s = g_state;
+  if (!s.started) return;
+  std::vector<Conn*> cs;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : s.conns) {
+      c->ref();
+      cs.push_back(c);
+    }
+  }
+  for (Conn* c : cs) {
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load())
+        fail(c, Reason::shared_by_fork);
+    }
+    c->unref();
+  }
+  s.forking.store(false, std::memory_order_release);
 }
 
 void engine::on_fork_child() {
@@ -369,8 +423,19 @@ void engine::on_fork_child() {
   if (s.used_rdma) s.forked_child = true;
   for (Conn* c : s.conns) {
     new (&c->mu) std::mutex();
-    c->dead.store(true);
+    if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load()) {
+      // Nothing moved over RDMA yet: the kernel socket has every byte.
+      c->phase.store(Phase::tcp);
+      c->reason = Reason::shared_by_fork;
+      if (!c->closed.load()) notify_mode(c->sock(), nullptr);
+    } else if (c->phase.load() != Phase::tcp) {
+      // The stream lives in the parent's queue pair (recovery moves it to
+      // TCP in a later version): a reset here.
+      c->dead.store(true);
+      c->err_pending.store(true);
+    }
   }
+  s.forking.store(false);
   s.conns.clear();
   s.channels.clear();
   s.reqs.clear();
@@ -384,28 +449,50 @@ void engine::on_fork_child() {
 }
 
 void Conn::unref() {
-  if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The engine thread may hold this pointer from an epoll batch it is
+  // working through: it frees the connection before its next wait.
+  State& s = g_state;
+  if (s.started && s.cm != nullptr) {
+    std::lock_guard<std::mutex> q(s.qmu);
+    s.graveyard.push_back(this);
+    return;
+  }
+  delete this;
 }
 
 uint32_t Conn::ready_events() const {
-  uint32_t tb = tcp_bits.load(std::memory_order_acquire);
-  uint32_t sb = stream_bits.load(std::memory_order_acquire);
-  uint32_t out = tb & (EPOLLHUP | EPOLLERR);
-  if (!rx_rdma.load(std::memory_order_acquire)) {
-    out |= tb & (EPOLLIN | EPOLLRDHUP | EPOLLPRI);
+  const bool rx = rx_rdma.load(std::memory_order_acquire);
+  const bool tx = tx_rdma.load(std::memory_order_acquire);
+  uint32_t out = 0;
+  if (!rx || !tx) {
+    // A direction still on TCP: the kernel knows exactly (its readiness
+    // must never be stale: select() is often followed by a blocking call).
+    pollfd p{sock(), POLLIN | POLLOUT | POLLRDHUP | POLLPRI, 0};
+    uint32_t kb = 0;
+    if (syscall(SYS_poll, &p, 1, 0) == 1) kb = static_cast<uint16_t>(p.revents);
+    if (!rx) out |= kb & (EPOLLIN | EPOLLRDNORM | EPOLLRDBAND | EPOLLPRI | EPOLLRDHUP);
+    if (!tx) out |= kb & (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND);
+    out |= kb & (EPOLLHUP | EPOLLERR);
   } else {
-    if (sb & (kIn | kFin | kReset)) out |= EPOLLIN;
-    if (sb & kFin) out |= EPOLLRDHUP;
+    // Both directions on RDMA: only a kernel hang-up (the peer's process
+    // died) still matters, as the engine saw it.
+    out |= tcp_bits.load(std::memory_order_acquire) & (EPOLLHUP | EPOLLERR);
   }
-  if (!tx_rdma.load(std::memory_order_acquire))
-    out |= tb & EPOLLOUT;
-  else if (sb & (kOut | kReset | kWriteShut))
-    out |= EPOLLOUT;
+  const uint32_t sb = stream_bits.load(std::memory_order_acquire);
+  if (rx) {
+    if (sb & (kIn | kFin | kReset)) out |= EPOLLIN | EPOLLRDNORM;
+    if (sb & (kFin | kReset)) out |= EPOLLRDHUP;
+  }
+  if (tx && (sb & (kOut | kReset | kWriteShut))) out |= EPOLLOUT | EPOLLWRNORM;
   if ((sb & kFin) && (sb & kWriteShut)) out |= EPOLLHUP;
-  if ((sb & kReset) || dead.load(std::memory_order_acquire))
-    out |= EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP | EPOLLERR;
-  if (out & EPOLLIN) out |= EPOLLRDNORM;
-  if (out & EPOLLOUT) out |= EPOLLWRNORM;
+  if ((sb & kReset) || dead.load(std::memory_order_acquire)) {
+    // As the kernel after a reset: readable (the error, then end of
+    // stream), writable (EPIPE), hung up; POLLERR until the error was
+    // reported once.
+    out |= EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM | EPOLLRDHUP | EPOLLHUP;
+    if (err_pending.load(std::memory_order_acquire)) out |= EPOLLERR;
+  }
   return out;
 }
 

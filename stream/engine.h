@@ -38,8 +38,15 @@ Conn* on_accept(int fd, ListenShare* share, const sockaddr* local, const sockadd
 
 // The application closes the connection's fd (called before the real close).
 void on_close(Conn* c);
+// The program closes the number the connection goes by while newfd (a dup)
+// keeps the socket open (called before the real close).
+void renumber(Conn* c, int newfd);
 
-// In a fork child: forget the parent's engine (its thread is gone).
+// fork(): before it, no direction may switch; after it, in the parent,
+// connections still upgrading stay on TCP (shared with the child); in the
+// child, the parent's engine is forgotten (its thread is gone).
+void before_fork();
+void after_fork_parent();
 void on_fork_child();
 
 // Outcome hook: the preload layer records the final mode of a connection

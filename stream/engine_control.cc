@@ -159,6 +159,7 @@ void advance(Conn* c) {
   flush(c);
   if (c->sess.state() == recover::State::failed) return fail(c, c->sess.fallback_reason());
   if (c->st == nullptr) return;
+  if (g().forking.load(std::memory_order_acquire)) return; // after_fork_parent decides
   bool changed = false;
   if (!c->tx_rdma.load() && !c->tx_shut && c->sess.try_switch_tx() == Status::ok) {
     flush(c); // the SWITCH goes before any data over RDMA
@@ -168,7 +169,7 @@ void advance(Conn* c) {
       refresh(c);
     }
     c->tx_rdma.store(true, std::memory_order_release);
-    XP_SLOG(XP_SLOG_DEBUG, "fd %d: sending over RDMA from byte %llu (stream %u)", c->fd,
+    XP_SLOG(XP_SLOG_DEBUG, "fd %d: sending over RDMA from byte %llu (stream %u)", c->sock(),
             static_cast<unsigned long long>(c->sess.tx_offset()), c->sid);
     changed = true;
   }
@@ -178,7 +179,7 @@ void advance(Conn* c) {
       refresh(c);
     }
     c->rx_rdma.store(true, std::memory_order_release);
-    XP_SLOG(XP_SLOG_DEBUG, "fd %d: receiving over RDMA from byte %llu (stream %u)", c->fd,
+    XP_SLOG(XP_SLOG_DEBUG, "fd %d: receiving over RDMA from byte %llu (stream %u)", c->sock(),
             static_cast<unsigned long long>(c->sess.rx_offset()), c->sid);
     changed = true;
   }
@@ -193,7 +194,7 @@ void advance(Conn* c) {
 }
 
 void fail(Conn* c, Reason why) {
-  XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s (tx %s, rx %s)", c->fd, reason_name(why),
+  XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s (tx %s, rx %s)", c->sock(), reason_name(why),
           c->tx_rdma.load() ? "rdma" : "tcp", c->rx_rdma.load() ? "rdma" : "tcp");
   if (c->sess.state() != recover::State::failed) {
     c->sess.fail(why);
@@ -205,7 +206,7 @@ void fail(Conn* c, Reason why) {
     // Bytes already moved over RDMA: the stream cannot simply continue on
     // TCP (that is recovery's job); report a reset, as the kernel would
     // for a broken connection.
-    c->dead.store(true);
+    if (!c->dead.exchange(true)) c->err_pending.store(true);
     c->gen.fetch_add(1);
     wake::notify();
     return;
@@ -229,9 +230,9 @@ void fail(Conn* c, Reason why) {
   c->reason = why;
   c->phase.store(Phase::tcp, std::memory_order_release);
   if (!c->closed.load()) {
-    syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+    syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
     report(c, Mode::tcp, why);
-    notify_mode(c->fd, nullptr); // the kernel answers readiness again
+    notify_mode(c->sock(), nullptr); // the kernel answers readiness again
   }
   c->gen.fetch_add(1);
   wake::notify();
@@ -245,6 +246,7 @@ bool refresh(Conn* c) {
                (s->write_shut() ? Conn::kWriteShut : 0);
   uint64_t rcv = s->received(), ack = s->send_acked();
   if (b == c->seen_bits && rcv == c->seen_received && ack == c->seen_acked) return false;
+  if ((b & Conn::kReset) && !(c->seen_bits & Conn::kReset)) c->err_pending.store(true);
   c->seen_bits = b;
   c->seen_received = rcv;
   c->seen_acked = ack;
@@ -379,6 +381,7 @@ void tick_conns(uint64_t now) {
             if (c->hup_since_ms == 0) c->hup_since_ms = now;
             else if (now - c->hup_since_ms > g().p.hangup_grace_ms && !c->dead.load()) {
               c->dead.store(true);
+              c->err_pending.store(true);
               c->gen.fetch_add(1);
               wake::notify();
             }

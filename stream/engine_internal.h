@@ -85,10 +85,12 @@ struct State {
   std::mutex qmu;                  // the two queues (a leaf lock: taken under any other)
   std::vector<Conn*> start_queue;  // client connections to start (ref'd)
   std::vector<ListenShare*> serve_queue;
+  std::vector<Conn*> graveyard; // freed by the engine thread before its next wait
   verbs::CmListener* private_l = nullptr;
   uint16_t private_port = 0;
   CmUser private_user{CmUser::Kind::listener_private, nullptr, nullptr, 0};
   uint64_t now_ms = 0;
+  std::atomic<bool> forking{false}; // between before_fork and after_fork_parent
 };
 State& g();
 

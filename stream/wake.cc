@@ -1,5 +1,7 @@
 #include "stream/wake.h"
 
+#include "common/fd_place.h"
+
 #include <atomic>
 #include <cstdint>
 #include <fcntl.h>
@@ -44,29 +46,10 @@ thread_local ThreadFd t_fd;
 
 } // namespace
 
-namespace {
-// The eventfd goes above the numbers a program expects to get: it may count
-// on the lowest free number (a number it just closed must stay closed, for
-// POLLNVAL or EBADF), and a lazily made eventfd would take exactly that one.
-// Not too high either: the kernel's fd table grows to the highest number.
-// (preload/readiness.cc places xpress's other internal fds the same way.)
-long move_high(long fd) {
-  rlimit rl;
-  if (fd < 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return fd;
-  rlim_t base = rl.rlim_cur - rl.rlim_cur / 16;
-  if (base > 8192) base = 8192;
-  if (static_cast<rlim_t>(fd) >= base) return fd;
-  long moved = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, static_cast<long>(base));
-  if (moved < 0) return fd;
-  syscall(SYS_close, fd);
-  return moved;
-}
-} // namespace
-
 int thread_fd() {
   // Raw system calls: this layer sits below the interposed libc functions.
   if (t_fd.fd < 0)
-    t_fd.fd = static_cast<int>(move_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
+    t_fd.fd = static_cast<int>(place_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
   return t_fd.fd;
 }
 

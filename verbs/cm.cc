@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/fd_place.h"
 #include "verbs/rc_link_impl.h"
 
 namespace xp::verbs {
@@ -55,6 +56,7 @@ Cm* Cm::create() {
     delete cm;
     return nullptr;
   }
+  cm->impl_->ec->fd = place_high(cm->impl_->ec->fd);
   // next() must never block the engine thread.
   int fl = static_cast<int>(syscall(SYS_fcntl, cm->impl_->ec->fd, F_GETFL));
   syscall(SYS_fcntl, cm->impl_->ec->fd, F_SETFL, fl | O_NONBLOCK);

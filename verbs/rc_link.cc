@@ -1,6 +1,8 @@
 #include "verbs/rc_link.h"
 #include "verbs/rc_link_impl.h"
 
+#include "common/fd_place.h"
+
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
@@ -19,8 +21,13 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   if (p.ring_bytes < 4096 || p.ring_bytes % 64 != 0) return Status::invalid;
   // One PD per connection keeps every remote-writable region reachable only
   // through this connection's QP (docs/protocol.md §7).
+  // The device context's own fds (opened by rdma-core) and the completion
+  // channel's go to the high range, once (see common/fd_place.h).
+  id->verbs->cmd_fd = place_high(id->verbs->cmd_fd);
+  id->verbs->async_fd = place_high(id->verbs->async_fd);
   pd_ = ibv_alloc_pd(id->verbs);
   comp_ = pd_ ? ibv_create_comp_channel(id->verbs) : nullptr;
+  if (comp_) comp_->fd = place_high(comp_->fd);
   uint32_t recv_wrs = static_cast<uint32_t>(p.ring_bytes / 64);
   int cqe = static_cast<int>(recv_wrs + p.sq_depth);
   cq_ = comp_ ? ibv_create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Bulk TCP transfer with a sha256 on both sides (tests/rdma-programs).
+
+  bulk.py recv --bind ADDR --port PORT [--ready FILE]
+      accept one connection, read to EOF, print "bytes N sha256 HEX"
+  bulk.py send --host ADDR --port PORT --bytes N
+      send N bytes of pseudo-random data, shut down the write side, wait for
+      the receiver to close, print "bytes N sha256 HEX"
+
+The data: one random 1 MiB block, every 64 KiB piece of it stamped with a
+running counter before it is sent, so a lost, duplicated or reordered piece
+changes the hash.  Both ends hash what really went through their socket
+calls; the test compares the two lines.
+"""
+import argparse
+import hashlib
+import os
+import socket
+import struct
+import sys
+
+PIECE = 64 * 1024
+BLOCK = 16 * PIECE
+
+
+def size(text):
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower()
+    if t and t[-1] in mult:
+        return int(t[:-1]) * mult[t[-1]]
+    return int(t)
+
+
+def recv(args):
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((args.bind, args.port))
+    ls.listen(1)
+    if args.ready:
+        with open(args.ready, "w") as f:
+            f.write("listening\n")
+    ls.settimeout(args.timeout)
+    c, _ = ls.accept()
+    c.settimeout(args.timeout)
+    h = hashlib.sha256()
+    n = 0
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    while True:
+        k = c.recv_into(buf)
+        if k == 0:
+            break
+        h.update(view[:k])
+        n += k
+    c.close()
+    ls.close()
+    print("bytes %d sha256 %s" % (n, h.hexdigest()), flush=True)
+
+
+def send(args):
+    total = size(args.bytes)
+    block = bytearray(os.urandom(BLOCK))
+    view = memoryview(block)
+    s = socket.create_connection((args.host, args.port), timeout=args.timeout)
+    h = hashlib.sha256()
+    sent = 0
+    counter = 0
+    while sent < total:
+        for off in range(0, BLOCK, PIECE):
+            struct.pack_into("<Q", block, off, counter)
+            counter += 1
+        k = min(BLOCK, total - sent)
+        s.sendall(view[:k])
+        h.update(view[:k])
+        sent += k
+    s.shutdown(socket.SHUT_WR)
+    # wait for the receiver to close: it has read everything by then
+    while s.recv(65536):
+        pass
+    s.close()
+    print("bytes %d sha256 %s" % (sent, h.hexdigest()), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("recv")
+    r.add_argument("--bind", required=True)
+    r.add_argument("--port", type=int, required=True)
+    r.add_argument("--ready")
+    r.add_argument("--timeout", type=float, default=60)
+    s = sub.add_parser("send")
+    s.add_argument("--host", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--bytes", required=True)
+    s.add_argument("--timeout", type=float, default=60)
+    args = p.parse_args()
+    try:
+        recv(args) if args.cmd == "recv" else send(args)
+    except Exception as e:  # one line, the test prints it
+        print("bulk.py %s: %s: %s" % (args.cmd, type(e).__name__, e), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+# shellcheck shell=bash
+# iperf3 server on $A1 and client from $A0, both preloaded: a single stream
+# and 4 parallel streams (-P 4), forward and reverse (-R), each a byte-counted
+# transfer (-n) so the sender's count is exact.  A fresh one-shot server
+# (iperf3 -s -1) per test: each test's server statistics are its own, and a
+# test that hangs does not take the next one with it.
+
+IPERF_BYTES=$((64 * 1024 * 1024))
+# name  client options
+IPERF_TESTS=(
+  "single"
+  "single-R -R"
+  "P4 -P 4"
+  "P4-R -P 4 -R"
+)
+
+run_case() {
+  local port=15201 t name opts js sent recv err snap srv ok
+  for t in "${IPERF_TESTS[@]}"; do
+    read -r name opts <<<"$t"
+    port=$((port + 1))
+    start_server "server-$name" 40 xp iperf3 -s -1 -B "$A1" -p "$port"
+    srv=$SERVER
+    wait_listen "server-$name" "$port" "$srv" || continue
+    snap=$T/snap-$name
+    net_snap "$snap"
+    ok=1
+    # shellcheck disable=SC2086
+    run_client "client-$name" 15 xp iperf3 -c "$A1" -p "$port" -n "$IPERF_BYTES" -J $opts || ok=0
+    end_server "server-$name" "$srv" $ok
+    if [ $ok = 0 ]; then
+      step_failed "$snap" "client-$name" "server-$name"
+      continue
+    fi
+    js=$CD/client-$name.out
+    sent=$(jq -r '.end.sum_sent.bytes // "none"' "$js" 2>/dev/null)
+    recv=$(jq -r '.end.sum_received.bytes // "none"' "$js" 2>/dev/null)
+    err=$(jq -r '.error // "none"' "$js" 2>/dev/null)
+    # iperf3's receiver stops counting when the end-of-test message arrives,
+    # with data possibly still queued: its count is only bounded.
+    if [ "$err" = none ] && [ "$sent" = "$IPERF_BYTES" ] && [[ $recv =~ ^[0-9]+$ ]] && [ "$recv" -gt 0 ] && [ "$recv" -le "$sent" ]; then
+      pass "$name (iperf3 -n 64M${opts:+ $opts}): sent $sent bytes, received $recv, in ${CLIENT_SECS} s ($(jq -r '.end.sum_received.bits_per_second / 1e6 | floor' "$js") Mbit/s)"
+    else
+      fail "$name (iperf3 -n 64M${opts:+ $opts}): error '$err', sent '$sent' (want $IPERF_BYTES), received '$recv'"
+    fi
+    check_stats_rdma "$name" "client-$name" "server-$name"
+    check_net "$name" "$snap" "$IPERF_BYTES" "$(stats_conns "client-$name")"
+  done
+}

@@ -1,0 +1,14 @@
+# Real programs with xpress on both ends across the Soft-RoCE VM (one boot):
+# iperf3, sockperf, redis, nginx + curl/wrk, memcached, a 200 MiB transfer,
+# and the fallback to TCP against a peer without xpress.  Checks the data,
+# both ends' statistics (mode rdma) and the rxe/veth counters.  See
+# tests/rdma-programs/run.sh.
+#   make test-rdma-programs RDMA_CASES="iperf3 redis"   runs a subset
+RDMA_CASES ?=
+
+.PHONY: test-rdma-programs
+test-rdma-programs: $(LIB) $(XPRESS_STAT) softroce-kernel
+	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
+	  bash tests/rdma-programs/run.sh $(RDMA_CASES)
+
+TEST_TARGETS += test-rdma-programs
