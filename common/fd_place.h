@@ -12,4 +12,10 @@ namespace xp {
 // returns fd unchanged when it is already there or cannot be moved.
 int place_high(int fd);
 
+// Whether fd is one xpress placed for itself (place_high records them), so
+// that a program's close_range/closefrom does not take xpress's own fds.
+bool is_internal(int fd);
+// The next internal fd >= from, or -1.
+int next_internal(int from);
+
 } // namespace xp

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <sys/ioctl.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "preload/boundary.h"
@@ -302,7 +303,11 @@ ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bo
   *kernel = false;
   // The kernel's rules for the source: a file it can read pages from.
   struct stat st;
-  if (fstat(in_fd, &st) != 0) return -1; // EBADF
+  int fl = fcntl(in_fd, F_GETFL);
+  if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || fstat(in_fd, &st) != 0) {
+    errno = EBADF; // not open for reading
+    return -1;
+  }
   if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
     errno = EINVAL;
     return -1;

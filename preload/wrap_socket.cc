@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/fd_place.h"
 #include "preload/boundary.h"
 #include "preload/readiness.h"
 #include "stream/conn_io.h"
@@ -91,10 +92,29 @@ XP_EXPORT int close(int fd) {
   return XP_REAL(close, fd);
 }
 
+namespace {
+// close_range over [first, last] except xpress's own fds (common/fd_place.h):
+// a daemon's "close everything" must not take the engine's channels away.
+int close_range_sparing(unsigned first, unsigned last, int flags) {
+  unsigned lo = first;
+  while (true) {
+    int in = next_internal(static_cast<int>(lo > 0x7fffffffu ? 0x7fffffffu : lo));
+    if (in < 0 || static_cast<unsigned>(in) > last) return XP_REAL(close_range, lo, last, flags);
+    if (static_cast<unsigned>(in) > lo) {
+      int r = XP_REAL(close_range, lo, static_cast<unsigned>(in) - 1, flags);
+      if (r != 0) return r;
+    }
+    if (static_cast<unsigned>(in) >= last) return 0;
+    lo = static_cast<unsigned>(in) + 1;
+  }
+}
+} // namespace
+
 XP_EXPORT int close_range(unsigned int first, unsigned int last, int flags) noexcept {
   if ((flags & CLOSE_RANGE_CLOEXEC) == 0 && first <= last) {
     readiness::on_close_range(first, last);
     track::on_close_range(first, last);
+    return close_range_sparing(first, last, flags);
   }
   return XP_REAL(close_range, first, last, flags);
 }
@@ -103,6 +123,8 @@ XP_EXPORT void closefrom(int lowfd) noexcept {
   if (lowfd >= 0) {
     readiness::on_close_range(static_cast<unsigned>(lowfd), ~0u);
     track::on_close_range(static_cast<unsigned>(lowfd), ~0u);
+    if (next_internal(lowfd) >= 0 && close_range_sparing(static_cast<unsigned>(lowfd), ~0u, 0) == 0)
+      return;
   }
   auto fn = real::closefrom();
   if (fn) fn(lowfd);

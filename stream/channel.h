@@ -38,6 +38,8 @@ struct Channel {
   std::atomic<bool> inbox_pending{false};
   std::vector<ControlRecord> inbox; // guarded by mu
   bool armed = false;
+  uint64_t idle_since_ms = 0; // client side: no streams since then (torn down when idle)
+  uint64_t dying_since_ms = 0; // unlinked; freed after a grace period
   bool fail_logged = false;
 };
 

@@ -327,9 +327,10 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     return -1;
   }
   size_t want = total_len(iov, iovcnt);
-  if (flags & MSG_OOB) { // no urgent data travels over RDMA
-    errno = EINVAL;
-    return -1;
+  if (flags & MSG_OOB) { // urgent data always travels on TCP
+    c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLPRI));
+    *kernel = true;
+    return 0;
   }
   bool peek = flags & MSG_PEEK;
   bool waitall = (flags & MSG_WAITALL) && !peek;
@@ -398,6 +399,18 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
   bool checked_fd = false;
   size_t sent = 0;
+  if ((flags & MSG_OOB) && c->tx_rdma.load() && want > 0) {
+    // Urgent data goes on TCP, out of band (the stream's bytes before it
+    // over RDMA); with SO_OOBINLINE the peer would not see it in order.
+    iovec v[kMaxIov];
+    int k = slice(iov, iovcnt, 0, want - 1, v);
+    ssize_t r = want > 1 ? send(c, v, k, flags & ~MSG_OOB, kernel) : 0;
+    if (r < 0 || static_cast<size_t>(r) < want - 1) return r;
+    iovec last[kMaxIov];
+    slice(iov, iovcnt, want - 1, 1, last);
+    long o = syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
+    return o == 1 ? static_cast<ssize_t>(want) : r;
+  }
   Waiter w{SO_SNDTIMEO};
   int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
   while (true) {

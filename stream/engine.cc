@@ -84,7 +84,7 @@ bool start_locked() {
 
 void watch_tcp(Conn* c) {
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET;
   ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kTagConn;
   syscall(SYS_epoll_ctl, g_state.epfd, EPOLL_CTL_ADD, c->sock(), &ev);
 }
@@ -172,6 +172,7 @@ void* engine_main(void*) {
       tick_conns(now);
       std::lock_guard<std::mutex> l(s.mu);
       retry_pending(now);
+      reap_channels(now);
     }
   }
   return nullptr;
@@ -477,7 +478,7 @@ uint32_t Conn::ready_events() const {
   } else {
     // Both directions on RDMA: only a kernel hang-up (the peer's process
     // died) still matters, as the engine saw it.
-    out |= tcp_bits.load(std::memory_order_acquire) & (EPOLLHUP | EPOLLERR);
+    out |= tcp_bits.load(std::memory_order_acquire) & (EPOLLHUP | EPOLLERR | EPOLLPRI);
   }
   const uint32_t sb = stream_bits.load(std::memory_order_acquire);
   if (rx) {

@@ -1,7 +1,9 @@
 // The upgrade's control records and the decisions that follow them: attach,
 // proofs, each direction's switch, giving up (docs/protocol.md §1-3).  Cold
 // path: runs a handful of times per connection.
+#include <arpa/inet.h>
 #include <cstring>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -44,7 +46,18 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
   pack_key(t, key);
   Conn* c = t.family == 4 ? find_by_key(key) : nullptr;
   if (c == nullptr) {
-    if (!last_chance) return false;
+    // Wait for the application to accept it only when it can still come
+    // here: one of our listening sockets, and no sibling process took it.
+    bool ours = false, sibling = false;
+    for (ListenShare* sh : g().shares) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&sh->addr);
+      if (ntohs(a->sin_port) != t.server_port) continue;
+      ours = true;
+      for (auto& sl : sh->slots)
+        sibling |= sl.state.load(std::memory_order_acquire) == 2 &&
+                   memcmp(sl.tuple, key, 12) == 0 && sl.pid != getpid();
+    }
+    if (!last_chance && ours && !sibling) return false;
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
     return true;
   }

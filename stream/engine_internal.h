@@ -78,6 +78,8 @@ struct State {
   verbs::Cm* cm = nullptr;
   std::vector<Conn*> conns;        // live connections (one ref each)
   std::vector<Channel*> channels;
+  std::vector<Channel*> dying;     // torn down, freed once no caller can still hold them
+  std::vector<ListenShare*> shares; // listening sockets this process accepted from
   std::vector<PendingReq> reqs;
   std::vector<PendingAttach> attaches;
   std::vector<Negative> negative;
@@ -112,6 +114,7 @@ Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* 
 void tick_conns(uint64_t now);
 void retry_attaches(uint64_t now); // g().mu held
 void watch_channel(Channel* ch);   // g().mu held
+void reap_channels(uint64_t now);  // g().mu held: idle and failed channels go
 void report(Conn* c, Mode m, Reason why);
 
 // ---- engine_rendezvous.cc (engine thread, g().mu held)

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <netinet/in.h>
 #include <new>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "stream/engine_internal.h"
@@ -229,13 +231,20 @@ void start_client(Conn* c) {
   uint64_t now = now_ms();
   if (negative_cached(c->tuple.server_addr, c->tuple.server_port, now))
     return fail(c, Reason::peer_not_accelerated);
-  // A channel to the same server address and port: attach over it.
+  // A channel to the same server address: attach over it, first one to the
+  // same port (most likely the same process), then any (one process often
+  // listens on several ports; the server refuses at once if it is not the
+  // process that accepted this connection, and rdma_cm finds that one).
   int to_this_peer = 0;
-  for (Channel* ch : g().channels) {
+  std::vector<Channel*> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (Channel* ch : g().channels)
+      if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 &&
+          memcmp(ch->peer_addr, c->tuple.server_addr, 4) == 0 &&
+          (ch->peer_port == c->tuple.server_port) == (pass == 0))
+        order.push_back(ch);
+  for (Channel* ch : order) {
     if (c->attach_refused) break;
-    if (!ch->client_side || ch->failed.load() || ch->peer_port != c->tuple.server_port ||
-        memcmp(ch->peer_addr, c->tuple.server_addr, 4) != 0)
-      continue;
     ++to_this_peer;
     std::lock_guard<std::mutex> chl(ch->mu);
     uint32_t n = static_cast<uint32_t>(ch->by_id.size());
@@ -249,6 +258,7 @@ void start_client(Conn* c) {
     ch->next_id = id + 1;
     ch->by_id[id] = c;
     ch->conns.push_back(c);
+    ch->idle_since_ms = 0;
     c->ref();
     c->ch = ch;
     c->st = st;
@@ -267,6 +277,10 @@ void start_client(Conn* c) {
 
 void serve_share(ListenShare* sh) {
   const int32_t me = getpid();
+  bool known = false;
+  for (ListenShare* k : g().shares)
+    known |= k == sh;
+  if (!known) g().shares.push_back(sh);
   int32_t owner = sh->owner_pid.load();
   if (owner != me && (owner == 0 || (kill(owner, 0) != 0 && errno == ESRCH))) {
     if (sh->owner_pid.compare_exchange_strong(owner, me)) {
@@ -393,7 +407,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::disconnected: {
     for (Channel* ch : g().channels) {
       if (ch->link == ev.link) {
-        channel_failed(ch);
+        channel_failed(ch); // its connections go; reap_channels frees it
         return;
       }
     }
@@ -404,6 +418,45 @@ void on_cm_event(const verbs::CmEvent& ev) {
     }
     return;
   }
+  }
+}
+
+void reap_channels(uint64_t now) {
+  auto& chs = g().channels;
+  for (size_t i = 0; i < chs.size();) {
+    Channel* ch = chs[i];
+    bool empty;
+    {
+      std::lock_guard<std::mutex> l(ch->mu);
+      empty = ch->conns.empty();
+    }
+    if (empty && ch->client_side && !ch->failed.load() && ch->idle_since_ms == 0)
+      ch->idle_since_ms = now;
+    bool idle_long = empty && ch->idle_since_ms != 0 && now - ch->idle_since_ms > 5000;
+    if ((ch->failed.load() && empty) || idle_long) {
+      // Unlink now; free later: a caller that read a connection's channel
+      // just before the connection left it may still poll it briefly.
+      syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, ch->link->wait_fd(), nullptr);
+      ch->dying_since_ms = now;
+      g().dying.push_back(ch);
+      chs[i] = chs.back();
+      chs.pop_back();
+      continue;
+    }
+    ++i;
+  }
+  auto& dy = g().dying;
+  for (size_t i = 0; i < dy.size();) {
+    if (now - dy[i]->dying_since_ms < 2000) {
+      ++i;
+      continue;
+    }
+    Channel* ch = dy[i];
+    delete ch->mux;
+    g().cm->destroy(ch->link); // disconnects: the peer tears its side down
+    delete ch;
+    dy[i] = dy.back();
+    dy.pop_back();
   }
 }
 
