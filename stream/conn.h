@@ -77,7 +77,8 @@ public:
   ListenShare* share = nullptr; // server: the listener's rendezvous state
   bool cm_tried = false;        // client: an rdma_cm connection was attempted
   std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
-  bool attach_refused = false;  // client: an ATTACH was NAKed; use rdma_cm
+  bool attach_refused = false;
+  bool parked_once = false;     // client: waited for another connection's channel set-up  // client: an ATTACH was NAKed; use rdma_cm
   bool redirected = false;
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?)
   uint64_t retry_at_ms = 0;      // client: try rdma_cm again then      // client: followed a redirect already

@@ -311,7 +311,8 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
   c->ref();
   s.conns.push_back(c);
   watch_tcp(c);
-  c->deadline_ms = now_ms() + s.p.handshake_timeout_ms;
+  // The client may need an attach, a refusal and a redirect first.
+  c->deadline_ms = now_ms() + 2 * s.p.handshake_timeout_ms;
   c->share = share;
   // At once, not from the engine thread: the client's request may already
   // be on its way, and an rdma_cm port nobody listens on means "no xpress".
@@ -357,6 +358,14 @@ void engine::on_close(Conn* c) {
         }
       }
     }
+  }
+  if (c->role == recover::Role::server) {
+    std::array<uint8_t, 12> k;
+    pack_key(c->tuple, k.data());
+    if (s.closed_keys.size() >= 256) s.closed_keys.erase(s.closed_keys.begin());
+    s.closed_keys.push_back(k);
+  } else {
+    forget_attempts(c);
   }
   for (size_t i = 0; i < s.conns.size(); ++i) {
     if (s.conns[i] == c) {

@@ -3,6 +3,7 @@
 // engine_control.cc (upgrade control records, switching, fallback) and
 // conn_io.cc (the data calls).  Not for other layers.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -88,6 +89,14 @@ struct State {
   std::vector<Conn*> start_queue;  // client connections to start (ref'd)
   std::vector<ListenShare*> serve_queue;
   std::vector<Conn*> graveyard; // freed by the engine thread before its next wait
+  // Client rdma_cm attempts under way, and connections waiting for one to
+  // the same host to finish (they then attach over its channel instead of
+  // each setting up a queue pair of their own).
+  std::vector<CmUser*> inflight;
+  std::vector<Conn*> parked;
+  // 4-tuples of server connections closed lately: a request for one is
+  // refused at once instead of waiting for an accept that cannot come.
+  std::vector<std::array<uint8_t, 12>> closed_keys;
   verbs::CmListener* private_l = nullptr;
   uint16_t private_port = 0;
   CmUser private_user{CmUser::Kind::listener_private, nullptr, nullptr, 0};
@@ -125,6 +134,8 @@ void retry_pending(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
 void pack_key(const recover::TcpTuple& t, uint8_t key[12]);
 Conn* find_by_key(const uint8_t key[12]);
+bool recently_closed(const uint8_t key[12]);
+void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt
 
 } // namespace engine
 } // namespace xp::stream

@@ -91,14 +91,38 @@ void cm_connect(Conn* c, uint16_t port) {
   if (u == nullptr) return fail(c, Reason::resources_exhausted);
   c->ref();
   c->cm_tried = true;
+  g().inflight.push_back(u);
   c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                               link_params(), &w, sizeof w, u);
   if (st != Status::ok) {
+    g().inflight.pop_back();
     delete u;
     c->unref();
     fail(c, Reason::handshake_failed);
   }
+}
+
+// An rdma_cm attempt ended (g().mu held): the connections that waited for
+// it try again (attach over its channel, or their own attempt).
+void attempt_done(CmUser* u) {
+  auto& in = g().inflight;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == u) {
+      in[i] = in.back();
+      in.pop_back();
+      break;
+    }
+  }
+  auto& pk = g().parked;
+  if (pk.empty()) return;
+  {
+    std::lock_guard<std::mutex> q(g().qmu);
+    for (Conn* c : pk)
+      g().start_queue.push_back(c); // the parked reference moves to the queue
+  }
+  pk.clear();
+  kick();
 }
 
 void send_reject(verbs::CmRequest* req, RejectCode code, uint16_t port = 0) {
@@ -152,6 +176,10 @@ bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12
     accept_for(c, req, sid, nonce);
     return true;
   }
+  if (recently_closed(key)) {
+    send_reject(req, rej_unknown);
+    return true;
+  }
   uint16_t port = 0;
   if (sh && lookup_slot(sh, key, &port)) {
     send_reject(req, rej_redirect, port);
@@ -183,6 +211,17 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
 }
 
 } // namespace
+
+bool recently_closed(const uint8_t key[12]) {
+  for (const auto& k : g().closed_keys)
+    if (memcmp(k.data(), key, 12) == 0) return true;
+  return false;
+}
+
+void forget_attempts(Conn* c) {
+  for (CmUser* u : g().inflight)
+    if (u->conn == c) return attempt_done(u);
+}
 
 void pack_key(const recover::TcpTuple& t, uint8_t key[12]) {
   memcpy(key, t.client_addr, 4);
@@ -272,6 +311,20 @@ void start_client(Conn* c) {
   }
   if (to_this_peer >= static_cast<int>(g().p.channels_per_peer))
     return fail(c, Reason::resources_exhausted);
+  // Another connection to this host is setting a channel up: wait for it
+  // (once), then attach over it.
+  if (!c->parked_once && !c->attach_refused) {
+    for (CmUser* u : g().inflight) {
+      if (!u->conn->closed.load() &&
+          memcmp(u->conn->tuple.server_addr, c->tuple.server_addr, 4) == 0) {
+        c->parked_once = true;
+        c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
+        c->ref();
+        g().parked.push_back(c);
+        return;
+      }
+    }
+  }
   cm_connect(c, c->tuple.server_port);
 }
 
@@ -294,13 +347,12 @@ void serve_share(ListenShare* sh) {
         delete u;
         sh->owner_state.store(2);
       }
-      return;
     }
     owner = sh->owner_pid.load();
   }
-  if (owner == me) return;
-  // Another process answers the port: publish our connections for redirects.
-  if (g().private_l == nullptr) {
+  // Publish our connections: the owner redirects requests to us, and a
+  // sibling that gets an ATTACH for one of them refuses it at once.
+  if (owner != me && g().private_l == nullptr) {
     sockaddr_in a;
     memcpy(&a, &sh->addr, sizeof a);
     a.sin_port = 0;
@@ -349,6 +401,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     return;
   }
   case K::established: {
+    if (u->kind == CmUser::Kind::client) attempt_done(u);
     Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
     if (ch == nullptr) {
       g().cm->destroy(ev.link);
@@ -374,6 +427,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
   }
   case K::rejected:
   case K::failed: {
+    if (u->kind == CmUser::Kind::client) attempt_done(u);
     Conn* c = u->conn;
     {
       std::lock_guard<std::mutex> l(c->mu);
@@ -386,12 +440,12 @@ void on_cm_event(const verbs::CmEvent& ev) {
         c->redirected = true;
         cm_connect(c, ntohs(r.port));
       } else if (r.code == 0 && ev.kind == K::rejected && !c->closed.load() &&
-                 c->no_listener_tries < 3 && u->port == c->tuple.server_port) {
+                 c->no_listener_tries < 1 && u->port == c->tuple.server_port) {
         // Nobody listens there: either no xpress, or the server process has
-        // not accepted the connection yet (its first accept on that socket
-        // opens the port).  A few quick retries tell the two apart.
+        // not accepted its first connection from that socket yet (which
+        // opens the port).  One more try a little later tells them apart.
         ++c->no_listener_tries;
-        c->retry_at_ms = now_ms() + 20u * c->no_listener_tries;
+        c->retry_at_ms = now_ms() + 50;
       } else if (r.code == 0) {
         // Nobody answers rdma_cm there: not an xpress peer (or no RDMA).
         remember_negative(c->tuple.server_addr, c->tuple.server_port);

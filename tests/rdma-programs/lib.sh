@@ -94,7 +94,7 @@ status() {
 # prefix MODE NAME: PRE=(env ...) for starting NAME in MODE (xp|plain)
 prefix() {
   case $1 in
-    xp) PRE=(env "LD_PRELOAD=$LIB" XPRESS_STATS=json "XPRESS_STATS_FILE=$CD/stats/$2.%p.json" XPRESS_STATS_LIVE=1) ;;
+    xp) PRE=(env "LD_PRELOAD=$LIB" XPRESS_STATS=json "XPRESS_STATS_FILE=$CD/stats/$2.%p.json" XPRESS_STATS_LIVE=1 "XPRESS_LOG_LEVEL=${RDMA_LOG_LEVEL:-warn}" "XPRESS_LOG_FILE=$CD/xpress.$2.%p.log") ;;
     plain) PRE=(env -u LD_PRELOAD) ;;
     *) echo "rdma-programs: bad mode $1" >&2; exit 2 ;;
   esac
@@ -394,7 +394,11 @@ check_stats_rdma() {
     rb=$((S_RTX + S_RRX)) tb=$((S_TTX + S_TRX))
     local why=()
     [ "$S_RDMA" -gt 0 ] || why+=("no connection in mode rdma")
-    [ "$S_TCP" = 0 ] || why+=("$S_TCP connection(s) in mode tcp")
+    # Short-lived side connections (a benchmark's probe, closed before the
+    # upgrade could finish) may stay on TCP: at most TCP_CONN_MAX_PCT of the
+    # connections, and the bytes rule below still holds.
+    [ $((S_TCP * 100)) -le $((${TCP_CONN_MAX_PCT:-10} * (S_RDMA + S_TCP))) ] ||
+      why+=("$S_TCP connection(s) in mode tcp (allowed: ${TCP_CONN_MAX_PCT:-10}% of $((S_RDMA + S_TCP)))")
     [ "$rb" -gt 0 ] || why+=("no bytes under rdma")
     [ $((rb * 100)) -ge $((RDMA_MIN_PCT * (rb + tb))) ] || why+=("$(pct "$rb" $((rb + tb))) of the bytes under rdma, want >= $RDMA_MIN_PCT%")
     if [ ${#why[@]} = 0 ]; then

@@ -57,7 +57,7 @@ if [ -z "${XPRESS_SOFTROCE_VM:-}" ]; then
   start=$SECONDS
   # The VM passes the caller's XPRESS_* on by itself; our own knobs too:
   envs=(-e "RDMA_PROGRAMS_LOG=$LOG")
-  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW; do
+  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL; do
     [ -z "${!v:-}" ] || envs+=(-e "$v=${!v}")
   done
   "$REPO/tools/softroce/vm" run -q --timeout "${RDMA_PROGRAMS_VM_TIMEOUT:-600}" "${envs[@]}" -- bash "$SELF" "$@" | tee "$out"

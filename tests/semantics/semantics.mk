@@ -45,3 +45,13 @@ test-semantics-vm: $(SEM_BIN) $(SEM_FORT) $(LIB) softroce-kernel
 	  bash $(abspath $(SEM_DIR)/run.sh) $(abspath $(SEM_OUT)) $(SEM_LIB) high_fds
 
 TEST_TARGETS += test-semantics-vm
+
+# The whole suite over RDMA: inside the Soft-RoCE VM the TCP cases use an
+# address with an rxe device (SEM_ADDR), so with the preload every case's
+# connections upgrade to RDMA; transcripts must equal the plain run's.
+.PHONY: test-semantics-rdma
+test-semantics-rdma: $(SEM_BIN) $(SEM_FORT) $(LIB) softroce-kernel
+	tools/softroce/vm run -q --timeout 500 -- env SEM_ADDR=10.77.0.1 SEM_TAG=rdma \
+	  bash $(abspath $(SEM_DIR)/run.sh) $(abspath $(SEM_OUT)) $(SEM_LIB) $(SEMANTICS)
+
+TEST_TARGETS += test-semantics-rdma

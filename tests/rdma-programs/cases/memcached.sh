@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # memcached (4 threads) on $A1; from $A0 libmemcached's memccp/memccat store
-# and fetch two 900 KiB binary files (text and binary protocol; sha256
-# compared) and memcslap loads it (4 threads, set then get).
+# and fetch twelve 900 KiB binary values per run (text and binary protocol;
+# sha256 compared) and memcslap loads it (4 threads, set then get).
 
 MS_N=1000
 
@@ -12,23 +12,32 @@ run_case() {
   wait_listen memcached "$port" "$srv" || return 1
   local servers=--servers=$A1:$port
 
-  # ---- memccp / memccat
-  head -c 921600 /dev/urandom >"$T/text.bin"
-  head -c 921600 /dev/urandom >"$T/binary.bin"
+  # ---- memccp / memccat: 12 values of 900 KiB per run, each run one
+  # connection (the first values travel on TCP while the upgrade runs).
+  local files=() keys=() i
   mkdir -p "$T/got"
+  for i in $(seq 1 12); do
+    head -c 921600 /dev/urandom >"$T/v$i.bin"
+    files+=("$T/v$i.bin")
+    keys+=("v$i.bin")
+  done
+  # memccat prints each value followed by a newline.
+  for i in "${files[@]}"; do cat "$i"; printf '\n'; done >"$T/all.bin"
   snap=$T/snap-cp
   net_snap "$snap"
-  if run_client memccp-text 20 xp memccp "$servers" "$T/text.bin" &&
-    run_client memccat-text 20 xp memccat "$servers" --file="$T/got/text.bin" text.bin &&
-    run_client memccp-binary 20 xp memccp --binary "$servers" "$T/binary.bin" &&
-    run_client memccat-binary 20 xp memccat --binary "$servers" --file="$T/got/binary.bin" binary.bin; then
-    if cmp -s "$T/text.bin" "$T/got/text.bin" && cmp -s "$T/binary.bin" "$T/got/binary.bin"; then
-      pass "memccp/memccat 900 KiB (text and binary protocol): sha256 match $(sha "$T/text.bin" | cut -c1-16) $(sha "$T/binary.bin" | cut -c1-16)"
+  if run_client memccp-text 40 xp memccp "$servers" "${files[@]}" &&
+    run_client memccat-text 40 xp memccat "$servers" "${keys[@]}" &&
+    cp "$CD/memccat-text.out" "$T/got/text.bin" &&
+    run_client memccp-binary 40 xp memccp --binary "$servers" "${files[@]}" &&
+    run_client memccat-binary 40 xp memccat --binary "$servers" "${keys[@]}" &&
+    cp "$CD/memccat-binary.out" "$T/got/binary.bin"; then
+    if cmp -s "$T/all.bin" "$T/got/text.bin" && cmp -s "$T/all.bin" "$T/got/binary.bin"; then
+      pass "memccp/memccat 12 x 900 KiB (text and binary protocol): sha256 match $(sha "$T/all.bin" | cut -c1-16)"
     else
-      fail "memccp/memccat: sha256 text $(sha "$T/got/text.bin" | cut -c1-16) (want $(sha "$T/text.bin" | cut -c1-16)), binary $(sha "$T/got/binary.bin" | cut -c1-16) (want $(sha "$T/binary.bin" | cut -c1-16))"
+      fail "memccp/memccat: sha256 text $(sha "$T/got/text.bin" | cut -c1-16), binary $(sha "$T/got/binary.bin" | cut -c1-16) (want $(sha "$T/all.bin" | cut -c1-16))"
     fi
     check_stats_rdma "memccp/memccat" memccp-text memccat-text memccp-binary memccat-binary
-    check_net "memccp/memccat" "$snap" $((4 * 921600)) 4
+    check_net "memccp/memccat" "$snap" $((4 * 12 * 921600)) 4
   else
     step_failed "$snap" memccp-text memccat-text memccp-binary memccat-binary
   fi

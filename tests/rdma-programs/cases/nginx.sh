@@ -73,11 +73,11 @@ CONF
   # ---- wrk
   snap=$T/snap-wrk
   net_snap "$snap"
-  if run_client wrk 30 xp wrk -t 2 -c 20 -d 3s "$url/small.bin"; then
+  if run_client wrk 40 xp wrk -t 2 -c 20 -d 8s "$url/small.bin"; then
     local out=$CD/wrk.out reqs
     reqs=$(grep -o '^ *[0-9]* requests in' "$out" | grep -o '[0-9]*')
     if [[ ${reqs:-} =~ ^[0-9]+$ ]] && [ "$reqs" -gt 0 ] && ! grep -q 'Socket errors\|Non-2xx' "$out"; then
-      pass "wrk -c 20 -d 3s 64 KiB file: $(grep -o '[0-9]* requests in [0-9.]*s, [0-9.]*[KMG]*B read' "$out"), no socket errors, no non-2xx"
+      pass "wrk -c 20 -d 8s 64 KiB file: $(grep -o '[0-9]* requests in [0-9.]*s, [0-9.]*[KMG]*B read' "$out"), no socket errors, no non-2xx"
     else
       fail "wrk: requests '${reqs:-}'; $(grep 'Socket errors\|Non-2xx' "$out" | tr '\n' ' ')"
     fi

@@ -35,7 +35,10 @@ run_case() {
       fail "redis-cli SET/GET: SET said '$(head -c 100 "$CD/cli-set.out")', GET returned $(stat -c %s "$T/got.bin") bytes, sha256 ${want:0:16} -> $(sha "$T/got.bin" | cut -c1-16)"
     fi
     check_stats_rdma "redis-cli" cli-set cli-get
-    check_net "redis-cli SET+GET" "$snap" $((2 * size)) 2
+    # One 8 MiB command right after connect: its first bytes travel on TCP
+    # while the upgrade runs (tens of ms under TCG, several MiB of TCP), so
+    # this one-shot step only needs half of its bytes on RDMA.
+    RDMA_MIN_PCT=50 TCP_MAX_PCT=50 check_net "redis-cli SET+GET" "$snap" $((2 * size)) 2
   else
     step_failed "$snap" cli-set cli-get
   fi
