@@ -38,6 +38,10 @@ struct Channel {
   std::atomic<bool> inbox_pending{false};
   std::vector<ControlRecord> inbox; // guarded by mu
   bool armed = false;
+  // Application threads blocked in a call on one of this channel's streams
+  // (they poll it and take its completion events themselves; the engine
+  // then stays out of their way).
+  std::atomic<int> waiters{0};
   uint64_t idle_since_ms = 0; // client side: no streams since then (torn down when idle)
   uint64_t dying_since_ms = 0; // unlinked; freed after a grace period
   bool fail_logged = false;

@@ -23,6 +23,8 @@
 namespace xp::stream::io {
 namespace {
 
+using engine::Changes;
+
 constexpr int kMaxIov = 64;
 constexpr ssize_t kReset = -3; // the stream was reset (after every byte before it)
 
@@ -103,8 +105,10 @@ struct Waiter {
   int efd = -1;
   uint64_t spin_until = 0;
   int64_t deadline_ms = -1;
+  Channel* counted = nullptr; // the channel whose waiters we joined
   ~Waiter() {
     if (registered) wake::remove(efd);
+    if (counted) counted->waiters.fetch_sub(1, std::memory_order_acq_rel);
   }
   // 0: try again; -1: give up with errno (EINTR, EAGAIN on timeout).
   int step(Conn* c, int tcp_fd, short tcp_events) {
@@ -115,13 +119,17 @@ struct Waiter {
       if (t >= 0) deadline_ms = static_cast<int64_t>(engine::now_ms()) + t;
     }
     Channel* ch = c->ch;
+    if (ch && counted == nullptr && !ch->failed.load()) {
+      counted = ch;
+      ch->waiters.fetch_add(1, std::memory_order_acq_rel);
+    }
     if (now_ns() < spin_until) {
       if (ch) engine::progress(ch);
       return 0;
     }
     if (!registered) {
       efd = wake::thread_fd();
-      registered = efd >= 0 && wake::add(efd);
+      registered = efd >= 0 && wake::add(efd, c);
       if (ch) engine::progress(ch);
       return 0; // check once more now that a change would wake us
     }
@@ -135,12 +143,20 @@ struct Waiter {
       timeout = static_cast<int>(left);
     }
     if (!registered && (timeout < 0 || timeout > 10)) timeout = 10; // no eventfd: poll slowly
-    pollfd p[2] = {{efd, POLLIN, 0}, {tcp_fd, tcp_events, 0}};
-    int n = tcp_fd >= 0 ? 2 : 1;
+    // Sleep on the channel's completion channel too: a record for us wakes
+    // this thread directly, without a hop through the engine thread.
+    // Whoever takes the completion event (here or the engine) re-arms.
+    int cfd = ch && !ch->failed.load() ? ch->link->wait_fd() : -1;
+    pollfd p[3] = {{efd, POLLIN, 0}, {cfd, POLLIN, 0}, {tcp_fd, tcp_events, 0}};
+    int n = tcp_fd >= 0 ? 3 : 2;
     if (!registered) p[0].fd = -1;
     long r = syscall(SYS_poll, p, n, timeout);
     if (r < 0 && errno == EINTR && (deadline_ms >= 0 || !restartable())) return -1;
     if (registered) wake::drain(efd);
+    if (r > 0 && (p[1].revents & POLLIN)) {
+      if (ch->link->ack_event()) ch->link->arm();
+      engine::progress(ch);
+    }
     return 0;
   }
 };
@@ -209,7 +225,7 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
   bool peek = flags & MSG_PEEK;
   size_t got = 0;
   Status st = Status::would_block;
-  bool changed;
+  Changes changed;
   {
     std::lock_guard<std::mutex> l(ch->mu);
     Stream* s = c->st;
@@ -227,14 +243,12 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
         if (g < v[i].iov_len || peek) break;
       }
       if (got > 0 || st != Status::would_block || pass == 1) break;
-      if (ch->mux->progress() != Status::ok) ch->failed.store(true);
-      for (Conn* o : ch->conns)
-        if (o != c) engine::refresh(o);
+      engine::progress_locked(ch, c, &changed);
     }
-    changed = engine::refresh(c);
+    if (engine::refresh(c)) changed.add(c);
   }
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
-  if (changed) wake::notify();
+  changed.wake();
   if (got > 0) return static_cast<ssize_t>(got);
   if (st == Status::ok) return 0;                              // end of stream
   if (st == Status::closed || ch->failed.load()) return kReset; // after the bytes before it
@@ -277,7 +291,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
   }
   size_t done_total = 0;
   Status st = Status::ok;
-  bool changed;
+  Changes changed;
   {
     std::lock_guard<std::mutex> l(ch->mu);
     Stream* s = c->st;
@@ -296,15 +310,13 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
       }
       if (st != Status::no_resource || pass == 1) break;
       // Credit or acknowledgements may be waiting in the completion queue.
-      if (ch->mux->progress() != Status::ok) ch->failed.store(true);
-      for (Conn* o : ch->conns)
-        if (o != c) engine::refresh(o);
+      engine::progress_locked(ch, c, &changed);
     }
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
-    changed = engine::refresh(c);
+    if (engine::refresh(c)) changed.add(c);
   }
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
-  if (changed) wake::notify();
+  changed.wake();
   if (done_total > 0) return static_cast<ssize_t>(done_total);
   if (st == Status::unsupported) {
     errno = EPIPE; // after shutdown(SHUT_WR)

@@ -111,8 +111,9 @@ void on_tcp_event(Conn* c, uint32_t events) {
 }
 
 void on_channel_event(Channel* ch) {
-  ch->link->ack_event();
-  ch->link->arm();
+  // A blocked caller may sleep on this completion channel too: whoever
+  // takes the event re-arms (ack_event() never blocks).
+  if (ch->link->ack_event()) ch->link->arm();
   progress(ch);
 }
 

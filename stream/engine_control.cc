@@ -19,16 +19,24 @@ namespace {
 using flow::RecordType;
 
 bool send_msg(Channel* ch, const recover::Message& m) {
-  std::lock_guard<std::mutex> l(ch->mu);
-  // Control records may use the reserved credit; a full send queue is the
-  // only way to get no_resource, and progress frees it.
-  for (int i = 0; i < 1000; ++i) {
-    Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream, m.seq,
-                                                m.payload, m.len);
-    if (st != Status::no_resource) return st == Status::ok;
-    ch->mux->progress();
+  Changes changed;
+  bool ok = false;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    // Control records may use the reserved credit; a full send queue is
+    // the only way to get no_resource, and progress frees it.
+    for (int i = 0; i < 1000; ++i) {
+      Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream,
+                                                  m.seq, m.payload, m.len);
+      if (st != Status::no_resource) {
+        ok = st == Status::ok;
+        break;
+      }
+      progress_locked(ch, nullptr, &changed);
+    }
   }
-  return false;
+  changed.wake();
+  return ok;
 }
 
 // Handle one ATTACH; false when no connection with its 4-tuple exists here
@@ -298,21 +306,27 @@ void drain_inbox(Channel* ch) {
     handle_record(ch, r);
 }
 
+void Changes::wake() {
+  if (all) return wake::notify();
+  for (int i = 0; i < n; ++i)
+    wake::notify(list[i]);
+}
+
+void progress_locked(Channel* ch, Conn* except, Changes* out) {
+  if (ch->mux->progress() != Status::ok) ch->failed.store(true);
+  for (Conn* o : ch->conns)
+    if (o != except && refresh(o)) out->add(o);
+}
+
 void progress(Channel* ch) {
-  bool changed = false;
+  Changes changed;
   {
     std::lock_guard<std::mutex> l(ch->mu);
-    if (!ch->failed.load()) {
-      if (ch->mux->progress() != Status::ok) {
-        ch->failed.store(true);
-      }
-      for (Conn* c : ch->conns)
-        changed |= refresh(c);
-    }
+    if (!ch->failed.load()) progress_locked(ch, nullptr, &changed);
   }
   if (ch->inbox_pending.load(std::memory_order_acquire)) drain_inbox(ch);
   if (ch->failed.load()) channel_failed(ch);
-  if (changed) wake::notify();
+  changed.wake();
 }
 
 void channel_failed(Channel* ch) {

@@ -117,6 +117,22 @@ bool refresh(Conn* c);
 // Poll a channel, update its streams, handle control records.  No lock
 // held by the caller.  Wakes sleepers when anything changed.
 void progress(Channel* ch);
+// Connections whose readiness changed, to wake their sleepers once the
+// channel lock is released (a change seen by refresh() is not seen again).
+struct Changes {
+  static constexpr int kMax = 16;
+  Conn* list[kMax];
+  int n = 0;
+  bool all = false;
+  void add(Conn* c) {
+    if (n < kMax) list[n++] = c;
+    else all = true;
+  }
+  void wake(); // no lock held
+};
+// ch->mu held: poll the channel and recompute the readiness of its streams
+// other than `except`, recording which changed.
+void progress_locked(Channel* ch, Conn* except, Changes* out);
 void drain_inbox(Channel* ch); // no lock held
 void channel_failed(Channel* ch);
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);

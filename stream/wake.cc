@@ -34,6 +34,7 @@ namespace {
 constexpr int kMaxSleepers = 1024;
 std::mutex g_mu;
 int g_fds[kMaxSleepers];
+const void* g_keys[kMaxSleepers];
 std::atomic<int> g_count{0};
 
 struct ThreadFd {
@@ -62,13 +63,14 @@ void atfork_child() {
 }
 } // namespace
 
-bool add(int efd) {
+bool add(int efd, const void* key) {
   static const bool atfork = pthread_atfork(nullptr, nullptr, atfork_child) == 0;
   (void)atfork;
   std::lock_guard<std::mutex> g(g_mu);
   int n = g_count.load(std::memory_order_relaxed);
   if (n >= kMaxSleepers) return false;
   g_fds[n] = efd;
+  g_keys[n] = key;
   // seq_cst: the sleeper's next load of the readiness it waits for must not
   // be ordered before this store (notify() reads the count after the change).
   g_count.store(n + 1, std::memory_order_seq_cst);
@@ -81,13 +83,14 @@ void remove(int efd) {
   for (int i = 0; i < n; ++i) {
     if (g_fds[i] == efd) {
       g_fds[i] = g_fds[n - 1];
+      g_keys[i] = g_keys[n - 1];
       g_count.store(n - 1, std::memory_order_relaxed);
       return;
     }
   }
 }
 
-void notify() {
+void notify(const void* key) {
   // Pairs with add(): a change published before this load is seen by any
   // sleeper that registered after it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -96,6 +99,7 @@ void notify() {
   int n = g_count.load(std::memory_order_relaxed);
   uint64_t one = 1;
   for (int i = 0; i < n; ++i) {
+    if (key != nullptr && g_keys[i] != nullptr && g_keys[i] != key) continue;
     long r = syscall(SYS_write, g_fds[i], &one, sizeof one);
     (void)r; // EAGAIN: the counter is saturated, the sleeper wakes anyway
   }

@@ -14,10 +14,12 @@ namespace xp::stream::wake {
 int thread_fd();
 // Register / unregister an eventfd as a sleeper.  add() returns false when
 // the registry is full (the caller then sleeps with a short timeout).
-bool add(int efd);
+// key: what the sleeper waits for (a connection); null: anything.
+bool add(int efd, const void* key = nullptr);
 void remove(int efd);
-// Wake every registered sleeper.  One relaxed load when nobody sleeps.
-void notify();
+// Wake the sleepers waiting for key and those waiting for anything (key
+// null: every sleeper).  One relaxed load when nobody sleeps.
+void notify(const void* key = nullptr);
 // Consume pending wake-ups of efd (non-blocking read).
 void drain(int efd);
 

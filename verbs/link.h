@@ -45,7 +45,9 @@ public:
   // and call ack_event() before polling again.
   virtual Status arm() = 0;
   virtual int wait_fd() const = 0;
-  virtual void ack_event() = 0;
+  // Non-blocking: true when an event was taken (the caller then re-arms);
+  // false when another thread took it first.
+  virtual bool ack_event() = 0;
 };
 
 } // namespace xp::verbs

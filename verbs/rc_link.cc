@@ -11,6 +11,9 @@
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace xp::verbs {
 using namespace detail;
@@ -27,7 +30,13 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   id->verbs->async_fd = place_high(id->verbs->async_fd);
   pd_ = ibv_alloc_pd(id->verbs);
   comp_ = pd_ ? ibv_create_comp_channel(id->verbs) : nullptr;
-  if (comp_) comp_->fd = place_high(comp_->fd);
+  if (comp_) {
+    comp_->fd = place_high(comp_->fd);
+    // Several threads may wait on it (the engine, blocked callers): taking
+    // the event must never block the one that lost the race.
+    long fl = syscall(SYS_fcntl, comp_->fd, F_GETFL);
+    syscall(SYS_fcntl, comp_->fd, F_SETFL, fl | O_NONBLOCK);
+  }
   uint32_t recv_wrs = static_cast<uint32_t>(p.ring_bytes / 64);
   int cqe = static_cast<int>(recv_wrs + p.sq_depth);
   cq_ = comp_ ? ibv_create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;
@@ -126,10 +135,12 @@ int RcLink::poll(Completion* out, int max) {
   return n;
 }
 
-void RcLink::ack_event() {
+bool RcLink::ack_event() {
   ibv_cq* cq = nullptr;
   void* ctx = nullptr;
-  if (ibv_get_cq_event(comp_, &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+  if (ibv_get_cq_event(comp_, &cq, &ctx) != 0) return false; // EAGAIN: taken elsewhere
+  ibv_ack_cq_events(cq, 1);
+  return true;
 }
 
 RcLink::~RcLink() {

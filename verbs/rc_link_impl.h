@@ -72,7 +72,7 @@ public:
   int poll(Completion* out, int max) override;
   Status arm() override { return ibv_req_notify_cq(cq_, 0) == 0 ? Status::ok : Status::io_error; }
   int wait_fd() const override { return comp_ ? comp_->fd : -1; }
-  void ack_event() override;
+  bool ack_event() override;
 
   rdma_cm_id* id_ = nullptr;
   rdma_event_channel* ec_ = nullptr; // owned by clients only

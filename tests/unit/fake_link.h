@@ -60,7 +60,7 @@ public:
   }
   Status arm() override { return Status::ok; }
   int wait_fd() const override { return -1; }
-  void ack_event() override {}
+  bool ack_event() override { return false; }
   // Hostile peer: write raw bytes into our ring and announce them.
   void inject(size_t off, const void* bytes, size_t len, uint32_t imm) {
     memcpy(ring_.data() + off, bytes, len);

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <poll.h>
 #include <random>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -18,6 +19,7 @@
 #include "fake_link.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
+#include "stream/wake.h"
 
 using namespace xp;
 using namespace xp::stream;
@@ -279,4 +281,57 @@ TEST_CASE("conn io: readiness never outlives the TCP bytes (select, then a block
   CHECK(take(p.b, 4, 0) == 4); // bytes remain: still readable
   CHECK((p.b.c->ready_events() & EPOLLIN) != 0);
   CHECK(p.a.bad + p.b.bad == 0);
+}
+
+TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream's sleeper") {
+  // Two streams share b's channel.  A reader of the second one polls the
+  // channel and finds data for the first: whoever sleeps waiting for the
+  // first must be woken, although its readiness was recomputed by that
+  // other thread (a change seen once is not seen again).
+  Pair p(true);
+  run(p, 3000, 5);
+  for (int i = 0; i < 20 && !p.b.c->rx_rdma.load(); ++i) {
+    for (End* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      engine::advance(e->c);
+    }
+    engine::progress(p.a.ch);
+    engine::progress(p.b.ch);
+  }
+  REQUIRE(p.b.c->rx_rdma.load());
+  Conn* other = new Conn(-1, params(recover::Role::server, 3));
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    other->st = p.b.ch->mux->open(7, 0, 0);
+    REQUIRE(other->st != nullptr);
+    p.b.ch->by_id[7] = other;
+    p.b.ch->conns.push_back(other);
+    other->ref();
+  }
+  other->ch = p.b.ch;
+  other->sid = 7;
+  other->rx_rdma.store(true);
+  other->tx_rdma.store(true);
+  int efd = wake::thread_fd();
+  REQUIRE(efd >= 0);
+  wake::drain(efd);
+  REQUIRE(wake::add(efd));
+  REQUIRE(put(p.a, 64) == 64); // for b's first stream, not for `other`
+  char buf[8];
+  iovec v{buf, sizeof buf};
+  bool kernel = false;
+  CHECK(io::recv(other, &v, 1, MSG_DONTWAIT, &kernel) == -1); // nothing for it...
+  pollfd pf{efd, POLLIN, 0};
+  CHECK(poll(&pf, 1, 0) == 1); // ...but b's sleeper was told
+  wake::remove(efd);
+  CHECK(take(p.b, 64, 0) == 64);
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    p.b.ch->mux->close(other->st);
+    p.b.ch->by_id[7] = nullptr;
+    p.b.ch->conns.pop_back();
+    other->st = nullptr;
+  }
+  other->unref();
+  other->unref();
 }
