@@ -8,19 +8,19 @@ namespace xp {
 enum class Mode : uint8_t { tcp = 0, rdma = 1, count };
 
 enum class Reason : uint8_t {
-  none = 0,             // on RDMA (or not decided yet)
-  disabled,             // XPRESS_ENABLE=0, or an invalid configuration value
-  rule_denied,          // XPRESS_RULES (or the default rules) said deny
-  no_device,            // this host has no usable RDMA device
-  not_stream_socket,    // UDP, raw, or not AF_INET/AF_INET6
-  peer_not_accelerated, // the peer does not run xpress (or has no RDMA)
-  handshake_failed,     // the upgrade handshake failed or is unavailable
-  handshake_timeout,    // the peer did not answer the upgrade in time
-  resources_exhausted,  // no QP/memory/credits for another stream
-  rdma_error_fallback,  // RDMA failed mid-stream; the stream continued on TCP
+  none = 0,              // on RDMA (or not decided yet)
+  disabled,              // XPRESS_ENABLE=0, or an invalid configuration value
+  rule_denied,           // XPRESS_RULES (or the default rules) said deny
+  no_device,             // this host has no usable RDMA device
+  not_stream_socket,     // UDP, raw, or not AF_INET/AF_INET6
+  peer_not_accelerated,  // the peer does not run xpress (or has no RDMA)
+  handshake_failed,      // the upgrade handshake failed or is unavailable
+  handshake_timeout,     // the peer did not answer the upgrade in time
+  resources_exhausted,   // no QP/memory/credits for another stream
+  rdma_error_fallback,   // RDMA failed mid-stream; the stream continued on TCP
   closed_during_upgrade, // the application closed it before the upgrade finished
-  fork_after_rdma,      // a fork child of a process that already used RDMA
-  shared_by_fork,       // forked while its upgrade was under way: parent and child share it
+  fork_after_rdma,       // a fork child of a process that already used RDMA
+  shared_by_fork,        // forked while its upgrade was under way: parent and child share it
   count
 };
 

@@ -1,7 +1,7 @@
 #include "preload/config.h"
 
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 namespace xp {
@@ -92,8 +92,8 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   cfg->backtrace = p.flag("XPRESS_BACKTRACE", false);
 
   stream::EngineParams& e = cfg->engine;
-  e.handshake_timeout_ms =
-      static_cast<uint32_t>(p.number("XPRESS_HANDSHAKE_TIMEOUT_MS", 10, 600000, e.handshake_timeout_ms));
+  e.handshake_timeout_ms = static_cast<uint32_t>(
+      p.number("XPRESS_HANDSHAKE_TIMEOUT_MS", 10, 600000, e.handshake_timeout_ms));
   e.spin_us = static_cast<uint32_t>(p.number("XPRESS_SPIN_US", 0, 1000000, e.spin_us));
   e.streams_per_channel =
       static_cast<uint32_t>(p.number("XPRESS_STREAMS_PER_CHANNEL", 1, 4096, e.streams_per_channel));

@@ -8,10 +8,10 @@
 
 #include "preload/config.h"
 #include "preload/log.h"
-#include "stream/engine.h"
 #include "preload/real.h"
 #include "preload/stats.h"
 #include "preload/track.h"
+#include "stream/engine.h"
 
 namespace xp {
 namespace {

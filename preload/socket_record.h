@@ -38,9 +38,9 @@ struct SocketRecord {
   // A non-blocking connect in progress: the upgrade starts at the first data
   // call (the connection is established by then).
   std::atomic<bool> deferred{false};
-  bool outcome_pending = false;          // counted once the upgrade decided
-  std::atomic<int> names{1};             // fds naming this record (dup family)
-  stream::ListenShare* share = nullptr;  // listener: rendezvous state (engine.h)
+  bool outcome_pending = false;         // counted once the upgrade decided
+  std::atomic<int> names{1};            // fds naming this record (dup family)
+  stream::ListenShare* share = nullptr; // listener: rendezvous state (engine.h)
 };
 
 } // namespace xp

@@ -5,11 +5,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/logsink.h"
 #include "preload/config.h"
 #include "preload/lifecycle.h"
 #include "preload/log.h"
-#include "common/logsink.h"
-#include "preload/test_user_mode.h"
 #include "preload/test_user_mode.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
@@ -68,8 +67,8 @@ void count_outcome(SocketRecord& r, Mode m, Reason why) {
     s->reason = static_cast<uint8_t>(why);
   }
   r.outcome_pending = false;
-  XP_LOG(debug, "fd %d: %s%s%s", r.fd, mode_name(m), why == Reason::none ? "" : " reason=",
-         why == Reason::none ? "" : reason_name(why));
+  XP_LOG(debug, "fd %d: %s%s%s", r.fd, mode_name(m),
+         why == Reason::none ? "" : " reason=", why == Reason::none ? "" : reason_name(why));
 }
 
 // The engine decided (engine thread or a data call): rdma, or tcp and why.
@@ -339,7 +338,7 @@ void on_dup(int oldfd, int newfd) {
     return;
   }
   if (SocketRef old = lookup(newfd)) closing(*old, newfd); // dup2 over a tracked socket closes it
-  r->refs.fetch_add(1, std::memory_order_relaxed); // the new table entry's reference
+  r->refs.fetch_add(1, std::memory_order_relaxed);         // the new table entry's reference
   r->names.fetch_add(1, std::memory_order_relaxed);
   table().install(newfd, r.get());
 }

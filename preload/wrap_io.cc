@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <sys/ioctl.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include "preload/boundary.h"
@@ -315,7 +315,8 @@ ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bo
   size_t done = 0;
   while (done < count) {
     size_t want = count - done < kStage ? count - done : kStage;
-    ssize_t n = offset ? pread64(in_fd, t_stage, want, *offset) : XP_REAL(read, in_fd, t_stage, want);
+    ssize_t n =
+        offset ? pread64(in_fd, t_stage, want, *offset) : XP_REAL(read, in_fd, t_stage, want);
     if (n < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
     if (n == 0) break;
     iovec v{t_stage, static_cast<size_t>(n)};
@@ -323,8 +324,10 @@ ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bo
     ssize_t w = stream::io::send(r.c, &v, 1, done > 0 ? MSG_DONTWAIT : 0, &k2);
     if (k2) w = XP_REAL(write, out_fd, t_stage, static_cast<size_t>(n));
     size_t took = w > 0 ? static_cast<size_t>(w) : 0;
-    if (offset) *offset += static_cast<off64_t>(took);
-    else if (took < static_cast<size_t>(n)) lseek64(in_fd, static_cast<off64_t>(took) - n, SEEK_CUR);
+    if (offset)
+      *offset += static_cast<off64_t>(took);
+    else if (took < static_cast<size_t>(n))
+      lseek64(in_fd, static_cast<off64_t>(took) - n, SEEK_CUR);
     done += took;
     if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
     if (took < static_cast<size_t>(n)) break;
@@ -367,7 +370,8 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
     ConnRef r;
     if (conn_of(fd_out, &r)) {
       size_t want = len < kStage ? len : kStage;
-      ssize_t n = off_in ? pread64(fd_in, t_stage, want, *off_in) : XP_REAL(read, fd_in, t_stage, want);
+      ssize_t n =
+          off_in ? pread64(fd_in, t_stage, want, *off_in) : XP_REAL(read, fd_in, t_stage, want);
       if (n <= 0) return n;
       if (off_in) *off_in += n;
       size_t done = 0;

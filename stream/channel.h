@@ -31,9 +31,9 @@ struct Channel {
   bool client_side = false;
   uint8_t peer_addr[4] = {}; // client side: the server's address and TCP port (the key)
   uint16_t peer_port = 0;
-  std::vector<Conn*> conns;      // streams' connections (each holds a ref)
-  std::vector<Conn*> by_id;      // stream id -> connection, sized at creation
-  uint32_t next_id = 0;          // client side: round-robin id allocation
+  std::vector<Conn*> conns; // streams' connections (each holds a ref)
+  std::vector<Conn*> by_id; // stream id -> connection, sized at creation
+  uint32_t next_id = 0;     // client side: round-robin id allocation
   std::atomic<bool> failed{false};
   std::atomic<bool> inbox_pending{false};
   std::vector<ControlRecord> inbox; // guarded by mu
@@ -42,7 +42,7 @@ struct Channel {
   // (they poll it and take its completion events themselves; the engine
   // then stays out of their way).
   std::atomic<int> waiters{0};
-  uint64_t idle_since_ms = 0; // client side: no streams since then (torn down when idle)
+  uint64_t idle_since_ms = 0;  // client side: no streams since then (torn down when idle)
   uint64_t dying_since_ms = 0; // unlinked; freed after a grace period
   bool fail_logged = false;
 };

@@ -61,7 +61,7 @@ public:
   // A reset's error is reported once (like the kernel's sk_err): by the
   // next data call, and until then by POLLERR.
   std::atomic<bool> err_pending{false};
-  Reason reason = Reason::none;     // why phase became tcp
+  Reason reason = Reason::none; // why phase became tcp
 
   // Readiness, as the engine and data calls last saw it.
   std::atomic<uint32_t> tcp_bits{0};    // EPOLL* of the kernel socket (engine's ET watch)
@@ -72,21 +72,23 @@ public:
   uint32_t seen_bits = 0;
   // TCP reported a hang-up while the stream had no FIN yet: when.
   uint64_t hup_since_ms = 0;
-  bool counted_mode = false; // statistics: connection counted under its final mode
-  uint64_t deadline_ms = 0;  // the upgrade gives up after this (engine clock)
-  ListenShare* share = nullptr; // server: the listener's rendezvous state
-  bool cm_tried = false;        // client: an rdma_cm connection was attempted
+  bool counted_mode = false;                // statistics: connection counted under its final mode
+  uint64_t deadline_ms = 0;                 // the upgrade gives up after this (engine clock)
+  ListenShare* share = nullptr;             // server: the listener's rendezvous state
+  bool cm_tried = false;                    // client: an rdma_cm connection was attempted
   std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
   bool attach_refused = false;
-  bool parked_once = false;     // client: waited for another connection's channel set-up  // client: an ATTACH was NAKed; use rdma_cm
+  bool parked_once = false; // client: waited for another connection's channel set-up  // client: an
+                            // ATTACH was NAKed; use rdma_cm
   bool redirected = false;
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?)
-  uint64_t retry_at_ms = 0;      // client: try rdma_cm again then      // client: followed a redirect already
-  bool slot_written = false;    // server: published in share's table
-  bool accepting = false;       // server: rdma_cm accept in flight
-  uint16_t pending_sid = 0;     // server: stream id the request proposed
-  recover::Nonce nonce{};       // ours (the session has a copy)
-  recover::Nonce peer_nonce{};  // server: the client's, from the request
+  uint64_t retry_at_ms =
+      0; // client: try rdma_cm again then      // client: followed a redirect already
+  bool slot_written = false;   // server: published in share's table
+  bool accepting = false;      // server: rdma_cm accept in flight
+  uint16_t pending_sid = 0;    // server: stream id the request proposed
+  recover::Nonce nonce{};      // ours (the session has a copy)
+  recover::Nonce peer_nonce{}; // server: the client's, from the request
 
   static constexpr uint32_t kIn = 1, kOut = 2, kFin = 4, kReset = 8, kWriteShut = 16;
 

@@ -6,16 +6,15 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
-#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <sys/epoll.h>
-#include <sys/ioctl.h>
 
 #include "stream/engine_internal.h"
 #include "stream/wake.h"
@@ -100,7 +99,7 @@ bool restartable() {
 
 // Spin, then sleep until something may have changed.
 struct Waiter {
-  int opt;            // SO_RCVTIMEO or SO_SNDTIMEO
+  int opt; // SO_RCVTIMEO or SO_SNDTIMEO
   bool started = false, registered = false;
   int efd = -1;
   uint64_t spin_until = 0;
@@ -250,7 +249,7 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
   changed.wake();
   if (got > 0) return static_cast<ssize_t>(got);
-  if (st == Status::ok) return 0;                              // end of stream
+  if (st == Status::ok) return 0;                               // end of stream
   if (st == Status::closed || ch->failed.load()) return kReset; // after the bytes before it
   errno = EAGAIN;
   return -1;
@@ -420,7 +419,8 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     if (r < 0 || static_cast<size_t>(r) < want - 1) return r;
     iovec last[kMaxIov];
     slice(iov, iovcnt, want - 1, 1, last);
-    long o = syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
+    long o =
+        syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
     return o == 1 ? static_cast<ssize_t>(want) : r;
   }
   Waiter w{SO_SNDTIMEO};

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <ctime>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -204,8 +204,27 @@ Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockadd
   }
   p.nonce = make_nonce();
   auto* c = new (std::nothrow) Conn(fd, p);
-  if (c == nullptr) *why = Reason::resources_exhausted;
-  else c->nonce = p.nonce;
+  if (c == nullptr)
+    *why = Reason::resources_exhausted;
+  else
+    c->nonce = p.nonce;
+  return c;
+}
+
+// s.mu held: a new connection in the table, its socket watched; referenced
+// once for the caller.
+Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const sockaddr* peer,
+                    Reason* why) {
+  Conn* c = make_conn(fd, role, local, peer, why);
+  if (c == nullptr) return nullptr;
+  if (!start_locked()) {
+    *why = Reason::no_device;
+    c->unref();
+    return nullptr;
+  }
+  c->ref(); // the table's
+  g_state.conns.push_back(c);
+  watch_tcp(c);
   return c;
 }
 
@@ -259,8 +278,8 @@ ListenShare* engine::on_listen(int fd) {
   socklen_t len = sizeof ss;
   if (syscall(SYS_getsockname, fd, &ss, &len) != 0 || ss.ss_family != AF_INET) return nullptr;
   // Shared with fork children, which inherit the listening socket.
-  void* m = mmap(nullptr, sizeof(ListenShare), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                 -1, 0);
+  void* m =
+      mmap(nullptr, sizeof(ListenShare), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return nullptr;
   auto* s = static_cast<ListenShare*>(m); // zero-filled: every slot free, no owner
   s->magic = kShareMagic;
@@ -273,18 +292,10 @@ void engine::release_share(ListenShare*) {
 }
 
 Conn* engine::on_connect(int fd, const sockaddr* local, const sockaddr* peer, Reason* why) {
-  Conn* c = make_conn(fd, recover::Role::client, local, peer, why);
-  if (c == nullptr) return nullptr;
   State& s = g_state;
   std::lock_guard<std::mutex> l(s.mu);
-  if (!start_locked()) {
-    *why = Reason::no_device;
-    c->unref();
-    return nullptr;
-  }
-  c->ref(); // the table's
-  s.conns.push_back(c);
-  watch_tcp(c);
+  Conn* c = register_conn(fd, recover::Role::client, local, peer, why);
+  if (c == nullptr) return nullptr;
   c->ref(); // the start queue's
   {
     std::lock_guard<std::mutex> q(s.qmu);
@@ -300,18 +311,10 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
     *why = Reason::handshake_failed;
     return nullptr;
   }
-  Conn* c = make_conn(fd, recover::Role::server, local, peer, why);
-  if (c == nullptr) return nullptr;
   State& s = g_state;
   std::lock_guard<std::mutex> l(s.mu);
-  if (!start_locked()) {
-    *why = Reason::no_device;
-    c->unref();
-    return nullptr;
-  }
-  c->ref();
-  s.conns.push_back(c);
-  watch_tcp(c);
+  Conn* c = register_conn(fd, recover::Role::server, local, peer, why);
+  if (c == nullptr) return nullptr;
   // The client may need an attach, a refusal and a redirect first.
   c->deadline_ms = now_ms() + 2 * s.p.handshake_timeout_ms;
   c->share = share;
@@ -331,22 +334,10 @@ void engine::on_close(Conn* c) {
     syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
     if (Channel* ch = c->ch) {
       std::lock_guard<std::mutex> chl(ch->mu);
-      if (c->st) {
-        // Unread bytes make the kernel answer close with a reset; so do we.
-        if (c->st->readable_bytes() > 0)
-          c->st->reset();
-        ch->mux->close(c->st); // FIN after everything written (already posted)
-      }
-      if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
-      for (size_t i = 0; i < ch->conns.size(); ++i) {
-        if (ch->conns[i] == c) {
-          ch->conns[i] = ch->conns.back();
-          ch->conns.pop_back();
-          c->unref();
-          break;
-        }
-      }
-      c->st = nullptr;
+      // Unread bytes make the kernel answer close with a reset; so do we.
+      // Otherwise FIN, after everything written (already posted).
+      if (c->st && c->st->readable_bytes() > 0) c->st->reset();
+      detach(c, ch);
     }
     c->ch = nullptr;
     if (c->share) {

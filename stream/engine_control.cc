@@ -26,8 +26,8 @@ bool send_msg(Channel* ch, const recover::Message& m) {
     // Control records may use the reserved credit; a full send queue is
     // the only way to get no_resource, and progress frees it.
     for (int i = 0; i < 1000; ++i) {
-      Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream,
-                                                  m.seq, m.payload, m.len);
+      Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream, m.seq,
+                                                  m.payload, m.len);
       if (st != Status::no_resource) {
         ok = st == Status::ok;
         break;
@@ -134,19 +134,11 @@ void handle_record(Channel* ch, const ControlRecord& r) {
       if (c->sess.state() == recover::State::refused) {
         // NAK unknown_stream/busy: this channel's process does not hold
         // the connection; try rdma_cm (a redirect finds the right process).
-        std::lock_guard<std::mutex> chl(ch->mu);
-        if (c->st) ch->mux->close(c->st);
-        if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
-        for (size_t i = 0; i < ch->conns.size(); ++i) {
-          if (ch->conns[i] == c) {
-            ch->conns[i] = ch->conns.back();
-            ch->conns.pop_back();
-            c->unref();
-            break;
-          }
+        {
+          std::lock_guard<std::mutex> chl(ch->mu);
+          detach(c, ch);
         }
         c->ch = nullptr;
-        c->st = nullptr;
         if (!c->cm_tried && !c->attach_refused) {
           c->attach_refused = true; // start_client goes to rdma_cm directly
           c->ref();
@@ -165,6 +157,20 @@ void handle_record(Channel* ch, const ControlRecord& r) {
 }
 
 } // namespace
+
+void detach(Conn* c, Channel* ch) {
+  if (c->st) ch->mux->close(c->st);
+  c->st = nullptr;
+  if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
+  for (size_t i = 0; i < ch->conns.size(); ++i) {
+    if (ch->conns[i] == c) {
+      ch->conns[i] = ch->conns.back();
+      ch->conns.pop_back();
+      c->unref();
+      break;
+    }
+  }
+}
 
 void flush(Conn* c) {
   recover::Message m;
@@ -235,19 +241,9 @@ void fail(Conn* c, Reason why) {
   if (c->phase.load() != Phase::upgrading) return;
   if (Channel* ch = c->ch) {
     std::lock_guard<std::mutex> chl(ch->mu);
-    if (c->st) ch->mux->close(c->st);
-    if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
-    for (size_t i = 0; i < ch->conns.size(); ++i) {
-      if (ch->conns[i] == c) {
-        ch->conns[i] = ch->conns.back();
-        ch->conns.pop_back();
-        c->unref();
-        break;
-      }
-    }
+    detach(c, ch);
   }
   c->ch = nullptr;
-  c->st = nullptr;
   c->reason = why;
   c->phase.store(Phase::tcp, std::memory_order_release);
   if (!c->closed.load()) {
@@ -405,7 +401,8 @@ void tick_conns(uint64_t now) {
           uint32_t tb = c->tcp_bits.load();
           bool fin = c->stream_bits.load() & (Conn::kFin | Conn::kReset);
           if ((tb & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !fin) {
-            if (c->hup_since_ms == 0) c->hup_since_ms = now;
+            if (c->hup_since_ms == 0)
+              c->hup_since_ms = now;
             else if (now - c->hup_since_ms > g().p.hangup_grace_ms && !c->dead.load()) {
               c->dead.store(true);
               c->err_pending.store(true);

@@ -27,7 +27,7 @@ struct ListenShare {
   struct Slot {
     std::atomic<uint32_t> state; // 0 free, 1 being written, 2 valid
     int32_t pid;
-    uint16_t port; // that process's private rdma_cm port
+    uint16_t port;     // that process's private rdma_cm port
     uint8_t tuple[12]; // client addr, server addr, client port, server port (IPv4)
   };
   uint32_t magic;
@@ -77,16 +77,16 @@ struct State {
   bool forked_child = false;
   int epfd = -1, cmdfd = -1;
   verbs::Cm* cm = nullptr;
-  std::vector<Conn*> conns;        // live connections (one ref each)
+  std::vector<Conn*> conns; // live connections (one ref each)
   std::vector<Channel*> channels;
-  std::vector<Channel*> dying;     // torn down, freed once no caller can still hold them
+  std::vector<Channel*> dying;      // torn down, freed once no caller can still hold them
   std::vector<ListenShare*> shares; // listening sockets this process accepted from
   std::vector<PendingReq> reqs;
   std::vector<PendingAttach> attaches;
   std::vector<Negative> negative;
   std::vector<OwnedListener> listeners;
-  std::mutex qmu;                  // the two queues (a leaf lock: taken under any other)
-  std::vector<Conn*> start_queue;  // client connections to start (ref'd)
+  std::mutex qmu;                 // the two queues (a leaf lock: taken under any other)
+  std::vector<Conn*> start_queue; // client connections to start (ref'd)
   std::vector<ListenShare*> serve_queue;
   std::vector<Conn*> graveyard; // freed by the engine thread before its next wait
   // Client rdma_cm attempts under way, and connections waiting for one to
@@ -110,6 +110,9 @@ void kick(); // wake the engine thread (commands queued)
 
 // ---- engine_control.cc (callers hold c->mu unless said otherwise)
 void flush(Conn* c);
+// ch->mu held: c's stream leaves ch (the mux forgets it, the channel's
+// table drops c and its reference).
+void detach(Conn* c, Channel* ch);
 void advance(Conn* c);
 void fail(Conn* c, Reason why);
 // ch->mu held: recompute c's stream readiness; true if it changed.
@@ -125,8 +128,10 @@ struct Changes {
   int n = 0;
   bool all = false;
   void add(Conn* c) {
-    if (n < kMax) list[n++] = c;
-    else all = true;
+    if (n < kMax)
+      list[n++] = c;
+    else
+      all = true;
   }
   void wake(); // no lock held
 };

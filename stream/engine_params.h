@@ -8,13 +8,13 @@ namespace xp::stream {
 
 struct EngineParams {
   uint32_t handshake_timeout_ms = 2000; // XPRESS_HANDSHAKE_TIMEOUT_MS
-  uint32_t spin_us = 200;               // XPRESS_SPIN_US: busy-poll before sleeping (measured, docs/results)
-  uint32_t streams_per_channel = 256;   // XPRESS_STREAMS_PER_CHANNEL
-  uint32_t channels_per_peer = 4;       // XPRESS_CHANNELS_PER_PEER
-  size_t ring_bytes = 512u << 10;       // XPRESS_RING_KB: each channel's receive ring
-  size_t stream_window = 256u << 10;    // XPRESS_STREAM_WINDOW_KB
-  uint32_t negative_cache_ms = 10000;   // XPRESS_NEGATIVE_CACHE_MS
-  uint32_t hangup_grace_ms = 1000;      // a TCP hang-up without an RDMA FIN: reset after this
+  uint32_t spin_us = 200; // XPRESS_SPIN_US: busy-poll before sleeping (measured, docs/results)
+  uint32_t streams_per_channel = 256; // XPRESS_STREAMS_PER_CHANNEL
+  uint32_t channels_per_peer = 4;     // XPRESS_CHANNELS_PER_PEER
+  size_t ring_bytes = 512u << 10;     // XPRESS_RING_KB: each channel's receive ring
+  size_t stream_window = 256u << 10;  // XPRESS_STREAM_WINDOW_KB
+  uint32_t negative_cache_ms = 10000; // XPRESS_NEGATIVE_CACHE_MS
+  uint32_t hangup_grace_ms = 1000;    // a TCP hang-up without an RDMA FIN: reset after this
 };
 
 } // namespace xp::stream

@@ -105,7 +105,7 @@ void cm_connect(Conn* c, uint16_t port) {
 
 // An rdma_cm attempt ended (g().mu held): the connections that waited for
 // it try again (attach over its channel, or their own attempt).
-void attempt_done(CmUser* u) {
+void attempt_done(CmUser* u, bool release = true) {
   auto& in = g().inflight;
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i] == u) {
@@ -115,7 +115,7 @@ void attempt_done(CmUser* u) {
     }
   }
   auto& pk = g().parked;
-  if (pk.empty()) return;
+  if (pk.empty() || !release) return;
   {
     std::lock_guard<std::mutex> q(g().qmu);
     for (Conn* c : pk)
@@ -221,6 +221,15 @@ bool recently_closed(const uint8_t key[12]) {
 void forget_attempts(Conn* c) {
   for (CmUser* u : g().inflight)
     if (u->conn == c) return attempt_done(u);
+  // Closed between its first attempt and the retry: nothing will release
+  // the connections parked behind it.
+  if (c->retry_at_ms != 0 && !g().parked.empty()) {
+    std::lock_guard<std::mutex> q(g().qmu);
+    for (Conn* p : g().parked)
+      g().start_queue.push_back(p);
+    g().parked.clear();
+    kick();
+  }
 }
 
 void pack_key(const recover::TcpTuple& t, uint8_t key[12]) {
@@ -427,8 +436,13 @@ void on_cm_event(const verbs::CmEvent& ev) {
   }
   case K::rejected:
   case K::failed: {
-    if (u->kind == CmUser::Kind::client) attempt_done(u);
     Conn* c = u->conn;
+    // A connection that will try again (below) keeps the others to this
+    // host parked: they learn the outcome from its second attempt.
+    bool will_retry = ev.kind == K::rejected && !ev.consumer_reject &&
+                      u->kind == CmUser::Kind::client && !c->closed.load() &&
+                      c->no_listener_tries < 1 && u->port == c->tuple.server_port;
+    if (u->kind == CmUser::Kind::client) attempt_done(u, !will_retry);
     {
       std::lock_guard<std::mutex> l(c->mu);
       RejectWire r{};

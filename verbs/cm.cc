@@ -101,8 +101,8 @@ void Cm::close_listener(CmListener* l) {
   delete l;
 }
 
-Status Cm::connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p,
-                   const void* app, size_t app_len, void* user) {
+Status Cm::connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p, const void* app,
+                   size_t app_len, void* user) {
   if (app_len > kAppPrivateMax) return Status::invalid;
   auto* c = new (std::nothrow) Ctx();
   auto* link = c ? new (std::nothrow) RcLink() : nullptr;
@@ -243,8 +243,9 @@ bool Cm::next(CmEvent* out) {
         continue;
       }
       const sockaddr* pa = rdma_get_peer_addr(id);
-      if (pa) memcpy(&req->peer_addr, pa, pa->sa_family == AF_INET6 ? sizeof(sockaddr_in6)
-                                                                   : sizeof(sockaddr_in));
+      if (pa)
+        memcpy(&req->peer_addr, pa,
+               pa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
       out->kind = CmEvent::Kind::request;
       out->user = c->user;
       out->req = req;

@@ -6,13 +6,13 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <new>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 namespace xp::verbs {

@@ -35,7 +35,7 @@ inline void* map_zeroed(size_t n) {
 
 // Waits for the next rdma_cm event on ec, of the expected type.
 inline Status wait_event(rdma_event_channel* ec, rdma_cm_event_type want, int timeout_ms,
-                  rdma_cm_event** out) {
+                         rdma_cm_event** out) {
   pollfd pfd{ec->fd, POLLIN, 0};
   int r = ::poll(&pfd, 1, timeout_ms);
   if (r == 0) return Status::timed_out;

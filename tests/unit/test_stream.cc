@@ -232,7 +232,7 @@ TEST_CASE("streams: switch offsets are set once, before bytes flow") {
   Stream* a = p.a.open(0, 0, 0);
   Stream* b = p.b.open(0, 0, 0);
   CHECK(a->set_tx_start(1234) == Status::ok);
-  CHECK(a->set_tx_start(99) == Status::invalid);  // once
+  CHECK(a->set_tx_start(99) == Status::invalid); // once
   CHECK(b->set_rx_start(1234) == Status::ok);
   CHECK(b->set_rx_start(1234) == Status::invalid);
   size_t done, got;
@@ -246,6 +246,6 @@ TEST_CASE("streams: switch offsets are set once, before bytes flow") {
   // Data that does not start at the announced offset is a protocol error.
   Stream* c = p.b.open(1, 0, 0);
   CHECK(c->set_rx_start(500) == Status::ok);
-  CHECK(p.a.open(1, 0, 0)->write("q", 1, &done) == Status::ok);  // seq 0, not 500
+  CHECK(p.a.open(1, 0, 0)->write("q", 1, &done) == Status::ok); // seq 0, not 500
   CHECK(p.b.progress() == Status::invalid);
 }

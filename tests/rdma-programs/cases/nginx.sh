@@ -82,7 +82,9 @@ CONF
       fail "wrk: requests '${reqs:-}'; $(grep 'Socket errors\|Non-2xx' "$out" | tr '\n' ' ')"
     fi
     check_stats_rdma "wrk" wrk
-    check_net "wrk" "$snap" "$(stats_bytes wrk)" "$(stats_conns wrk)"
+    # wrk's 20 connections start at once, to 4 worker processes: under TCG
+    # their upgrades take up to ~1.5 s of the 8 s run, with responses on TCP.
+    TCP_MAX_PCT=35 check_net "wrk" "$snap" "$(stats_bytes wrk)" "$(stats_conns wrk)"
   else
     step_failed "$snap" wrk
   fi
