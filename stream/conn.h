@@ -67,6 +67,16 @@ public:
   std::atomic<uint32_t> tcp_bits{0};    // EPOLL* of the kernel socket (engine's ET watch)
   std::atomic<uint32_t> stream_bits{0}; // kIn/kOut/kFin/kReset below
   std::atomic<uint32_t> gen{0};
+  std::atomic<uint64_t> tcp_rx_seen{0}; // kernel's bytes received at the last edge
+  std::atomic<uint32_t> last_ready{0};  // ready_events() when last looked at (edges)
+
+  // Readiness may have changed: an EPOLLET edge (gen) when bytes arrived or
+  // a condition appeared that was not there before.
+  void note_ready(bool new_data) {
+    uint32_t now = ready_events();
+    uint32_t old = last_ready.exchange(now, std::memory_order_acq_rel);
+    if (new_data || (now & ~old) != 0) gen.fetch_add(1, std::memory_order_acq_rel);
+  }
   // Edge detection for stream changes (under Channel::mu).
   uint64_t seen_received = 0, seen_acked = 0;
   uint32_t seen_bits = 0;

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -20,6 +21,8 @@
 #include "stream/ready_source.h"
 #include "stream/wake.h"
 #include "verbs/device.h"
+
+using linux_tcp_info = ::tcp_info; // linux/tcp.h: has tcpi_bytes_received
 
 namespace xp::stream {
 namespace engine {
@@ -103,10 +106,25 @@ namespace {
 
 void on_tcp_event(Conn* c, uint32_t events) {
   // The kernel socket changed: remember what it said (cleared by the data
-  // calls when the kernel says EAGAIN) and tell sleepers.
-  c->tcp_bits.fetch_or(events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI),
-                       std::memory_order_acq_rel);
-  c->gen.fetch_add(1, std::memory_order_acq_rel);
+  // calls when the kernel says EAGAIN) and tell sleepers.  An edge for
+  // EPOLLET only when something new happened: a bit that was not set, or
+  // bytes that arrived (the event mask alone cannot tell an ACK's wake-up
+  // from new data).
+  uint32_t nb = events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI);
+  c->tcp_bits.fetch_or(nb, std::memory_order_acq_rel);
+  bool new_data = false;
+  if ((nb & EPOLLIN) && !c->rx_rdma.load()) {
+    linux_tcp_info ti{};
+    socklen_t len = sizeof ti;
+    if (syscall(SYS_getsockopt, c->sock(), IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        len >= offsetof(linux_tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received) {
+      uint64_t seen = c->tcp_rx_seen.exchange(ti.tcpi_bytes_received);
+      new_data = ti.tcpi_bytes_received > seen;
+    } else {
+      new_data = true;
+    }
+  }
+  c->note_ready(new_data);
   wake::notify();
 }
 
@@ -137,6 +155,19 @@ void run_commands() {
   }
 }
 
+// How long the engine may sleep: ticks only while something is timed (an
+// upgrade under way, a request or attach waiting, channels to reap); an
+// idle process with nothing to time sleeps until an event comes.
+int wait_ms() {
+  State& s = g_state;
+  std::lock_guard<std::mutex> l(s.mu);
+  if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
+  for (Conn* c : s.conns)
+    if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading) return kTickMs;
+  if (!s.channels.empty() || !s.dying.empty() || !s.conns.empty()) return 1000;
+  return -1;
+}
+
 void* engine_main(void*) {
   State& s = g_state;
   epoll_event evs[64];
@@ -149,7 +180,7 @@ void* engine_main(void*) {
     }
     for (Conn* c : dead)
       delete c;
-    int n = static_cast<int>(syscall(SYS_epoll_wait, s.epfd, evs, 64, kTickMs));
+    int n = static_cast<int>(syscall(SYS_epoll_wait, s.epfd, evs, 64, wait_ms()));
     for (int i = 0; i < n; ++i) {
       uint64_t d = evs[i].data.u64;
       if (d == 0) {

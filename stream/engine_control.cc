@@ -215,7 +215,9 @@ void advance(Conn* c) {
       c->phase.store(Phase::rdma, std::memory_order_release);
       report(c, Mode::rdma, Reason::none);
     }
-    c->gen.fetch_add(1, std::memory_order_acq_rel);
+    // The readiness source moved from the kernel to the stream: an edge
+    // only if that made something ready that was not.
+    c->note_ready(false);
     wake::notify();
   }
 }
@@ -264,11 +266,14 @@ bool refresh(Conn* c) {
   uint64_t rcv = s->received(), ack = s->send_acked();
   if (b == c->seen_bits && rcv == c->seen_received && ack == c->seen_acked) return false;
   if ((b & Conn::kReset) && !(c->seen_bits & Conn::kReset)) c->err_pending.store(true);
+  // An EPOLLET edge: new bytes, or a condition that was not there (an ACK
+  // that only moves the window of a writable stream is no edge).
+  bool new_data = rcv != c->seen_received;
   c->seen_bits = b;
   c->seen_received = rcv;
   c->seen_acked = ack;
   c->stream_bits.store(b, std::memory_order_release);
-  c->gen.fetch_add(1, std::memory_order_acq_rel);
+  c->note_ready(new_data);
   return true;
 }
 

@@ -127,7 +127,7 @@ const char* fdflags(int fl);   // F_GETFL result: "O_RDWR|O_NONBLOCK"
 // ---- helpers (all abort the case on unexpected setup failures)
 // The address TCP cases use: 127.0.0.1, or $SEM_ADDR (e.g. an address with an
 // RDMA device, so that the preloaded run carries the cases over RDMA).
-uint32_t sem_addr(void);                       // network byte order
+uint32_t sem_addr(void);                      // network byte order
 int tcp_listener(struct sockaddr_in* addr);   // sem_addr(), ephemeral port, listening
 void tcp_pair(int* client, int* server);      // connected loopback TCP pair, blocking
 int wait_ready(int fd, short events, int ms); // poll(); returns revents (0 on timeout)
