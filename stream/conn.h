@@ -73,7 +73,11 @@ public:
   // Readiness may have changed: an EPOLLET edge (gen) when bytes arrived or
   // a condition appeared that was not there before.
   void note_ready(bool new_data) {
-    uint32_t now = ready_events();
+    // The primary conditions only (their *NORM/*BAND companions differ
+    // between the kernel's answer and the stream's for the same state).
+    constexpr uint32_t kEdgeBits =
+        0x001 | 0x002 | 0x004 | 0x008 | 0x010 | 0x2000; // IN PRI OUT ERR HUP RDHUP
+    uint32_t now = ready_events() & kEdgeBits;
     uint32_t old = last_ready.exchange(now, std::memory_order_acq_rel);
     if (new_data || (now & ~old) != 0) gen.fetch_add(1, std::memory_order_acq_rel);
   }

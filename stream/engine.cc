@@ -255,6 +255,7 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
   }
   c->ref(); // the table's
   g_state.conns.push_back(c);
+  c->note_ready(false); // edges are counted from here
   watch_tcp(c);
   return c;
 }

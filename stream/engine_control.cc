@@ -268,7 +268,10 @@ bool refresh(Conn* c) {
   if ((b & Conn::kReset) && !(c->seen_bits & Conn::kReset)) c->err_pending.store(true);
   // An EPOLLET edge: new bytes, or a condition that was not there (an ACK
   // that only moves the window of a writable stream is no edge).
-  bool new_data = rcv != c->seen_received;
+  // Only bytes the reader can get count: before the receive switch the
+  // stream's sequence moves to S without any new byte (readiness then comes
+  // from TCP).
+  bool new_data = c->rx_rdma.load(std::memory_order_acquire) && rcv != c->seen_received;
   c->seen_bits = b;
   c->seen_received = rcv;
   c->seen_acked = ack;

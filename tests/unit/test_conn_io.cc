@@ -335,3 +335,30 @@ TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream
   other->unref();
   other->unref();
 }
+
+TEST_CASE("conn io: the switches themselves are no EPOLLET edge") {
+  // A reader with EPOLLET sees an edge for bytes and for conditions that
+  // appear; the peer's SWITCH moving the stream's sequence to S, or our
+  // own direction switching, changes neither.
+  Pair p(true);
+  REQUIRE(put(p.a, 10) == 10);
+  CHECK(take(p.b, 10, 0) == 10); // the server read the TCP bytes: proofs can verify
+  p.b.c->note_ready(false);      // as the engine's watch of the socket would
+  const uint32_t gen0 = p.b.c->gen.load();
+  for (int i = 0; i < 20 && !(p.b.c->rx_rdma.load() && p.b.c->tx_rdma.load()); ++i) {
+    for (End* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      engine::advance(e->c);
+    }
+    engine::progress(p.a.ch);
+    engine::progress(p.b.ch);
+  }
+  REQUIRE(p.b.c->rx_rdma.load());
+  REQUIRE(p.b.c->tx_rdma.load());
+  CHECK((p.b.c->ready_events() & EPOLLIN) == 0);
+  CHECK(p.b.c->gen.load() == gen0);
+  REQUIRE(put(p.a, 5) == 5); // new bytes over RDMA: an edge
+  engine::progress(p.b.ch);
+  CHECK(p.b.c->gen.load() != gen0);
+  CHECK(take(p.b, 5, 0) == 5);
+}
