@@ -387,6 +387,8 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       nonblock = nonblock || fd_nonblocking(c->sock());
     }
     if (nonblock) {
+      // Drained: the next byte is an EPOLLET edge again (as the kernel's).
+      c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN), std::memory_order_acq_rel);
       if (got > 0) return static_cast<ssize_t>(got);
       errno = EAGAIN;
       return -1;
@@ -462,6 +464,8 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       nonblock = nonblock || fd_nonblocking(c->sock());
     }
     if (nonblock) {
+      // Full: room opening again is an EPOLLET edge (as the kernel's).
+      c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT), std::memory_order_acq_rel);
       if (sent > 0) return static_cast<ssize_t>(sent);
       errno = EAGAIN;
       return -1;

@@ -362,3 +362,36 @@ TEST_CASE("conn io: the switches themselves are no EPOLLET edge") {
   CHECK(p.b.c->gen.load() != gen0);
   CHECK(take(p.b, 5, 0) == 5);
 }
+
+TEST_CASE("conn io: room opening after a full window is an EPOLLET edge") {
+  // A non-blocking writer that got EAGAIN waits for EPOLLOUT with EPOLLET
+  // (nginx): the acknowledgements that open the window must be an edge,
+  // although the stream was writable when readiness was last looked at.
+  Pair p(true);
+  run(p, 3000, 9);
+  for (int i = 0; i < 20 && !(p.a.c->tx_rdma.load() && p.b.c->rx_rdma.load()); ++i) {
+    for (End* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      engine::advance(e->c);
+    }
+    engine::progress(p.a.ch);
+    engine::progress(p.b.ch);
+  }
+  REQUIRE(p.a.c->tx_rdma.load());
+  size_t n = 0;
+  for (int i = 0; i < 1000; ++i) {
+    size_t w = put(p.a, 60000);
+    n += w;
+    if (w < 60000) break; // EAGAIN: the window is full
+  }
+  CHECK((p.a.c->ready_events() & EPOLLOUT) == 0);
+  const uint32_t gen0 = p.a.c->gen.load();
+  while (take(p.b, 65536, 0) > 0) { // the reader drains: acks go back
+    engine::progress(p.b.ch);
+    engine::progress(p.a.ch);
+  }
+  engine::progress(p.a.ch);
+  CHECK((p.a.c->ready_events() & EPOLLOUT) != 0);
+  CHECK(p.a.c->gen.load() != gen0);
+  CHECK(p.b.bad == 0);
+}
