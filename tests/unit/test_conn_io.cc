@@ -164,6 +164,19 @@ void run(Pair& p, uint64_t total, unsigned seed) {
   }
 }
 
+// Idle directions switch on the next advance (the engine's tick does it):
+// advance both ends and poll both channels until done() or 20 rounds.
+template <typename Done> void settle(Pair& p, Done done) {
+  for (int i = 0; i < 20 && !done(); ++i) {
+    for (End* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      engine::advance(e->c);
+    }
+    engine::progress(p.a.ch);
+    engine::progress(p.b.ch);
+  }
+}
+
 } // namespace
 
 TEST_CASE("conn io: bytes before, across and after both switches arrive once, in order") {
@@ -207,15 +220,7 @@ TEST_CASE("conn io: a peer that never binds leaves the connection on TCP, bytes 
 TEST_CASE("conn io: end of stream, half-close and reset over the stream") {
   Pair p(true);
   run(p, 5000, 7);
-  // Idle directions switch on the next progress (the engine's tick does it).
-  for (int i = 0; i < 20 && !(p.a.c->tx_rdma.load() && p.b.c->rx_rdma.load()); ++i) {
-    for (End* e : {&p.a, &p.b}) {
-      std::lock_guard<std::mutex> l(e->c->mu);
-      engine::advance(e->c);
-    }
-    engine::progress(p.a.ch);
-    engine::progress(p.b.ch);
-  }
+  settle(p, [&] { return (p.a.c->tx_rdma.load() && p.b.c->rx_rdma.load()); });
   REQUIRE(p.a.c->tx_rdma.load());
   REQUIRE(p.b.c->rx_rdma.load());
   bool kernel = false;
@@ -250,14 +255,7 @@ TEST_CASE("conn io: nothing to read is EAGAIN for a non-blocking read, in every 
   CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
   CHECK(errno == EAGAIN);
   run(p, 3000, 3);
-  for (int i = 0; i < 20 && !p.a.c->rx_rdma.load(); ++i) {
-    for (End* e : {&p.a, &p.b}) {
-      std::lock_guard<std::mutex> l(e->c->mu);
-      engine::advance(e->c);
-    }
-    engine::progress(p.a.ch);
-    engine::progress(p.b.ch);
-  }
+  settle(p, [&] { return p.a.c->rx_rdma.load(); });
   REQUIRE(p.a.c->rx_rdma.load());
   CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
   CHECK(errno == EAGAIN);
@@ -290,14 +288,7 @@ TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream
   // other thread (a change seen once is not seen again).
   Pair p(true);
   run(p, 3000, 5);
-  for (int i = 0; i < 20 && !p.b.c->rx_rdma.load(); ++i) {
-    for (End* e : {&p.a, &p.b}) {
-      std::lock_guard<std::mutex> l(e->c->mu);
-      engine::advance(e->c);
-    }
-    engine::progress(p.a.ch);
-    engine::progress(p.b.ch);
-  }
+  settle(p, [&] { return p.b.c->rx_rdma.load(); });
   REQUIRE(p.b.c->rx_rdma.load());
   Conn* other = new Conn(-1, params(recover::Role::server, 3));
   {
@@ -345,14 +336,7 @@ TEST_CASE("conn io: the switches themselves are no EPOLLET edge") {
   CHECK(take(p.b, 10, 0) == 10); // the server read the TCP bytes: proofs can verify
   p.b.c->note_ready(false);      // as the engine's watch of the socket would
   const uint32_t gen0 = p.b.c->gen.load();
-  for (int i = 0; i < 20 && !(p.b.c->rx_rdma.load() && p.b.c->tx_rdma.load()); ++i) {
-    for (End* e : {&p.a, &p.b}) {
-      std::lock_guard<std::mutex> l(e->c->mu);
-      engine::advance(e->c);
-    }
-    engine::progress(p.a.ch);
-    engine::progress(p.b.ch);
-  }
+  settle(p, [&] { return (p.b.c->rx_rdma.load() && p.b.c->tx_rdma.load()); });
   REQUIRE(p.b.c->rx_rdma.load());
   REQUIRE(p.b.c->tx_rdma.load());
   CHECK((p.b.c->ready_events() & EPOLLIN) == 0);
@@ -369,14 +353,7 @@ TEST_CASE("conn io: room opening after a full window is an EPOLLET edge") {
   // although the stream was writable when readiness was last looked at.
   Pair p(true);
   run(p, 3000, 9);
-  for (int i = 0; i < 20 && !(p.a.c->tx_rdma.load() && p.b.c->rx_rdma.load()); ++i) {
-    for (End* e : {&p.a, &p.b}) {
-      std::lock_guard<std::mutex> l(e->c->mu);
-      engine::advance(e->c);
-    }
-    engine::progress(p.a.ch);
-    engine::progress(p.b.ch);
-  }
+  settle(p, [&] { return (p.a.c->tx_rdma.load() && p.b.c->rx_rdma.load()); });
   REQUIRE(p.a.c->tx_rdma.load());
   size_t n = 0;
   for (int i = 0; i < 1000; ++i) {
