@@ -37,11 +37,12 @@ struct Channel {
   std::atomic<bool> failed{false};
   std::atomic<bool> inbox_pending{false};
   std::vector<ControlRecord> inbox; // guarded by mu
-  bool armed = false;
-  // Application threads blocked in a call on one of this channel's streams
-  // (they poll it and take its completion events themselves; the engine
-  // then stays out of their way).
-  std::atomic<int> waiters{0};
+  // Completion events (stream/channel_events.cc): whether the completion
+  // queue is armed, how many threads busy-poll the channel right now, and
+  // when the last one stopped.
+  std::atomic<bool> armed{true};
+  std::atomic<int> spinners{0};
+  std::atomic<uint64_t> last_spin_ns{0};
   uint64_t idle_since_ms = 0;  // client side: no streams since then (torn down when idle)
   uint64_t dying_since_ms = 0; // unlinked; freed after a grace period
   bool fail_logged = false;

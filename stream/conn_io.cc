@@ -104,10 +104,14 @@ struct Waiter {
   int efd = -1;
   uint64_t spin_until = 0;
   int64_t deadline_ms = -1;
-  Channel* counted = nullptr; // the channel whose waiters we joined
+  Channel* spinning = nullptr; // the channel this call busy-polls (channel_events.cc)
   ~Waiter() {
     if (registered) wake::remove(efd);
-    if (counted) counted->waiters.fetch_sub(1, std::memory_order_acq_rel);
+    stop_spinning();
+  }
+  void stop_spinning() {
+    if (spinning) engine::spin_leave(spinning);
+    spinning = nullptr;
   }
   // 0: try again; -1: give up with errno (EINTR, EAGAIN on timeout).
   int step(Conn* c, int tcp_fd, short tcp_events) {
@@ -118,14 +122,15 @@ struct Waiter {
       if (t >= 0) deadline_ms = static_cast<int64_t>(engine::now_ms()) + t;
     }
     Channel* ch = c->ch;
-    if (ch && counted == nullptr && !ch->failed.load()) {
-      counted = ch;
-      ch->waiters.fetch_add(1, std::memory_order_acq_rel);
-    }
     if (now_ns() < spin_until) {
+      if (ch && spinning == nullptr && !ch->failed.load()) {
+        spinning = ch;
+        engine::spin_enter(ch);
+      }
       if (ch) engine::progress(ch);
       return 0;
     }
+    stop_spinning();
     if (!registered) {
       efd = wake::thread_fd();
       registered = efd >= 0 && wake::add(efd, c);
@@ -146,16 +151,17 @@ struct Waiter {
     // this thread directly, without a hop through the engine thread.
     // Whoever takes the completion event (here or the engine) re-arms.
     int cfd = ch && !ch->failed.load() ? ch->link->wait_fd() : -1;
+    if (cfd >= 0 && engine::rearm(ch)) { // nobody took events while it spun: poll once more
+      engine::progress(ch);
+      return 0;
+    }
     pollfd p[3] = {{efd, POLLIN, 0}, {cfd, POLLIN, 0}, {tcp_fd, tcp_events, 0}};
     int n = tcp_fd >= 0 ? 3 : 2;
     if (!registered) p[0].fd = -1;
     long r = syscall(SYS_poll, p, n, timeout);
     if (r < 0 && errno == EINTR && (deadline_ms >= 0 || !restartable())) return -1;
     if (registered) wake::drain(efd);
-    if (r > 0 && (p[1].revents & POLLIN)) {
-      if (ch->link->ack_event()) ch->link->arm();
-      engine::progress(ch);
-    }
+    if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);
     return 0;
   }
 };

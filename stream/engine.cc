@@ -50,6 +50,7 @@ bool start_locked() {
   if (s.started) return s.cm != nullptr;
   s.started = true;
   s.used_rdma = true;
+  wake::set_before_sleep(arm_before_sleep);
   s.cm = verbs::Cm::create();
   if (s.cm == nullptr) return false;
   s.epfd = place_high(static_cast<int>(syscall(SYS_epoll_create1, EPOLL_CLOEXEC)));
@@ -129,10 +130,7 @@ void on_tcp_event(Conn* c, uint32_t events) {
 }
 
 void on_channel_event(Channel* ch) {
-  // A blocked caller may sleep on this completion channel too: whoever
-  // takes the event re-arms (ack_event() never blocks).
-  if (ch->link->ack_event()) ch->link->arm();
-  progress(ch);
+  take_event(ch); // stream/channel_events.cc: whether to re-arm
 }
 
 void run_commands() {
@@ -161,6 +159,7 @@ void run_commands() {
 int wait_ms() {
   State& s = g_state;
   std::lock_guard<std::mutex> l(s.mu);
+  if (maybe_unarmed()) return kUnarmedTickMs;
   if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
   for (Conn* c : s.conns)
     if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading) return kTickMs;
@@ -198,6 +197,7 @@ void* engine_main(void*) {
         on_channel_event(reinterpret_cast<Channel*>(d));
       }
     }
+    if (maybe_unarmed()) arm_idle_channels();
     uint64_t now = now_ms();
     if (now - last_tick >= kTickMs) {
       last_tick = now;

@@ -147,6 +147,23 @@ void watch_channel(Channel* ch);   // g().mu held
 void reap_channels(uint64_t now);  // g().mu held: idle and failed channels go
 void report(Conn* c, Mode m, Reason why);
 
+// ---- channel_events.cc: who takes completion events (no lock held)
+constexpr uint64_t kIdleRearmNs = 1000000; // re-arm a channel nobody spun on for 1 ms
+constexpr int kUnarmedTickMs = 1;          // engine tick while some channel is unarmed
+// This thread saw ch's completion fd readable: take the event, re-arm
+// unless someone spins on ch, and poll.
+void take_event(Channel* ch);
+// A blocked call busy-polls ch / stops doing so.
+void spin_enter(Channel* ch);
+void spin_leave(Channel* ch);
+// Arm ch if it is unarmed; true if this call armed it (poll it then).
+bool rearm(Channel* ch);
+bool maybe_unarmed();
+// A thread goes to sleep in the kernel: every channel armed (and polled once).
+void arm_before_sleep();
+// Engine tick: re-arm channels nobody spun on lately.
+void arm_idle_channels();
+
 // ---- engine_rendezvous.cc (engine thread, g().mu held)
 void start_client(Conn* c);
 void serve_share(ListenShare* s);

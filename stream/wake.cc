@@ -36,6 +36,7 @@ std::mutex g_mu;
 int g_fds[kMaxSleepers];
 const void* g_keys[kMaxSleepers];
 std::atomic<int> g_count{0};
+std::atomic<void (*)()> g_before_sleep{nullptr};
 
 struct ThreadFd {
   int fd = -1;
@@ -61,9 +62,8 @@ void atfork_child() {
   new (&g_mu) std::mutex;
   g_count.store(0, std::memory_order_relaxed);
 }
-} // namespace
 
-bool add(int efd, const void* key) {
+bool add_locked(int efd, const void* key) {
   static const bool atfork = pthread_atfork(nullptr, nullptr, atfork_child) == 0;
   (void)atfork;
   std::lock_guard<std::mutex> g(g_mu);
@@ -75,6 +75,18 @@ bool add(int efd, const void* key) {
   // be ordered before this store (notify() reads the count after the change).
   g_count.store(n + 1, std::memory_order_seq_cst);
   return true;
+}
+} // namespace
+
+bool add(int efd, const void* key) {
+  bool ok = add_locked(efd, key);
+  if (ok)
+    if (void (*fn)() = g_before_sleep.load(std::memory_order_acquire)) fn();
+  return ok;
+}
+
+void set_before_sleep(void (*fn)()) {
+  g_before_sleep.store(fn, std::memory_order_release);
 }
 
 void remove(int efd) {

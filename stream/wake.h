@@ -22,5 +22,8 @@ void remove(int efd);
 void notify(const void* key = nullptr);
 // Consume pending wake-ups of efd (non-blocking read).
 void drain(int efd);
+// Called by add() after registering, before the sleeper's final check: the
+// engine arms the completion events nobody is taking (stream/channel_events.cc).
+void set_before_sleep(void (*fn)());
 
 } // namespace xp::stream::wake

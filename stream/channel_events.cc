@@ -1,0 +1,111 @@
+// Who takes a channel's completion events (docs/design.md, "Completion
+// events").  A completion event costs a wake-up of some thread plus two
+// system calls (ack, re-arm), and a woken engine thread then contends for
+// the channel lock with the caller that was already polling.  So the
+// completion queue is armed only while nobody busy-polls the channel:
+//   - a thread that spins on a channel (a blocked call's spin phase) polls
+//     it itself; an event taken while someone spins is not re-armed;
+//   - the last spinner leaving does not re-arm either (it is likely back
+//     within microseconds: ping-pong); the engine re-arms a channel nobody
+//     spun on for kIdleRearmNs, ticking every kUnarmedTickMs meanwhile;
+//   - a thread about to sleep in the kernel (a blocked call, epoll_wait,
+//     poll, select) arms every unarmed channel first and polls it once, so
+//     no completion that arrived while it was unarmed is left unseen.
+// Invariant: a channel is unarmed only while some thread spins on it, or
+// for at most about kIdleRearmNs + kUnarmedTickMs after the last one left,
+// and never while a thread sleeps waiting for it.
+#include <atomic>
+#include <ctime>
+#include <vector>
+
+#include "stream/engine_internal.h"
+#include "stream/wake.h"
+
+namespace xp::stream::engine {
+namespace {
+
+// Some channel may be unarmed (set on every disarm, cleared by a scan that
+// found none left).
+std::atomic<bool> g_maybe_unarmed{false};
+
+
+uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void disarm(Channel* ch) {
+  ch->armed.store(false, std::memory_order_seq_cst);
+  g_maybe_unarmed.store(true, std::memory_order_seq_cst);
+}
+
+std::vector<Channel*> channels_snapshot() {
+  std::lock_guard<std::mutex> l(g().mu);
+  return g().channels;
+}
+
+bool spun_lately(Channel* ch, uint64_t now = 0) {
+  if (ch->spinners.load(std::memory_order_seq_cst) > 0) return true;
+  if (now == 0) now = mono_ns();
+  return now - ch->last_spin_ns.load(std::memory_order_relaxed) < kIdleRearmNs;
+}
+
+} // namespace
+
+bool rearm(Channel* ch) {
+  if (ch->armed.exchange(true, std::memory_order_seq_cst)) return false;
+  ch->link->arm();
+  return true;
+}
+
+void take_event(Channel* ch) {
+  if (ch->link->ack_event()) {
+    disarm(ch);
+    // Pairs with spin_leave(): either its caller sees armed == false
+    // later (the engine re-arms after the idle time), or this load sees the
+    // spinner gone.  A channel spun on lately stays unarmed: its thread is
+    // likely back within microseconds (a request/response loop).
+    if (!spun_lately(ch)) rearm(ch);
+  }
+  progress(ch);
+}
+
+void spin_enter(Channel* ch) {
+  ch->spinners.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void spin_leave(Channel* ch) {
+  ch->last_spin_ns.store(mono_ns(), std::memory_order_relaxed);
+  ch->spinners.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool maybe_unarmed() {
+  return g_maybe_unarmed.load(std::memory_order_acquire);
+}
+
+void arm_before_sleep() {
+  if (!g_maybe_unarmed.exchange(false, std::memory_order_seq_cst)) return;
+  if (!g().started) return;
+  for (Channel* ch : channels_snapshot()) {
+    if (ch->failed.load()) continue;
+    if (rearm(ch)) progress(ch); // what arrived while unarmed raised no event
+  }
+}
+
+void arm_idle_channels() {
+  if (!g_maybe_unarmed.exchange(false, std::memory_order_seq_cst)) return;
+  uint64_t now = mono_ns();
+  bool left = false;
+  for (Channel* ch : channels_snapshot()) {
+    if (ch->failed.load() || ch->armed.load()) continue;
+    if (spun_lately(ch, now)) {
+      left = true;
+      continue;
+    }
+    if (rearm(ch)) progress(ch);
+  }
+  if (left) g_maybe_unarmed.store(true, std::memory_order_seq_cst);
+}
+
+} // namespace xp::stream::engine
