@@ -11,6 +11,7 @@
 #include "preload/real.h"
 #include "preload/stats.h"
 #include "preload/track.h"
+#include "stream/conn_io.h"
 #include "stream/engine.h"
 
 namespace xp {
@@ -38,6 +39,7 @@ void atfork_child() {
   log::after_fork_child();
   stats::after_fork_child();
   stream::engine::on_fork_child();
+  stream::io::fd_options_changed(); // files shared with the parent now
 }
 // Connections still upgrading when the process forks stay on TCP: the child
 // shares the kernel socket, and a switch made by one process would hide
@@ -47,6 +49,7 @@ void atfork_prepare() {
 }
 void atfork_parent() {
   stream::engine::after_fork_parent();
+  stream::io::fd_options_changed(); // files shared with the child now
 }
 
 void do_init() {

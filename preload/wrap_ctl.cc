@@ -20,6 +20,7 @@ int do_fcntl(real::fcntl_fn fn, int fd, int cmd, void* arg) {
     return -1;
   }
   int r = fn(fd, cmd, arg);
+  if (r >= 0 && cmd == F_SETFL) stream::io::fd_options_changed(); // O_NONBLOCK
   if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
     int saved = errno;
     readiness::on_dup(fd, r);
@@ -60,7 +61,9 @@ XP_EXPORT int ioctl(int fd, unsigned long request, ...) noexcept {
       if (!kernel) return x;
     }
   }
-  return XP_REAL(ioctl, fd, request, arg);
+  int r = XP_REAL(ioctl, fd, request, arg);
+  if (r == 0 && request == FIONBIO) stream::io::fd_options_changed();
+  return r;
 }
 
 XP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) noexcept {
@@ -68,7 +71,9 @@ XP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len)
 }
 
 XP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_t len) noexcept {
-  return XP_REAL(setsockopt, fd, level, name, val, len);
+  int r = XP_REAL(setsockopt, fd, level, name, val, len);
+  if (r == 0 && level == SOL_SOCKET) stream::io::fd_options_changed(); // SO_RCVTIMEO, SO_SNDTIMEO
+  return r;
 }
 
 XP_EXPORT int getsockname(int fd, struct sockaddr* addr, socklen_t* len) noexcept {

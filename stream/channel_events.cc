@@ -7,7 +7,9 @@
 //     it itself; an event taken while someone spins is not re-armed;
 //   - the last spinner leaving does not re-arm either (it is likely back
 //     within microseconds: ping-pong); the engine re-arms a channel nobody
-//     spun on for kIdleRearmNs, ticking every kUnarmedTickMs meanwhile;
+//     spun on for kIdleRearmNs, ticking every kUnarmedTickMs meanwhile (a
+//     control record such as a new stream's ATTACH, or the peer's credit,
+//     waits at most that long when nobody polls);
 //   - a thread about to sleep in the kernel (a blocked call, epoll_wait,
 //     poll, select) arms every unarmed channel first and polls it once, so
 //     no completion that arrived while it was unarmed is left unseen.

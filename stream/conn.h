@@ -69,6 +69,15 @@ public:
   std::atomic<uint32_t> gen{0};
   std::atomic<uint64_t> tcp_rx_seen{0}; // kernel's bytes received at the last edge
   std::atomic<uint32_t> last_ready{0};  // ready_events() when last looked at (edges)
+  // The file's O_NONBLOCK and SO_RCVTIMEO/SO_SNDTIMEO (ms, -1 none) as of
+  // io::fd_options_changed() generation opts_gen (0: never read): asked
+  // once, not per blocking call (conn_io.cc).
+  std::atomic<uint32_t> opts_gen{0};
+  // How long this connection's blocked calls waited lately (us, moving
+  // average): the spin budget follows it (conn_io.cc Waiter).
+  std::atomic<uint32_t> wait_avg_us{0};
+  std::atomic<bool> opt_nonblock{false};
+  std::atomic<int64_t> opt_rcvtimeo_ms{-1}, opt_sndtimeo_ms{-1};
 
   // Readiness may have changed: an EPOLLET edge (gen) when bytes arrived or
   // a condition appeared that was not there before.

@@ -3,6 +3,7 @@
 // uncontended lock of the channel); system calls only to sleep.
 #include "stream/conn_io.h"
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -75,6 +76,8 @@ bool fd_nonblocking(int fd) {
   return fl >= 0 && (fl & O_NONBLOCK);
 }
 
+std::atomic<uint32_t> g_opts_gen{1};
+
 // SO_RCVTIMEO / SO_SNDTIMEO in ms; -1 when none.
 int64_t sock_timeout_ms(int fd, int opt) {
   timeval tv{};
@@ -82,6 +85,27 @@ int64_t sock_timeout_ms(int fd, int opt) {
   if (syscall(SYS_getsockopt, fd, SOL_SOCKET, opt, &tv, &len) != 0) return -1;
   if (tv.tv_sec == 0 && tv.tv_usec == 0) return -1;
   return static_cast<int64_t>(tv.tv_sec) * 1000 + (tv.tv_usec + 999) / 1000;
+}
+
+// The connection's O_NONBLOCK and timeouts, read from the kernel only when
+// the program may have changed them since (two system calls saved per
+// blocking call: a ping-pong's every receive blocks).
+void load_opts(Conn* c) {
+  uint32_t g = g_opts_gen.load(std::memory_order_acquire);
+  if (c->opts_gen.load(std::memory_order_acquire) == g) return;
+  int fd = c->sock();
+  c->opt_nonblock.store(fd_nonblocking(fd), std::memory_order_relaxed);
+  c->opt_rcvtimeo_ms.store(sock_timeout_ms(fd, SO_RCVTIMEO), std::memory_order_relaxed);
+  c->opt_sndtimeo_ms.store(sock_timeout_ms(fd, SO_SNDTIMEO), std::memory_order_relaxed);
+  c->opts_gen.store(g, std::memory_order_release);
+}
+bool nonblocking(Conn* c) {
+  load_opts(c);
+  return c->opt_nonblock.load(std::memory_order_relaxed);
+}
+int64_t timeout_ms(Conn* c, int opt) {
+  load_opts(c);
+  return (opt == SO_RCVTIMEO ? c->opt_rcvtimeo_ms : c->opt_sndtimeo_ms).load(std::memory_order_relaxed);
 }
 
 // Whether the kernel would restart a socket call a signal interrupted: we
@@ -97,17 +121,41 @@ bool restartable() {
   return true;
 }
 
+// The spin budget of one blocked call: twice what this connection's recent
+// waits took, when that is within XPRESS_SPIN_US (a request/response loop
+// whose answers come back in 100 us spins 200 us and never sleeps); the
+// minimum when waits are longer (an idle server sleeps at once and uses no
+// CPU).
+constexpr uint32_t kMinSpinUs = 20;
+uint64_t spin_budget_ns(const Conn* c) {
+  uint32_t max = engine::params().spin_us, avg = c->wait_avg_us.load(std::memory_order_relaxed);
+  uint32_t lo = max < kMinSpinUs ? max : kMinSpinUs;
+  uint64_t us = avg <= max ? 2ull * avg : lo;
+  if (us < lo) us = lo;
+  if (us > max) us = max;
+  return us * 1000;
+}
+void note_wait(Conn* c, uint64_t waited_ns) {
+  uint64_t us = waited_ns / 1000;
+  if (us > 1000000) us = 1000000;
+  uint32_t old = c->wait_avg_us.load(std::memory_order_relaxed);
+  // Moving average, weight 1/4: a few slow answers do not end the spinning.
+  c->wait_avg_us.store(static_cast<uint32_t>((3ull * old + us) / 4), std::memory_order_relaxed);
+}
+
 // Spin, then sleep until something may have changed.
 struct Waiter {
   int opt; // SO_RCVTIMEO or SO_SNDTIMEO
   bool started = false, registered = false;
   int efd = -1;
-  uint64_t spin_until = 0;
+  uint64_t spin_until = 0, began_ns = 0;
   int64_t deadline_ms = -1;
   Channel* spinning = nullptr; // the channel this call busy-polls (channel_events.cc)
+  Conn* conn = nullptr;
   ~Waiter() {
     if (registered) wake::remove(efd);
     stop_spinning();
+    if (conn) note_wait(conn, now_ns() - began_ns);
   }
   void stop_spinning() {
     if (spinning) engine::spin_leave(spinning);
@@ -117,8 +165,10 @@ struct Waiter {
   int step(Conn* c, int tcp_fd, short tcp_events) {
     if (!started) {
       started = true;
-      spin_until = now_ns() + engine::params().spin_us * 1000ull;
-      int64_t t = sock_timeout_ms(c->sock(), opt);
+      conn = c;
+      began_ns = now_ns();
+      spin_until = began_ns + spin_budget_ns(c);
+      int64_t t = timeout_ms(c, opt);
       if (t >= 0) deadline_ms = static_cast<int64_t>(engine::now_ms()) + t;
     }
     Channel* ch = c->ch;
@@ -337,6 +387,10 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
 
 } // namespace
 
+void fd_options_changed() {
+  g_opts_gen.fetch_add(1, std::memory_order_acq_rel);
+}
+
 ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   *kernel = false;
   if (iovcnt < 0 || iovcnt > IOV_MAX) {
@@ -390,7 +444,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     if (errno != EAGAIN) return got > 0 ? static_cast<ssize_t>(got) : -1;
     if (!checked_fd) {
       checked_fd = true;
-      nonblock = nonblock || fd_nonblocking(c->sock());
+      nonblock = nonblock || nonblocking(c);
     }
     if (nonblock) {
       // Drained: the next byte is an EPOLLET edge again (as the kernel's).
@@ -467,7 +521,7 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     }
     if (!checked_fd) {
       checked_fd = true;
-      nonblock = nonblock || fd_nonblocking(c->sock());
+      nonblock = nonblock || nonblocking(c);
     }
     if (nonblock) {
       // Full: room opening again is an EPOLLET edge (as the kernel's).

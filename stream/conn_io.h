@@ -17,5 +17,9 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel);
 int shutdown(Conn* c, int how, bool* kernel);
 // FIONREAD / SIOCINQ.
 int readable_bytes(Conn* c, int* out, bool* kernel);
+// The program changed some fd's O_NONBLOCK or socket timeouts (fcntl F_SETFL,
+// FIONBIO, setsockopt SOL_SOCKET), or forked: the per-connection copies of
+// them the blocking calls use are stale.  One atomic increment.
+void fd_options_changed();
 
 } // namespace xp::stream::io

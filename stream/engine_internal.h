@@ -148,8 +148,12 @@ void reap_channels(uint64_t now);  // g().mu held: idle and failed channels go
 void report(Conn* c, Mode m, Reason why);
 
 // ---- channel_events.cc: who takes completion events (no lock held)
-constexpr uint64_t kIdleRearmNs = 1000000; // re-arm a channel nobody spun on for 1 ms
-constexpr int kUnarmedTickMs = 1;          // engine tick while some channel is unarmed
+// Re-arm a channel nobody spun on for 10 ms, checked every 10 ms: each
+// check wakes the engine thread, which then competes with the spinners for
+// a CPU; what waits for the re-arm is only work nobody is blocked on (an
+// ATTACH, credit for the peer; every sleeper arms before it sleeps).
+constexpr uint64_t kIdleRearmNs = 10000000;
+constexpr int kUnarmedTickMs = 10;
 // This thread saw ch's completion fd readable: take the event, re-arm
 // unless someone spins on ch, and poll.
 void take_event(Channel* ch);

@@ -8,7 +8,10 @@ namespace xp::stream {
 
 struct EngineParams {
   uint32_t handshake_timeout_ms = 2000; // XPRESS_HANDSHAKE_TIMEOUT_MS
-  uint32_t spin_us = 200; // XPRESS_SPIN_US: busy-poll before sleeping (measured, docs/results)
+  // XPRESS_SPIN_US: the longest a blocked call busy-polls before it sleeps.
+  // The budget adapts per connection (twice its recent waits, at least
+  // kMinSpinUs, none above this); waits longer than this spin kMinSpinUs.
+  uint32_t spin_us = 1000;
   uint32_t streams_per_channel = 256; // XPRESS_STREAMS_PER_CHANNEL
   uint32_t channels_per_peer = 4;     // XPRESS_CHANNELS_PER_PEER
   size_t ring_bytes = 512u << 10;     // XPRESS_RING_KB: each channel's receive ring

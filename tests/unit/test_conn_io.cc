@@ -9,6 +9,8 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <chrono>
+#include <fcntl.h>
 #include <poll.h>
 #include <random>
 #include <sys/epoll.h>
@@ -371,4 +373,31 @@ TEST_CASE("conn io: room opening after a full window is an EPOLLET edge") {
   CHECK((p.a.c->ready_events() & EPOLLOUT) != 0);
   CHECK(p.a.c->gen.load() != gen0);
   CHECK(p.b.bad == 0);
+}
+
+TEST_CASE("conn io: O_NONBLOCK and SO_RCVTIMEO set after a blocking call are honoured") {
+  // The connection keeps its own copy of the file's flags and timeouts
+  // (one fcntl and two getsockopt saved per blocking call); every change
+  // made through the interposed calls must reach it.
+  Pair p(true);
+  run(p, 3000, 5);
+  settle(p, [&] { return p.a.c->rx_rdma.load(); });
+  REQUIRE(p.a.c->rx_rdma.load());
+  char buf[8];
+  iovec v{buf, sizeof buf};
+  bool kernel = false;
+  timeval tv{0, 300 * 1000};
+  REQUIRE(setsockopt(p.fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+  io::fd_options_changed(); // what the setsockopt wrapper does
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(io::recv(p.a.c, &v, 1, 0, &kernel) == -1); // blocks 300 ms, then EAGAIN
+  CHECK(errno == EAGAIN);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(250));
+  int fl = fcntl(p.fds[0], F_GETFL);
+  REQUIRE(fcntl(p.fds[0], F_SETFL, fl | O_NONBLOCK) == 0);
+  io::fd_options_changed(); // what the fcntl wrapper does
+  t0 = std::chrono::steady_clock::now();
+  CHECK(io::recv(p.a.c, &v, 1, 0, &kernel) == -1); // at once: non-blocking now
+  CHECK(errno == EAGAIN);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(150));
 }
