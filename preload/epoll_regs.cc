@@ -152,7 +152,7 @@ uint32_t Regs::check(Reg& r, bool take) {
   if (r.src == nullptr || !r.armed) return 0;
   const bool et = r.events & EPOLLET;
   const bool ex = r.events & EPOLLEXCLUSIVE;
-  uint32_t gen = et || ex ? r.src->ready_gen() : 0;
+  uint32_t gen = et || ex ? r.src->ready_gen(r.events) : 0;
   if (ex && !r.edge_pending && gen != r.excl_gen) {
     // A new event on an exclusive registration: the first set to see it wins.
     if (!take) {

@@ -26,7 +26,7 @@ namespace {
 class Source final : public stream::ReadySource {
 public:
   uint32_t ready_events() const override;
-  uint32_t ready_gen() const override;
+  uint32_t ready_gen(uint32_t events) const override;
 
   std::atomic<int> fd{-1}; // a number naming the socket
   std::atomic<uint32_t> gen{0};
@@ -141,7 +141,7 @@ uint32_t Source::ready_events() const {
   return static_cast<uint16_t>(p.revents);
 }
 
-uint32_t Source::ready_gen() const {
+uint32_t Source::ready_gen(uint32_t) const {
   pump();
   return gen.load(std::memory_order_acquire);
 }

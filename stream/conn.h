@@ -35,7 +35,14 @@ public:
   int sock() const { return fd.load(std::memory_order_acquire); }
 
   uint32_t ready_events() const override;
-  uint32_t ready_gen() const override { return gen.load(std::memory_order_acquire); }
+  uint32_t ready_gen(uint32_t events) const override {
+    // gen: edges for every registration; gen_in / gen_out: for those that
+    // ask for reading / writing.  The sum changes when any of its terms do.
+    uint32_t g = gen.load(std::memory_order_acquire);
+    if (events & (0x001 | 0x002 | 0x2000)) g += gen_in.load(std::memory_order_acquire); // IN PRI RDHUP
+    if (events & 0x004) g += gen_out.load(std::memory_order_acquire);                  // OUT
+    return g;
+  }
 
   void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   void unref(); // deletes at zero
@@ -66,7 +73,9 @@ public:
   // Readiness, as the engine and data calls last saw it.
   std::atomic<uint32_t> tcp_bits{0};    // EPOLL* of the kernel socket (engine's ET watch)
   std::atomic<uint32_t> stream_bits{0}; // kIn/kOut/kFin/kReset below
-  std::atomic<uint32_t> gen{0};
+  std::atomic<uint32_t> gen{0};     // edges for everyone (reset, close, mode, HUP/ERR)
+  std::atomic<uint32_t> gen_in{0};  // edges for readers: bytes, end of stream
+  std::atomic<uint32_t> gen_out{0}; // edges for writers: room appeared
   std::atomic<uint64_t> tcp_rx_seen{0}; // kernel's bytes received at the last edge
   std::atomic<uint32_t> last_ready{0};  // ready_events() when last looked at (edges)
   // The file's O_NONBLOCK and SO_RCVTIMEO/SO_SNDTIMEO (ms, -1 none) as of
@@ -88,7 +97,13 @@ public:
         0x001 | 0x002 | 0x004 | 0x008 | 0x010 | 0x2000; // IN PRI OUT ERR HUP RDHUP
     uint32_t now = ready_events() & kEdgeBits;
     uint32_t old = last_ready.exchange(now, std::memory_order_acq_rel);
-    if (new_data || (now & ~old) != 0) gen.fetch_add(1, std::memory_order_acq_rel);
+    uint32_t fresh = now & ~old;
+    if (fresh & (0x008 | 0x010)) { // ERR HUP: reported to every registration
+      gen.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    if (new_data || (fresh & (0x001 | 0x002 | 0x2000))) gen_in.fetch_add(1, std::memory_order_acq_rel);
+    if (fresh & 0x004) gen_out.fetch_add(1, std::memory_order_acq_rel);
   }
   // Edge detection for stream changes (under Channel::mu).
   uint64_t seen_received = 0, seen_acked = 0;

@@ -14,10 +14,12 @@ public:
   // EPOLLERR; poll's POLL* bits have the same values).  Level: what a
   // level-triggered waiter would be told.  Lock-free and cheap.
   virtual uint32_t ready_events() const = 0;
-  // Changes whenever a new readiness event happened (bytes arrived, the send
-  // window opened, end of stream, reset): an edge for EPOLLET and the re-arm
-  // point for EPOLLONESHOT.  Monotonic modulo 2^32.
-  virtual uint32_t ready_gen() const = 0;
+  // Changes whenever a new readiness event happened that concerns a
+  // registration for `events` (bytes arrived for EPOLLIN, the send window
+  // opened for EPOLLOUT, end of stream, reset, an error for any): an edge
+  // for EPOLLET and EPOLLEXCLUSIVE.  As the kernel's: room to write is no
+  // EPOLLIN edge.  Monotonic modulo 2^32.
+  virtual uint32_t ready_gen(uint32_t events) const = 0;
 
 protected:
   ~ReadySource() = default;

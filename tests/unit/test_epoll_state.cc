@@ -19,7 +19,7 @@ namespace {
 class FakeSource final : public stream::ReadySource {
 public:
   uint32_t ready_events() const override { return ev; }
-  uint32_t ready_gen() const override { return gen; }
+  uint32_t ready_gen(uint32_t) const override { return gen; }
   // A new readiness event: level `now`, new generation.
   void event(uint32_t now) {
     ev = now;
