@@ -83,8 +83,11 @@ CONF
     fi
     check_stats_rdma "wrk" wrk
     # wrk's 20 connections start at once, to 4 worker processes: under TCG
-    # their upgrades take up to ~1.5 s of the 8 s run, with responses on TCP.
-    TCP_MAX_PCT=35 check_net "wrk" "$snap" "$(stats_bytes wrk)" "$(stats_conns wrk)"
+    # their upgrades take up to ~3 s of the 8 s run (the engine threads get
+    # little CPU while 2 vCPUs move responses over TCP at full speed; seen:
+    # every connection switched 3.1 s in), so up to a third may go on TCP.
+    # That every connection ends on RDMA is checked above (statistics).
+    RDMA_MIN_PCT=60 TCP_MAX_PCT=40 check_net "wrk" "$snap" "$(stats_bytes wrk)" "$(stats_conns wrk)"
   else
     step_failed "$snap" wrk
   fi
