@@ -40,9 +40,9 @@ $(CORE): $(CORE_OBJS)
 	ar rcs $@ $^
 
 # The export list is generated from the one interposition table.
-$(BUILD)/exports.map: preload/interpose_table.def tools/gen-exports.sh
+$(BUILD)/exports.map: preload/interpose_table.def preload/alloc_table.def tools/gen-exports.sh
 	@mkdir -p $(BUILD)
-	bash tools/gen-exports.sh $< > $@
+	bash tools/gen-exports.sh preload/interpose_table.def preload/alloc_table.def > $@
 
 $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
 	$(CXX) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \

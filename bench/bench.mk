@@ -9,3 +9,13 @@ XPRESS_LIB ?= $(abspath $(LIB))
 .PHONY: bench-overhead
 bench-overhead: $(if $(filter $(abspath $(LIB)),$(abspath $(XPRESS_LIB))),$(LIB))
 	XPRESS_LIB=$(abspath $(XPRESS_LIB)) bash bench/overhead.sh
+
+# Allocator churn: the hooked allocator against glibc malloc (throughput and
+# RSS, interleaved; see bench/alloc-churn.sh).  Reports only.
+$(BUILD)/bench/alloc-churn: bench/alloc-churn.cc
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -g -pthread $(WARN) -o $@ $<
+
+.PHONY: bench-alloc
+bench-alloc: $(BUILD)/bench/alloc-churn $(if $(filter $(abspath $(LIB)),$(abspath $(XPRESS_LIB))),$(LIB))
+	XPRESS_LIB=$(abspath $(XPRESS_LIB)) bash bench/alloc-churn.sh

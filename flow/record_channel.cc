@@ -55,6 +55,10 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   }
   uint64_t ignored;
   if (send_credit_.reserve(skip + bytes, &ignored) != Status::ok) return Status::no_resource;
+  // A skipped tail gets a zero header in the staging mirror (never sent):
+  // the recovery walk (record_channel_replay.cc) must tell a skip from a
+  // stale record left there by the previous lap.
+  if (skip) memset(link_->send_stage() + pos, 0, sizeof(RecordHeader));
   size_t off = (pos + skip) % ring;
   uint8_t* stage = link_->send_stage() + off;
   RecordHeader h{};

@@ -94,6 +94,24 @@ public:
   const ChannelCounters& counters() const { return counters_; }
   uint64_t send_credit_available() const { return send_credit_.available(); }
 
+  // ---- Recovery (cold path: record_channel_replay.cc, docs/protocol.md §7).
+  // Ring cursor of the next record this end sends (a stream opened now
+  // owns only records at or after it), and of the next record it receives.
+  uint64_t send_cursor() const { return send_credit_.tail(); }
+  uint64_t recv_cursor() const { return recv_cursor_; }
+  // Stop using the link: every later post and poll fails.
+  void fail() { failed_ = true; }
+  bool failed() const { return failed_; }
+  // Every record posted and not yet credited back by the peer, oldest
+  // first, read from the staging mirror: a region is reused only after the
+  // peer's CREDIT covers it, and the peer credits a record only after it
+  // copied it out, so every byte the peer has not received is among them.
+  // visit gets the record's ring cursor, header and payload; it returns
+  // false to stop.  invalid when the staging area does not parse (a bug).
+  using Visitor = bool (*)(void* ctx, uint64_t cursor, const RecordHeader& h,
+                           const uint8_t* payload);
+  Status walk_uncredited(Visitor visit, void* ctx) const;
+
 private:
   Status post(RecordType type, uint32_t stream, uint64_t seq, const void* payload, size_t len,
               bool control);

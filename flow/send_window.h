@@ -46,6 +46,15 @@ public:
     return Status::ok;
   }
 
+  // Give back the last n bytes reserve() handed out (they were never sent:
+  // the post failed), so next() counts only bytes the caller accepted.
+  void unreserve(uint64_t n) {
+    if (n > next_ - acked_) n = next_ - acked_;
+    next_ -= n;
+    if (channel_) channel_->give(n);
+    if (peer_) peer_->give(n);
+  }
+
   // Cumulative ack: everything below seq was delivered to the peer's
   // application.  Old acks are harmless; an ack beyond what was sent is a
   // protocol error (invalid).

@@ -90,6 +90,10 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   p.path("XPRESS_STATS_FILE", cfg->stats_file, sizeof cfg->stats_file);
   cfg->stats_live = p.flag("XPRESS_STATS_LIVE", true);
   cfg->backtrace = p.flag("XPRESS_BACKTRACE", false);
+  cfg->alloc = p.flag("XPRESS_ALLOC", true);
+  cfg->alloc_min_kb =
+      static_cast<uint32_t>(p.number("XPRESS_ALLOC_MIN_KB", 16, 65536, cfg->alloc_min_kb));
+  cfg->alloc_hugetlb = p.flag("XPRESS_ALLOC_HUGETLB", false);
 
   stream::EngineParams& e = cfg->engine;
   e.handshake_timeout_ms = static_cast<uint32_t>(
@@ -103,6 +107,8 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   e.stream_window = p.number("XPRESS_STREAM_WINDOW_KB", 16, 65536, e.stream_window >> 10) << 10;
   e.negative_cache_ms =
       static_cast<uint32_t>(p.number("XPRESS_NEGATIVE_CACHE_MS", 0, 3600000, e.negative_cache_ms));
+  e.keepalive_ms = static_cast<uint32_t>(p.number("XPRESS_KEEPALIVE_MS", 0, 600000, e.keepalive_ms));
+  e.fault_qp_error_at = p.number("XPRESS_FAULT_QP_ERROR_AT", 0, 1ull << 50, 0); // test only
 
   const char* rules = lookup("XPRESS_RULES", lookup_ctx);
   char err[300];

@@ -3,6 +3,7 @@
 // accepted values, and the library then runs as a pure pass-through.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "preload/log.h"
 #include "preload/rules.h"
@@ -20,9 +21,14 @@ struct Config {
   char stats_file[256] = {};            // XPRESS_STATS_FILE ("" = stderr)
   bool stats_live = true;               // XPRESS_STATS_LIVE
   bool backtrace = false;               // XPRESS_BACKTRACE
-  RuleSet rules;                        // XPRESS_RULES
-  stream::EngineParams engine;          // XPRESS_HANDSHAKE_TIMEOUT_MS, XPRESS_SPIN_US, ...
-  bool valid = true;                    // false: some value was rejected (pass-through)
+  // The hooked allocator reads these itself (alloc/heap.cc, before any
+  // constructor); they are parsed here too so a bad value is reported.
+  bool alloc = true;           // XPRESS_ALLOC
+  uint32_t alloc_min_kb = 64;  // XPRESS_ALLOC_MIN_KB
+  bool alloc_hugetlb = false;  // XPRESS_ALLOC_HUGETLB
+  RuleSet rules;               // XPRESS_RULES
+  stream::EngineParams engine; // XPRESS_HANDSHAKE_TIMEOUT_MS, XPRESS_SPIN_US, ...
+  bool valid = true;           // false: some value was rejected (pass-through)
 };
 
 // Reads variables through lookup (getenv in the library, a table in tests).

@@ -11,11 +11,13 @@
 
 #include "preload/config.h"
 #include "preload/log.h"
+#include "stream/resume.h"
 
 namespace xp::stats {
 namespace {
 
-constexpr size_t kBlockBytes = (sizeof(StatsBlock) + 4095) & ~size_t{4095};
+constexpr size_t kBlockBytes = kMemStatsOffset;
+constexpr size_t kFileBytes = kBlockBytes + sizeof(alloc::MemStats);
 std::atomic<bool> g_live{false};
 std::atomic<uint32_t> g_slot_hint{0};
 
@@ -44,8 +46,20 @@ void fill_identity(StatsBlock* b) {
   }
 }
 
-// Replace the block's pages, in place, by a MAP_SHARED mapping of a new file
-// holding the same bytes: every pointer into the block stays valid.
+bool write_all(int fd, const void* data, size_t n, size_t at) {
+  const char* p = static_cast<const char*>(data);
+  size_t off = 0;
+  while (off < n) {
+    long w = ::syscall(SYS_pwrite64, fd, p + off, n - off, at + off);
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Replace the block's pages, and the registered-memory counters' page, in
+// place by MAP_SHARED mappings of a new file holding the same bytes: every
+// pointer into them stays valid.
 bool map_live_file(StatsBlock* b) {
   char path[128];
   live_path(b->pid, path, sizeof path);
@@ -56,16 +70,13 @@ bool map_live_file(StatsBlock* b) {
     return false;
   }
   bool ok = false;
-  const char* p = reinterpret_cast<const char*>(b);
-  size_t off = 0;
-  while (off < kBlockBytes) {
-    long w = ::syscall(SYS_pwrite64, fd, p + off, kBlockBytes - off, off);
-    if (w <= 0) break;
-    off += static_cast<size_t>(w);
-  }
-  if (off == kBlockBytes &&
+  alloc::MemStats* mem = &alloc::mem_stats();
+  if (write_all(fd, b, kBlockBytes, 0) && write_all(fd, mem, sizeof *mem, kBlockBytes) &&
       mmap(b, kBlockBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
     ok = true;
+    // Counts made between the copy and the mapping are lost (as for the block).
+    mmap(mem, sizeof *mem, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+         static_cast<off_t>(kBlockBytes));
   } else {
     ::syscall(SYS_unlink, path);
   }
@@ -108,8 +119,21 @@ void publish_live() {
   if (map_live_file(&block())) g_live.store(true, std::memory_order_release);
 }
 
+// Gives a page mapped from the parent's live file a private copy of itself.
+void make_private(void* page, size_t n) {
+  void* copy = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED) return;
+  memcpy(copy, page, n);
+  mmap(page, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  memcpy(page, copy, n);
+  munmap(copy, n);
+}
+
 void after_fork_child() {
   StatsBlock* b = g_block.load(std::memory_order_acquire);
+  if (b != nullptr && g_live.load(std::memory_order_acquire))
+    make_private(&alloc::mem_stats(), sizeof(alloc::MemStats));
+  alloc::mem_stats_after_fork_child(); // only once the page is the child's own
   if (b == nullptr) return;
   b->pid = raw_pid();
   b->started_unix_ms = unix_ms();
@@ -117,20 +141,12 @@ void after_fork_child() {
   auto* raw = reinterpret_cast<char*>(&b->c);
   if (g_live.load(std::memory_order_acquire)) {
     // Still the parent's shared pages: leave a private copy before changing
-    // anything, then publish the child's own file.
-    void* copy =
-        mmap(nullptr, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (copy == MAP_FAILED) return;
-    memcpy(copy, static_cast<void*>(b), kBlockBytes);
-    mmap(b, kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    memcpy(static_cast<void*>(b), copy, kBlockBytes);
-    munmap(copy, kBlockBytes);
+    // anything; the child publishes its own file.
+    make_private(b, kBlockBytes);
     b->pid = raw_pid();
-    memset(raw, 0, sizeof(Counters));
     g_live.store(false, std::memory_order_release);
-  } else {
-    memset(raw, 0, sizeof(Counters));
   }
+  memset(raw, 0, sizeof(Counters));
   // The child publishes its own file on its first new connection, not now:
   // most fork children exec or _exit at once, and a file made here would
   // outlive them (no destructor runs on _exit).
@@ -211,7 +227,39 @@ const char* role_name(uint8_t r) {
 }
 } // namespace
 
-void dump(FILE* out, const StatsBlock& b, bool json) {
+namespace {
+void dump_mem_json(FILE* out, const alloc::MemStats& m) {
+  fprintf(out,
+          "\"memory\":{\"arena\":{\"committed\":%lu,\"in_use\":%lu,\"registered\":%lu,"
+          "\"allocs\":%lu,\"glibc_fallbacks\":%lu},\"domains\":%lu,\"registrations\":%lu,"
+          "\"registration_failures\":%lu,",
+          get(m.arena_committed_bytes), get(m.arena_in_use_bytes), get(m.arena_registered_bytes),
+          get(m.arena_allocs), get(m.arena_fallbacks), get(m.domains), get(m.registrations),
+          get(m.registration_failures));
+  fprintf(out,
+          "\"registration_cache\":{\"hits\":%lu,\"misses\":%lu,\"invalidations\":%lu,"
+          "\"evictions\":%lu,\"entries\":%lu,\"bytes\":%lu},",
+          get(m.cache_hits), get(m.cache_misses), get(m.cache_invalidations),
+          get(m.cache_evictions), get(m.cache_entries), get(m.cache_bytes));
+  fprintf(out, "\"zero_copy\":{\"tx\":%lu,\"rx\":%lu},\"copied\":{\"tx\":%lu,\"rx\":%lu}},",
+          get(m.tx_zero_copy_bytes), get(m.rx_zero_copy_bytes), get(m.tx_copied_bytes),
+          get(m.rx_copied_bytes));
+}
+
+void dump_mem_text(FILE* out, const alloc::MemStats& m) {
+  fprintf(out, "  %-22s committed %lu, in use %lu, registered %lu (%lu domains, %lu MRs)\n",
+          "arena bytes", get(m.arena_committed_bytes), get(m.arena_in_use_bytes),
+          get(m.arena_registered_bytes), get(m.domains), get(m.registrations));
+  fprintf(out, "  %-22s hits %lu, misses %lu, invalidations %lu, evictions %lu, entries %lu\n",
+          "registration cache", get(m.cache_hits), get(m.cache_misses), get(m.cache_invalidations),
+          get(m.cache_evictions), get(m.cache_entries));
+  fprintf(out, "  %-22s zero-copy %lu/%lu   copied %lu/%lu\n", "rdma bytes tx/rx",
+          get(m.tx_zero_copy_bytes), get(m.rx_zero_copy_bytes), get(m.tx_copied_bytes),
+          get(m.rx_copied_bytes));
+}
+} // namespace
+
+void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem) {
   const Counters& c = b.c;
   Totals t;
   totals(b, &t);
@@ -230,6 +278,14 @@ void dump(FILE* out, const StatsBlock& b, bool json) {
             t.bytes_tx[kRdma], t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp]);
     fprintf(out, "\"messages\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
             t.msgs_tx[kRdma], t.msgs_rx[kRdma], t.msgs_tx[kTcp], t.msgs_rx[kTcp]);
+    fprintf(out, "\"recovery\":{\"resumed\":{");
+    for (int r = 1; r < kResumeCauses; ++r)
+      fprintf(out, "%s\"%s\":%lu", r == 1 ? "" : ",",
+              stream::resume_cause_name(static_cast<stream::ResumeCause>(r)), get(c.resumed[r]));
+    fprintf(out,
+            "},\"failed\":%lu,\"resent_bytes\":%lu,\"recover_us\":%lu,\"recover_us_max\":%lu},",
+            get(c.resume_failed), get(c.resent_bytes), get(c.recover_us), get(c.recover_us_max));
+    if (mem != nullptr) dump_mem_json(out, *mem);
     fprintf(out, "\"open_connections\":[");
     first = true;
     for (const ConnSlot& s : b.slots) {
@@ -266,6 +322,19 @@ void dump(FILE* out, const StatsBlock& b, bool json) {
           t.msgs_rx[kRdma], t.msgs_tx[kTcp], t.msgs_rx[kTcp]);
   fprintf(out, "  %-22s %lu sockets, %lu listeners\n", "tracked", get(c.sockets_tracked),
           get(c.listeners));
+  uint64_t resumed = 0;
+  for (int r = 1; r < kResumeCauses; ++r)
+    resumed += get(c.resumed[r]);
+  if (resumed + get(c.resume_failed) > 0) {
+    fprintf(out, "  %-22s", "resumed on tcp");
+    for (int r = 1; r < kResumeCauses; ++r)
+      if (get(c.resumed[r]))
+        fprintf(out, " %s=%lu", stream::resume_cause_name(static_cast<stream::ResumeCause>(r)),
+                get(c.resumed[r]));
+    fprintf(out, "; failed %lu; re-sent %lu bytes; %lu us recovering (max %lu)\n",
+            get(c.resume_failed), get(c.resent_bytes), get(c.recover_us), get(c.recover_us_max));
+  }
+  if (mem != nullptr) dump_mem_text(out, *mem);
   bool header = false;
   for (const ConnSlot& s : b.slots) {
     if (s.in_use.load(std::memory_order_acquire) == 0) continue;
@@ -301,7 +370,7 @@ void at_exit() {
       FILE* f = fopen(path, "ae");
       if (f) out = f;
     }
-    dump(out, blk, cfg.stats == StatsFormat::json);
+    dump(out, blk, cfg.stats == StatsFormat::json, &alloc::mem_stats());
     if (out != stderr) fclose(out);
   }
   if (b && g_live.load(std::memory_order_acquire) && b->pid == raw_pid()) {

@@ -7,13 +7,18 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "alloc/mem_stats.h"
 #include "common/reasons.h"
 #include "common/switches.h"
 
 namespace xp {
 
 constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
-constexpr uint32_t kStatsVersion = 2;
+// 3: the live file carries the registered-memory page (alloc::MemStats) at
+// kMemStatsOffset, after the block's pages.  4: recovery counters.
+constexpr uint32_t kStatsVersion = 4;
+// stream::ResumeCause::count (stream/resume.h; checked in track.cc).
+constexpr int kResumeCauses = 7;
 
 using Counter = std::atomic<uint64_t>;
 
@@ -27,6 +32,13 @@ struct Counters {
   Counter msgs_tx[static_cast<int>(Mode::count)];
   Counter msgs_rx[static_cast<int>(Mode::count)];
   Counter conn_slots_full; // connections without a live row
+  // Recovery (stream/resume.h): streams that went on over TCP after their
+  // channel failed, by cause; those that could not (reset); bytes sent
+  // again; time from the failure to the stream flowing (sum and max).
+  Counter resumed[kResumeCauses];
+  Counter resume_failed;
+  Counter resent_bytes;
+  Counter recover_us, recover_us_max;
 };
 
 // One row per open connection (for xpress-stat, like smcss).  The data
@@ -58,6 +70,7 @@ struct StatsBlock {
 };
 
 namespace stats {
+constexpr size_t kMemStatsOffset = (sizeof(StatsBlock) + 4095) & ~size_t{4095};
 StatsBlock& block();
 extern std::atomic<StatsBlock*> g_block;
 inline Counters& c() {
@@ -83,8 +96,9 @@ struct Totals {
 };
 void totals(const StatsBlock& b, Totals* t);
 
-// Writes the human table (json=false) or one JSON object to out.
-void dump(FILE* out, const StatsBlock& b, bool json);
+// Writes the human table (json=false) or one JSON object to out; the
+// registered-memory counters too when mem is given.
+void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem = nullptr);
 // Path of a process's live file.
 void live_path(int pid, char* out, size_t n);
 } // namespace stats

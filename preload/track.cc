@@ -87,6 +87,21 @@ void on_mode(int fd, stream::ReadySource* now) {
   if (g_readiness_hook) g_readiness_hook(fd, now);
 }
 
+// A stream resumed on TCP after its channel failed (or could not).
+void on_resume(const stream::ResumeEvent& e) {
+  static_assert(kResumeCauses == static_cast<int>(stream::ResumeCause::count));
+  Counters& c = stats::c();
+  if (e.ok)
+    c.resumed[static_cast<int>(e.cause)].fetch_add(1, std::memory_order_relaxed);
+  else
+    c.resume_failed.fetch_add(1, std::memory_order_relaxed);
+  c.resent_bytes.fetch_add(e.resent_bytes, std::memory_order_relaxed);
+  c.recover_us.fetch_add(e.recover_us, std::memory_order_relaxed);
+  uint64_t m = c.recover_us_max.load(std::memory_order_relaxed);
+  while (e.recover_us > m && !c.recover_us_max.compare_exchange_weak(m, e.recover_us)) {
+  }
+}
+
 void stream_log(int level, const char* fmt, va_list ap) {
   log::vwrite(static_cast<LogLevel>(level), fmt, ap);
 }
@@ -97,6 +112,7 @@ void engine_config_once() {
   logsink::install(stream_log, static_cast<int>(config().log_level));
   stream::engine::configure(config().engine);
   stream::engine::set_outcome_hook(on_outcome);
+  stream::set_resume_hook(on_resume);
   stream::set_mode_hook(on_mode);
 }
 

@@ -359,6 +359,11 @@ bool UpgradeSession::pop_output(Message* out) {
   return true;
 }
 
+void UpgradeSession::session_key(uint8_t out[kNonceBytes]) const {
+  for (size_t i = 0; i < kNonceBytes; ++i)
+    out[i] = static_cast<uint8_t>(nonce_c().b[i] ^ nonce_s().b[i]);
+}
+
 uint64_t UpgradeSession::rx_tcp_remaining() const {
   if (!rx_switched_) return UINT64_MAX;
   const uint64_t got = count_[rx_dir()];

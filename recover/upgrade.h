@@ -107,6 +107,10 @@ public:
   // Failed after a direction already switched: that direction must be
   // resumed on TCP by recovery (recover/resume.h) rather than just continue.
   bool needs_resume() const { return state_ == State::failed && (tx_switched_ || rx_switched_); }
+  // Recovery (recover/resume_wire.h): the key that authenticates RESUME
+  // frames (nonce_c XOR nonce_s) and this end's sending direction.
+  void session_key(uint8_t out[kNonceBytes]) const;
+  Dir tx_direction() const { return static_cast<Dir>(tx_dir()); }
   uint64_t tcp_sent() const { return count_[tx_dir()]; }
   uint64_t tcp_received() const { return count_[rx_dir()]; }
 

@@ -46,6 +46,18 @@ public:
     return n;
   }
 
+  // Zero-copy access for the recovery path (stream/resume.cc): the bytes
+  // at the head as one contiguous span, and dropping them once used.
+  size_t front(const uint8_t** p) const {
+    size_t n = size();
+    *p = buf_;
+    if (n == 0) return 0;
+    size_t pos = head_ % cap_;
+    *p = buf_ + pos;
+    return n < cap_ - pos ? n : cap_ - pos;
+  }
+  void consume(size_t n) { head_ += n <= size() ? n : size(); }
+
 private:
   uint8_t* buf_ = nullptr;
   size_t cap_;

@@ -46,6 +46,11 @@ struct Channel {
   uint64_t idle_since_ms = 0;  // client side: no streams since then (torn down when idle)
   uint64_t dying_since_ms = 0; // unlinked; freed after a grace period
   bool fail_logged = false;
+  // Recovery (stream/resume.h): why the channel failed (ResumeCause, set
+  // once), and the keepalive (engine_control.cc): when we last sent one,
+  // and when the receive cursor last moved.
+  std::atomic<uint8_t> fail_cause{0};
+  uint64_t ka_sent_ms = 0, ka_heard_ms = 0, ka_cursor = 0;
 };
 
 } // namespace xp::stream

@@ -18,6 +18,7 @@
 #include "recover/upgrade.h"
 #include "stream/mux.h"
 #include "stream/ready_source.h"
+#include "stream/resume.h"
 
 namespace xp::stream {
 
@@ -29,6 +30,9 @@ enum class Phase : uint8_t { upgrading, rdma, tcp };
 class Conn final : public ReadySource {
 public:
   Conn(int fd, const recover::SessionParams& p) : fd(fd), sess(p), role(p.role), tuple(p.tuple) {}
+  ~Conn() {
+    if (rs) resume::release(rs);
+  }
 
   // The kernel socket's fd.  It changes only when the program closes this
   // number while a dup of it stays open (the dup becomes the name we use).
@@ -63,6 +67,10 @@ public:
   std::atomic<bool> closed{false};  // the application closed the fd
   std::atomic<bool> dead{false};    // the stream failed (reset, channel lost)
   std::atomic<bool> rd_shut{false}; // shutdown(SHUT_RD): reads return end of stream
+  // The channel failed and the stream continues on TCP (stream/resume.h):
+  // data calls go to resume::, rs holds the state (under mu).
+  std::atomic<bool> resumed{false};
+  Resume* rs = nullptr;
   bool tx_shut = false;             // shutdown(SHUT_WR) while our direction was on TCP
   bool epipe_reported = false;      // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the
@@ -119,6 +127,7 @@ public:
   bool parked_once = false; // client: waited for another connection's channel set-up  // client: an
                             // ATTACH was NAKed; use rdma_cm
   bool redirected = false;
+  bool switch_acked = false; // the peer's verified SWITCH was acknowledged (engine_control.cc)
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?)
   uint64_t retry_at_ms =
       0; // client: try rdma_cm again then      // client: followed a redirect already

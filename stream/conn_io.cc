@@ -274,6 +274,7 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
 ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   Channel* ch = c->ch;
   if (ch == nullptr) {
+    if (c->resumed.load(std::memory_order_acquire)) return -2; // on TCP now
     errno = ECONNRESET;
     return -1;
   }
@@ -285,6 +286,7 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
     std::lock_guard<std::mutex> l(ch->mu);
     Stream* s = c->st;
     if (s == nullptr) {
+      if (c->resumed.load(std::memory_order_acquire)) return -2;
       errno = ECONNRESET;
       return -1;
     }
@@ -305,7 +307,11 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
   changed.wake();
   if (got > 0) return static_cast<ssize_t>(got);
-  if (st == Status::ok) return 0;                               // end of stream
+  if (st == Status::ok) return 0; // end of stream
+  if (ch->failed.load() && !c->dead.load()) {
+    engine::channel_failed(ch); // the stream resumes on TCP (stream/resume.h)
+    if (c->resumed.load(std::memory_order_acquire)) return -2;
+  }
   if (st == Status::closed || ch->failed.load()) return kReset; // after the bytes before it
   errno = EAGAIN;
   return -1;
@@ -341,6 +347,7 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
 ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
   Channel* ch = c->ch;
   if (ch == nullptr) {
+    if (c->resumed.load(std::memory_order_acquire)) return -2; // on TCP now
     errno = ECONNRESET;
     return -1;
   }
@@ -351,6 +358,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
     std::lock_guard<std::mutex> l(ch->mu);
     Stream* s = c->st;
     if (s == nullptr) {
+      if (c->resumed.load(std::memory_order_acquire)) return -2;
       errno = ECONNRESET;
       return -1;
     }
@@ -377,6 +385,10 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
     errno = EPIPE; // after shutdown(SHUT_WR)
     return -1;
   }
+  if ((st == Status::io_error || ch->failed.load()) && !c->dead.load()) {
+    engine::channel_failed(ch); // the stream resumes on TCP (stream/resume.h)
+    if (c->resumed.load(std::memory_order_acquire)) return -2;
+  }
   if (st == Status::closed || st == Status::io_error || ch->failed.load()) {
     errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
     return -1;
@@ -389,6 +401,16 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
 
 void fd_options_changed() {
   g_opts_gen.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool conn_nonblocking(Conn* c) {
+  return nonblocking(c);
+}
+int64_t conn_timeout_ms(Conn* c, int opt) {
+  return timeout_ms(c, opt);
+}
+bool signals_restart() {
+  return restartable();
 }
 
 ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
@@ -423,6 +445,8 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     if (c->rd_shut.load()) return static_cast<ssize_t>(got);
+    if (c->resumed.load(std::memory_order_acquire)) // RDMA failed: on TCP (stream/resume.h)
+      return resume::recv(c, iov, iovcnt, flags, got);
     ssize_t r;
     bool on_tcp = !c->rx_rdma.load(std::memory_order_acquire);
     if (c->dead.load(std::memory_order_acquire)) {
@@ -498,6 +522,8 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       errno = EBADF;
       return -1;
     }
+    if (c->resumed.load(std::memory_order_acquire)) // RDMA failed: on TCP (stream/resume.h)
+      return resume::send(c, iov, iovcnt, flags, sent);
     if (c->dead.load(std::memory_order_acquire) ||
         (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
       if (sent > 0) return static_cast<ssize_t>(sent);
@@ -548,6 +574,7 @@ int shutdown(Conn* c, int how, bool* kernel) {
     *kernel = true;
     return 0;
   }
+  if (c->resumed.load()) return resume::shutdown(c, how);
   if (how != SHUT_RD) {
     if (c->tx_rdma.load()) {
       if (Channel* ch = c->ch) {
@@ -576,6 +603,7 @@ int shutdown(Conn* c, int how, bool* kernel) {
 
 int readable_bytes(Conn* c, int* out, bool* kernel) {
   *kernel = false;
+  if (c->resumed.load(std::memory_order_acquire)) return resume::readable_bytes(c, out);
   if (c->phase.load() == Phase::tcp || !c->rx_rdma.load()) {
     *kernel = true; // TCP bytes below S (the kernel's count is at most that)
     return 0;

@@ -22,4 +22,12 @@ int readable_bytes(Conn* c, int* out, bool* kernel);
 // them the blocking calls use are stale.  One atomic increment.
 void fd_options_changed();
 
+// For the data calls of resumed connections (stream/resume_io.cc): the
+// file's O_NONBLOCK and SO_RCVTIMEO/SO_SNDTIMEO (ms, -1: none) as cached
+// here, and whether a signal restarts a socket call (every handler has
+// SA_RESTART).
+bool conn_nonblocking(Conn* c);
+int64_t conn_timeout_ms(Conn* c, int opt);
+bool signals_restart();
+
 } // namespace xp::stream::io

@@ -18,6 +18,7 @@
 
 #include "common/fd_place.h"
 #include "stream/engine_internal.h"
+#include "stream/fault.h"
 #include "stream/ready_source.h"
 #include "stream/wake.h"
 #include "verbs/device.h"
@@ -113,6 +114,12 @@ void on_tcp_event(Conn* c, uint32_t events) {
   // from new data).
   uint32_t nb = events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI);
   c->tcp_bits.fetch_or(nb, std::memory_order_acq_rel);
+  if (c->resumed.load(std::memory_order_acquire)) { // stream/resume.cc moves the bytes
+    std::lock_guard<std::mutex> l(c->mu);
+    if (!c->closed.load()) resume::pump(c);
+    return;
+  }
+  if ((nb & EPOLLIN) && c->rx_rdma.load() && tcp_after_switch(c)) return;
   bool new_data = false;
   if ((nb & EPOLLIN) && !c->rx_rdma.load()) {
     linux_tcp_info ti{};
@@ -163,7 +170,11 @@ int wait_ms() {
   if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
   for (Conn* c : s.conns)
     if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading) return kTickMs;
-  if (!s.channels.empty() || !s.dying.empty() || !s.conns.empty()) return 1000;
+  if (!s.channels.empty() || !s.dying.empty() || !s.conns.empty()) {
+    // Keepalives every third of their timeout (engine_control.cc).
+    uint32_t ka = s.p.keepalive_ms / 3;
+    return ka > 0 && ka < 1000 && !s.channels.empty() ? static_cast<int>(ka) : 1000;
+  }
   return -1;
 }
 
@@ -289,6 +300,7 @@ using namespace engine;
 
 void engine::configure(const EngineParams& p) {
   g_state.p = p;
+  fault::arm_qp_error(p.fault_qp_error_at);
 }
 
 const EngineParams& engine::params() {
@@ -357,6 +369,7 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
 }
 
 void engine::on_close(Conn* c) {
+  resume::before_close(c); // bytes the program wrote reach the kernel first
   State& s = g_state;
   std::lock_guard<std::mutex> l(s.mu);
   {
@@ -496,6 +509,7 @@ void Conn::unref() {
 }
 
 uint32_t Conn::ready_events() const {
+  if (resumed.load(std::memory_order_acquire)) return resume::ready_events(this);
   const bool rx = rx_rdma.load(std::memory_order_acquire);
   const bool tx = tx_rdma.load(std::memory_order_acquire);
   uint32_t out = 0;

@@ -189,16 +189,25 @@ void advance(Conn* c) {
   if (g().forking.load(std::memory_order_acquire)) return; // after_fork_parent decides
   bool changed = false;
   if (!c->tx_rdma.load() && !c->tx_shut && c->sess.try_switch_tx() == Status::ok) {
-    flush(c); // the SWITCH goes before any data over RDMA
     {
+      // The window starts at S before the SWITCH leaves: the peer's
+      // acknowledgement of it (Stream::ack_switch) may come back at once.
       std::lock_guard<std::mutex> chl(c->ch->mu);
       c->st->set_tx_start(c->sess.tx_offset());
       refresh(c);
     }
+    flush(c); // the SWITCH goes before any data over RDMA
     c->tx_rdma.store(true, std::memory_order_release);
     XP_SLOG(XP_SLOG_DEBUG, "fd %d: sending over RDMA from byte %llu (stream %u)", c->sock(),
             static_cast<unsigned long long>(c->sess.tx_offset()), c->sid);
     changed = true;
+  }
+  if (!c->switch_acked && c->sess.rx_mode() == Mode::rdma) {
+    // The peer's SWITCH verified: tell it at once, so that after a failure
+    // it knows we expect frames after its S (docs/protocol.md §7).
+    c->switch_acked = true;
+    std::lock_guard<std::mutex> chl(c->ch->mu);
+    c->st->ack_switch();
   }
   if (!c->rx_rdma.load() && c->sess.rx_mode() == Mode::rdma && c->sess.rx_tcp_remaining() == 0) {
     {
@@ -206,6 +215,12 @@ void advance(Conn* c) {
       refresh(c);
     }
     c->rx_rdma.store(true, std::memory_order_release);
+    if (resume::peer_frames_waiting(c->sock())) {
+      // The peer resumed on TCP while we still read its bytes below S.
+      mark_failed(c->ch, ResumeCause::peer_resumed);
+      resume::start(c, static_cast<ResumeCause>(c->ch->fail_cause.load()));
+      return;
+    }
     XP_SLOG(XP_SLOG_DEBUG, "fd %d: receiving over RDMA from byte %llu (stream %u)", c->sock(),
             static_cast<unsigned long long>(c->sess.rx_offset()), c->sid);
     changed = true;
@@ -223,6 +238,7 @@ void advance(Conn* c) {
 }
 
 void fail(Conn* c, Reason why) {
+  if (c->resumed.load()) return; // on TCP already
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s (tx %s, rx %s)", c->sock(), reason_name(why),
           c->tx_rdma.load() ? "rdma" : "tcp", c->rx_rdma.load() ? "rdma" : "tcp");
   if (c->sess.state() != recover::State::failed) {
@@ -232,9 +248,15 @@ void fail(Conn* c, Reason why) {
       if (c->ch) send_msg(c->ch, m);
   }
   if (c->tx_rdma.load() || c->rx_rdma.load() || c->sess.needs_resume()) {
-    // Bytes already moved over RDMA: the stream cannot simply continue on
-    // TCP (that is recovery's job); report a reset, as the kernel would
-    // for a broken connection.
+    // Bytes may have moved over RDMA: the stream resumes on its TCP
+    // connection (docs/protocol.md §7).  A channel is failed as a whole
+    // (both ends then agree on every stream's state); its other streams
+    // resume when it is next polled.
+    if (Channel* ch = c->ch) {
+      mark_failed(ch, ResumeCause::local);
+      resume::start(c, static_cast<ResumeCause>(ch->fail_cause.load()));
+      return;
+    }
     if (!c->dead.exchange(true)) c->err_pending.store(true);
     c->gen.fetch_add(1);
     wake::notify();
@@ -282,6 +304,8 @@ bool refresh(Conn* c) {
 
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload) {
   auto* ch = static_cast<Channel*>(ctx);
+  // Keepalives only move the receive cursor (keepalive() watches it).
+  if (h.type == static_cast<uint8_t>(RecordType::keepalive)) return Status::ok;
   // The peer's data follows its SWITCH on the channel: accept it from S on
   // at once; it is delivered only once the switch is verified and the TCP
   // bytes below S were read (Conn::rx_rdma).
@@ -316,8 +340,17 @@ void Changes::wake() {
     wake::notify(list[i]);
 }
 
+void mark_failed(Channel* ch, ResumeCause why) {
+  uint8_t none = 0;
+  ch->fail_cause.compare_exchange_strong(none, static_cast<uint8_t>(why));
+  ch->failed.store(true);
+}
+
 void progress_locked(Channel* ch, Conn* except, Changes* out) {
-  if (ch->mux->progress() != Status::ok) ch->failed.store(true);
+  Status st = ch->mux->progress();
+  if (st != Status::ok)
+    mark_failed(ch, st == Status::invalid ? ResumeCause::protocol_error
+                                          : ResumeCause::completion_error);
   for (Conn* o : ch->conns)
     if (o != except && refresh(o)) out->add(o);
 }
@@ -333,15 +366,16 @@ void progress(Channel* ch) {
   changed.wake();
 }
 
-void channel_failed(Channel* ch) {
-  if (!ch->failed.exchange(true) || !ch->fail_logged) {
-    ch->fail_logged = true;
-    XP_SLOG(XP_SLOG_WARN, "RDMA channel failed (%zu streams): %s", ch->conns.size(),
-            ch->mux ? "protocol error or completion error" : "?");
-  }
+void channel_failed(Channel* ch, ResumeCause why) {
+  mark_failed(ch, why);
   std::vector<Conn*> cs;
   {
     std::lock_guard<std::mutex> l(ch->mu);
+    if (!ch->fail_logged) {
+      ch->fail_logged = true;
+      XP_SLOG(XP_SLOG_WARN, "RDMA channel failed (%s): its %zu stream(s) resume on TCP",
+              resume_cause_name(static_cast<ResumeCause>(ch->fail_cause.load())), ch->conns.size());
+    }
     for (Conn* c : ch->conns) {
       c->ref();
       cs.push_back(c);
@@ -383,7 +417,9 @@ void tick_conns(uint64_t now) {
   for (Conn* c : cs) {
     {
       std::lock_guard<std::mutex> l(c->mu);
-      if (!c->closed.load()) {
+      if (c->resumed.load()) {
+        if (!c->closed.load()) resume::tick(c, now);
+      } else if (!c->closed.load()) {
         if (c->phase.load() == Phase::upgrading) {
           c->sess.tick(now);
           if (c->sess.state() == recover::State::failed) {
@@ -429,8 +465,64 @@ void tick_conns(uint64_t now) {
     std::lock_guard<std::mutex> gl(g().mu);
     chs = g().channels;
   }
-  for (Channel* ch : chs)
-    if (!ch->failed.load()) progress(ch);
+  for (Channel* ch : chs) {
+    if (!ch->failed.load()) {
+      progress(ch);
+    } else {
+      bool streams;
+      {
+        std::lock_guard<std::mutex> l(ch->mu);
+        streams = !ch->conns.empty();
+      }
+      if (streams) channel_failed(ch); // failed by one stream: the others follow
+    }
+  }
+  keepalive(now);
+}
+
+bool tcp_after_switch(Conn* c) {
+  if (!resume::peer_frames_waiting(c->sock())) return false;
+  Channel* ch;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    ch = c->ch; // a channel with c on it is not reaped meanwhile
+  }
+  if (ch) channel_failed(ch, ResumeCause::peer_resumed);
+  return true;
+}
+
+void keepalive(uint64_t now) {
+  const uint32_t ka = g().p.keepalive_ms;
+  if (ka == 0) return;
+  std::vector<Channel*> chs;
+  {
+    std::lock_guard<std::mutex> gl(g().mu);
+    chs = g().channels;
+  }
+  for (Channel* ch : chs) {
+    if (ch->failed.load()) continue;
+    bool expired = false;
+    {
+      std::lock_guard<std::mutex> l(ch->mu);
+      if (ch->conns.empty()) { // idle channels cost nothing
+        ch->ka_heard_ms = 0;
+        continue;
+      }
+      uint64_t cur = ch->mux->channel().recv_cursor();
+      if (ch->ka_heard_ms == 0 || cur != ch->ka_cursor) {
+        ch->ka_heard_ms = now;
+        ch->ka_cursor = cur;
+      }
+      if (now - ch->ka_sent_ms >= ka / 3 &&
+          ch->mux->channel().send_control(RecordType::keepalive, UINT32_MAX, 0) == Status::ok)
+        ch->ka_sent_ms = now;
+      expired = now - ch->ka_heard_ms > ka;
+    }
+    if (expired) {
+      XP_SLOG(XP_SLOG_INFO, "RDMA channel: nothing heard for %u ms", ka);
+      channel_failed(ch, ResumeCause::keepalive_timeout);
+    }
+  }
 }
 
 } // namespace xp::stream::engine

@@ -139,7 +139,17 @@ struct Changes {
 // other than `except`, recording which changed.
 void progress_locked(Channel* ch, Conn* except, Changes* out);
 void drain_inbox(Channel* ch); // no lock held
-void channel_failed(Channel* ch);
+// The channel is lost: every stream on it resumes on TCP (stream/resume.h).
+// No lock held.  `why` is recorded unless a cause was already.
+void channel_failed(Channel* ch, ResumeCause why = ResumeCause::completion_error);
+// Record why a channel failed (first cause wins) and mark it failed.
+void mark_failed(Channel* ch, ResumeCause why);
+// Keepalives and their timeout (engine tick, no lock held).
+void keepalive(uint64_t now);
+// c's TCP socket became readable after every raw byte below the peer's S
+// was read: when a frame waits there the peer resumed on TCP (its side of
+// the channel failed), and c's channel is failed too.  true then.  No lock.
+bool tcp_after_switch(Conn* c);
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);
 void tick_conns(uint64_t now);
 void retry_attaches(uint64_t now); // g().mu held

@@ -18,6 +18,13 @@ struct EngineParams {
   size_t stream_window = 256u << 10;  // XPRESS_STREAM_WINDOW_KB
   uint32_t negative_cache_ms = 10000; // XPRESS_NEGATIVE_CACHE_MS
   uint32_t hangup_grace_ms = 1000;    // a TCP hang-up without an RDMA FIN: reset after this
+  // XPRESS_KEEPALIVE_MS: a channel with streams on which nothing arrived for
+  // this long is failed (its streams resume on TCP); each end sends a
+  // KEEPALIVE every third of it.  0: no keepalive.
+  uint32_t keepalive_ms = 3000;
+  // XPRESS_FAULT_QP_ERROR_AT (test only): force the queue pair into the
+  // error state once this process sent that many stream bytes; 0: off.
+  uint64_t fault_qp_error_at = 0;
 };
 
 } // namespace xp::stream

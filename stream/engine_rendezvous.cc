@@ -475,10 +475,15 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::disconnected: {
     for (Channel* ch : g().channels) {
       if (ch->link == ev.link) {
-        channel_failed(ch); // its connections go; reap_channels frees it
+        channel_failed(ch, ResumeCause::disconnected); // its streams resume on TCP; reaped
         return;
       }
     }
+    // A channel already torn down (failed and emptied, e.g. its streams
+    // resumed on TCP) is destroyed when its grace period ends; its user
+    // pointer is long gone.
+    for (Channel* ch : g().dying)
+      if (ch->link == ev.link) return;
     g().cm->destroy(ev.link); // never established here
     if (u && (u->kind == CmUser::Kind::server || u->kind == CmUser::Kind::client)) {
       u->conn->unref();

@@ -3,6 +3,7 @@
 #include "common/logsink.h"
 
 #include "recover/upgrade_wire.h"
+#include "stream/fault.h"
 
 #include <new>
 #include <sys/mman.h>
@@ -53,11 +54,15 @@ Status Stream::write(const void* buf, size_t len, size_t* done) {
     uint64_t seq = window_.next() - allowed;
     Status st = mux_->channel_.send(id_, seq, p + *done, allowed);
     if (st != Status::ok) {
-      // can_send() said yes, so only a failed link gets here.
+      // can_send() said yes, so only a failed link gets here.  The bytes
+      // were not accepted: recovery must not re-send them.
+      window_.unreserve(allowed);
       mux_->failed_ = true;
-      return Status::io_error;
+      return *done > 0 ? Status::ok : Status::io_error;
     }
     *done += allowed;
+    if (__builtin_expect(fault::g_armed.load(std::memory_order_relaxed), false))
+      fault::on_sent(mux_->link_, allowed);
   }
   return *done > 0 || len == 0 ? Status::ok : Status::no_resource;
 }
@@ -92,6 +97,11 @@ Status Stream::set_rx_start(uint64_t s) {
   rx_next_ = delivered_ = acked_sent_ = s;
   rx_start_set_ = true;
   return Status::ok;
+}
+
+void Stream::ack_switch() {
+  ack_pending_ = true;
+  maybe_ack();
 }
 
 void Stream::reset() {
@@ -133,6 +143,8 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
     rx_next_ += h.len;
     return Status::ok;
   case RecordType::ack:
+    // The peer acknowledges only after it verified our SWITCH (ack_switch).
+    peer_rx_started_ = true;
     return window_.on_ack(h.seq);
   case RecordType::fin:
     if (h.seq != rx_next_ || fin_received_) return Status::invalid;
@@ -147,7 +159,7 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
 }
 
 Mux::Mux(verbs::Link* link, const MuxParams& p)
-    : channel_(link), params_(p), budget_(p.channel_window) {
+    : channel_(link), link_(link), params_(p), budget_(p.channel_window) {
   void* mem = mmap(nullptr, sizeof(Stream*) * p.max_streams, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
@@ -173,6 +185,7 @@ Stream* Mux::open(uint32_t id, uint64_t tx_start, uint64_t rx_start) {
     delete s;
     return nullptr;
   }
+  s->open_cursor_ = channel_.send_cursor();
   streams_[id] = s;
   return s;
 }

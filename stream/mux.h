@@ -70,6 +70,15 @@ public:
   uint64_t send_next() const { return window_.next(); }
   uint64_t send_acked() const { return window_.acked(); }
   uint64_t delivered() const { return delivered_; }
+  // Recovery (docs/protocol.md §7): the peer acknowledged something on this
+  // stream, so it verified our SWITCH (it knows where our TCP bytes end);
+  // the ring cursor of this stream's first record (older records with its
+  // id belong to an earlier stream).
+  bool peer_knows_tx_start() const { return peer_rx_started_; }
+  uint64_t open_cursor() const { return open_cursor_; }
+  // Our receiving direction's SWITCH verified: acknowledge at once (the
+  // sender learns we know its S; see peer_knows_tx_start()).
+  void ack_switch();
 
 private:
   friend class Mux;
@@ -88,6 +97,8 @@ private:
   uint64_t acked_sent_; // last cumulative ack sent
   bool fin_sent_ = false, fin_received_ = false, reset_ = false, ack_pending_ = false;
   bool tx_start_set_ = false, rx_start_set_ = false;
+  uint64_t open_cursor_ = 0;
+  bool peer_rx_started_ = false;
 };
 
 class Mux {
@@ -116,11 +127,19 @@ public:
     control_ctx_ = ctx;
   }
   Stream* find(uint32_t id) const { return id < params_.max_streams ? streams_[id] : nullptr; }
+  // Recovery: stop using the channel (no record is processed or sent any
+  // more; the streams' state is frozen for the resume).
+  void fail() {
+    failed_ = true;
+    channel_.fail();
+  }
+  bool failed() const { return failed_; }
   const MuxCounters& counters() const { return counters_; }
 
 private:
   friend class Stream;
   flow::RecordChannel channel_;
+  verbs::Link* link_; // for the test-only fault injection (stream/fault.h)
   MuxParams params_;
   flow::WindowBudget budget_;
   Stream** streams_ = nullptr; // indexed by id, sized max_streams at set-up

@@ -28,16 +28,18 @@ void usage() {
                   "  PID:    that process's counters, fallback reasons and open connections\n");
 }
 
-// Reads a consistent-enough snapshot (counters are independent; no lock).
-bool load(int pid, StatsBlock* out) {
+// Reads a consistent-enough snapshot (counters are independent; no lock):
+// the block, then the registered-memory counters after its pages.
+bool load(int pid, StatsBlock* out, alloc::MemStats* mem) {
   char path[128];
   stats::live_path(pid, path, sizeof path);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   ssize_t n = read(fd, static_cast<void*>(out), sizeof *out);
+  ssize_t m = pread(fd, static_cast<void*>(mem), sizeof *mem, stats::kMemStatsOffset);
   close(fd);
-  return n == static_cast<ssize_t>(sizeof *out) && memcmp(out->magic, kStatsMagic, 8) == 0 &&
-         out->version == kStatsVersion;
+  return n == static_cast<ssize_t>(sizeof *out) && m == static_cast<ssize_t>(sizeof *mem) &&
+         memcmp(out->magic, kStatsMagic, 8) == 0 && out->version == kStatsVersion;
 }
 
 bool alive(int pid) {
@@ -51,6 +53,7 @@ int list_all(bool json) {
     return 1;
   }
   auto b = std::make_unique<StatsBlock>();
+  auto mem = std::make_unique<alloc::MemStats>();
   if (!json)
     printf("%7s %-16s %8s %8s %14s %14s  %s\n", "pid", "program", "rdma", "tcp", "rdma_bytes",
            "tcp_bytes", "tcp reasons");
@@ -66,7 +69,7 @@ int list_all(bool json) {
       unlink(path); // left behind by a process that was killed
       continue;
     }
-    if (!load(pid, b.get())) continue;
+    if (!load(pid, b.get(), mem.get())) continue;
     const Counters& c = b->c;
     stats::Totals t;
     stats::totals(*b, &t);
@@ -74,7 +77,7 @@ int list_all(bool json) {
     if (json) {
       printf("%s", first ? "" : ",");
       fflush(stdout);
-      stats::dump(stdout, *b, true);
+      stats::dump(stdout, *b, true, mem.get());
     } else {
       char reasons[256] = "";
       size_t off = 0;
@@ -118,18 +121,19 @@ int main(int argc, char** argv) {
     }
   }
   auto b = std::make_unique<StatsBlock>();
+  auto mem = std::make_unique<alloc::MemStats>();
   while (true) {
     if (pid == 0) {
       int rc = list_all(json);
       if (rc) return rc;
-    } else if (!load(pid, b.get())) {
+    } else if (!load(pid, b.get(), mem.get())) {
       fprintf(stderr,
               "xpress-stat: no live statistics for pid %d (not running under xpress, "
               "XPRESS_STATS_LIVE=0, or no TCP socket yet)\n",
               pid);
       return 1;
     } else {
-      stats::dump(stdout, *b, json);
+      stats::dump(stdout, *b, json, mem.get());
     }
     if (watch == 0) return 0;
     fflush(stdout);

@@ -48,6 +48,12 @@ public:
   // Non-blocking: true when an event was taken (the caller then re-arms);
   // false when another thread took it first.
   virtual bool ack_event() = 0;
+  // The protection domain's slot for registered memory (alloc/domain.h:
+  // lookup_local, reg_cache::get), or alloc::kNoDomain (-1): no zero copy.
+  virtual int mem_domain() const { return -1; }
+  // Test only (XPRESS_FAULT_QP_ERROR_AT, verbs/rc_link_fault.cc): move the
+  // connection into the error state, as a failed link would.
+  virtual Status force_error() { return Status::unsupported; }
 };
 
 } // namespace xp::verbs

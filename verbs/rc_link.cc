@@ -29,6 +29,7 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   id->verbs->cmd_fd = place_high(id->verbs->cmd_fd);
   id->verbs->async_fd = place_high(id->verbs->async_fd);
   pd_ = ibv_alloc_pd(id->verbs);
+  if (pd_) mem_.attach(pd_);
   comp_ = pd_ ? ibv_create_comp_channel(id->verbs) : nullptr;
   if (comp_) {
     comp_->fd = place_high(comp_->fd);
@@ -150,6 +151,7 @@ RcLink::~RcLink() {
   if (ring_mr_) ibv_dereg_mr(ring_mr_);
   if (cq_) ibv_destroy_cq(cq_);
   if (comp_) ibv_destroy_comp_channel(comp_);
+  mem_.detach(); // the PD's registrations must go first
   if (pd_) ibv_dealloc_pd(pd_);
   if (stage_) munmap(stage_, peer_size_);
   if (ring_) munmap(ring_, ring_size_);

@@ -9,6 +9,7 @@
 #include <rdma/rdma_cma.h>
 #include <sys/mman.h>
 
+#include "verbs/mem_domain.h"
 #include "verbs/rc_link.h"
 
 namespace xp::verbs::detail {
@@ -73,6 +74,8 @@ public:
   Status arm() override { return ibv_req_notify_cq(cq_, 0) == 0 ? Status::ok : Status::io_error; }
   int wait_fd() const override { return comp_ ? comp_->fd : -1; }
   bool ack_event() override;
+  int mem_domain() const override { return mem_.slot(); }
+  Status force_error() override; // rc_link_fault.cc
 
   rdma_cm_id* id_ = nullptr;
   rdma_event_channel* ec_ = nullptr; // owned by clients only
@@ -81,6 +84,7 @@ public:
 
 private:
   ibv_pd* pd_ = nullptr;
+  PdMemory mem_; // the arenas (and cached user buffers) registered with pd_
   ibv_comp_channel* comp_ = nullptr;
   ibv_cq* cq_ = nullptr;
   uint8_t* ring_ = nullptr;

@@ -39,7 +39,7 @@ MODE_TIMEOUT=${MODE_TIMEOUT:-75}
 read -r -a MODES <<<"${PROGRAMS_MODES:-plain xpress xpress-allow}"
 mapfile -t MODES < <(printf '%s\n' plain "${MODES[@]}" | awk 'NF && !seen[$0]++')
 
-ALL_CASES=(iperf3 sockperf redis nginx python-http memcached)
+ALL_CASES=(iperf3 sockperf redis nginx python-http memcached alloc)
 
 # ------------------------------------------------------------ worker side
 # run.sh __prepare CASE | run.sh __mode CASE MODE  (internal)

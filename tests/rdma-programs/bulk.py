@@ -3,6 +3,8 @@
 
   bulk.py recv --bind ADDR --port PORT [--ready FILE]
       accept one connection, read to EOF, print "bytes N sha256 HEX"
+      (--progress FILE: "unix-time seconds bytes" lines every 0.1 s;
+      --count N: N connections one after the other, a line each)
   bulk.py send --host ADDR --port PORT --bytes N
       send N bytes of pseudo-random data, shut down the write side, wait for
       the receiver to close, print "bytes N sha256 HEX"
@@ -18,6 +20,7 @@ import os
 import socket
 import struct
 import sys
+import time
 
 PIECE = 64 * 1024
 BLOCK = 16 * PIECE
@@ -40,20 +43,34 @@ def recv(args):
         with open(args.ready, "w") as f:
             f.write("listening\n")
     ls.settimeout(args.timeout)
-    c, _ = ls.accept()
+    for _ in range(args.count):
+        c, _ = ls.accept()
+        receive(c, args)
+    ls.close()
+
+
+def receive(c, args):
     c.settimeout(args.timeout)
     h = hashlib.sha256()
     n = 0
     buf = bytearray(1 << 20)
     view = memoryview(buf)
+    prog = open(args.progress, "w", buffering=1) if args.progress else None
+    t0 = time.monotonic()
+    last = t0
     while True:
         k = c.recv_into(buf)
         if k == 0:
             break
         h.update(view[:k])
         n += k
+        if prog and time.monotonic() - last >= 0.1:
+            last = time.monotonic()
+            prog.write("%.3f %.3f %d\n" % (time.time(), last - t0, n))
+    if prog:
+        prog.write("%.3f %.3f %d\n" % (time.time(), time.monotonic() - t0, n))
+        prog.close()
     c.close()
-    ls.close()
     print("bytes %d sha256 %s" % (n, h.hexdigest()), flush=True)
 
 
@@ -65,12 +82,20 @@ def send(args):
     h = hashlib.sha256()
     sent = 0
     counter = 0
+    settle = args.settle
     while sent < total:
         for off in range(0, BLOCK, PIECE):
             struct.pack_into("<Q", block, off, counter)
             counter += 1
         k = min(BLOCK, total - sent)
-        s.sendall(view[:k])
+        if settle > 0:  # a first piece, then time for the upgrade to finish
+            first = min(k, 4096)
+            s.sendall(view[:first])
+            time.sleep(settle)
+            settle = 0
+            s.sendall(view[first:k])
+        else:
+            s.sendall(view[:k])
         h.update(view[:k])
         sent += k
     s.shutdown(socket.SHUT_WR)
@@ -88,12 +113,16 @@ def main():
     r.add_argument("--bind", required=True)
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--ready")
+    r.add_argument("--count", type=int, default=1, help="connections to take, one after the other")
+    r.add_argument("--progress", help="append 'unix-time seconds bytes' lines every 0.1 s")
     r.add_argument("--timeout", type=float, default=60)
     s = sub.add_parser("send")
     s.add_argument("--host", required=True)
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--bytes", required=True)
     s.add_argument("--timeout", type=float, default=60)
+    s.add_argument("--settle", type=float, default=0,
+                   help="send 4 KiB, then wait this long (the upgrade finishes) before the rest")
     args = p.parse_args()
     try:
         recv(args) if args.cmd == "recv" else send(args)

@@ -31,6 +31,11 @@ public:
   Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
                         uint64_t wr_id) override {
     ++posts;
+    if (failed) return Status::io_error;
+    if (peer_->failed) { // a peer in the error state: retries run out
+      cq_.push_back({verbs::Completion::Kind::error, 0, wr_id, 12});
+      return Status::ok;
+    }
     if (fail_post_at != 0 && posts == fail_post_at) return Status::io_error;
     if (off + len > stage_.size()) {
       ++overruns;
@@ -51,6 +56,10 @@ public:
     return Status::ok;
   }
   int poll(verbs::Completion* out, int max) override {
+    if (failed && max > 0) { // as a QP in the error state: flush errors
+      out[0] = {verbs::Completion::Kind::error, 0, 0, 5};
+      return 1;
+    }
     int n = 0;
     while (n < max && !cq_.empty()) {
       out[n++] = cq_.front();
@@ -67,7 +76,17 @@ public:
     cq_.push_back({verbs::Completion::Kind::recv_imm, imm, 0, 0});
   }
 
+  // "Fail now": the link breaks (posts fail, polls report an error), as
+  // XPRESS_FAULT_QP_ERROR_AT does to a real queue pair.
+  Status force_error() override {
+    failed = true;
+    return Status::ok;
+  }
+  // Records written but not yet polled by the peer are lost with it.
+  void drop_in_flight() { cq_.clear(); }
+
   uint64_t posts = 0, rnr = 0, overruns = 0, fail_post_at = 0, corrupt_imm_at = 0;
+  bool failed = false;
 
 private:
   std::vector<uint8_t> ring_;

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The symbol test: the library exports exactly the functions listed in the
-# interposition table, each as a defined function, and nothing else.
+# interposition tables (socket calls and the mmap family: XP lines; the
+# malloc family: XA lines), each as a defined function, and nothing else.
+# Usage: symbols.sh LIB TABLE...
 set -euo pipefail
-lib=$1 table=$2
-want=$(sed -n 's/^XP([^,]*, *\([A-Za-z0-9_]*\),.*/\1/p' "$table" | sort)
+lib=$1
+shift
+want=$(sed -n 's/^X[PA]([^,]*, *\([A-Za-z0-9_]*\),.*/\1/p' "$@" | sort)
 have=$(nm -D --defined-only "$lib" | awk '$2 == "T" || $2 == "W" || $2 == "i" {print $3}' | sort)
 others=$(nm -D --defined-only "$lib" | awk '$2 != "T" && $2 != "W" && $2 != "i" {print $3}')
 fail=0
@@ -17,7 +20,9 @@ required="socket socketpair bind listen accept accept4 connect shutdown close cl
 recv recvfrom recvmsg recvmmsg write writev send sendto sendmsg sendmmsg sendfile sendfile64 splice
 poll ppoll select pselect epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2
 fcntl fcntl64 ioctl getsockopt setsockopt getsockname getpeername dup dup2 dup3 fork vfork daemon
-__read_chk __recv_chk __recvfrom_chk __poll_chk __ppoll_chk"
+__read_chk __recv_chk __recvfrom_chk __poll_chk __ppoll_chk
+malloc calloc realloc reallocarray free posix_memalign aligned_alloc memalign valloc pvalloc
+malloc_usable_size mmap mmap64 munmap mremap madvise brk sbrk shmdt"
 for f in $required; do
   grep -qx "$f" <<<"$want" || { echo "symbols: required function $f missing from the table"; fail=1; }
 done

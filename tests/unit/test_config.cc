@@ -36,6 +36,9 @@ TEST_CASE("config: defaults") {
   CHECK(e.cfg.stats_live);
   CHECK(!e.cfg.backtrace);
   CHECK(e.cfg.rules.count == 3); // the default rules
+  CHECK(e.cfg.alloc);
+  CHECK(e.cfg.alloc_min_kb == 64);
+  CHECK(!e.cfg.alloc_hugetlb);
   CHECK(e.errors.empty());
 }
 
@@ -92,6 +95,11 @@ TEST_CASE("config: a malformed value names the variable and the accepted values,
       {"XPRESS_RULES", "allow client [::1"},
       {"XPRESS_RULES", "allow * * extra"},
       {"XPRESS_LOG_FILE", std::string(300, 'a')},
+      {"XPRESS_ALLOC", "malloc"},
+      {"XPRESS_ALLOC_MIN_KB", "8"},
+      {"XPRESS_ALLOC_MIN_KB", "65537"},
+      {"XPRESS_ALLOC_MIN_KB", "64k"},
+      {"XPRESS_ALLOC_HUGETLB", "2"},
   };
   for (const auto& [var, val] : bad) {
     CAPTURE(var);

@@ -154,3 +154,25 @@ TEST_CASE("track: sockets opened inside an internal call are not the application
   track::on_close(fd);
   close(fd);
 }
+
+TEST_CASE("stats: the registered-memory counters appear in both dumps when given") {
+  auto b = std::make_unique<StatsBlock>();
+  auto mem = std::make_unique<alloc::MemStats>();
+  mem->arena_committed_bytes = 8 << 20;
+  mem->cache_hits = 42;
+  mem->tx_zero_copy_bytes = 1234;
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  stats::dump(f, *b, false, mem.get());
+  stats::dump(f, *b, true, mem.get());
+  fclose(f);
+  std::string out(buf, len);
+  free(buf);
+  CHECK(out.find("arena bytes            committed 8388608") != std::string::npos);
+  CHECK(out.find("hits 42") != std::string::npos);
+  CHECK(out.find("zero-copy 1234/0") != std::string::npos);
+  CHECK(out.find("\"memory\":{\"arena\":{\"committed\":8388608") != std::string::npos);
+  CHECK(out.find("\"zero_copy\":{\"tx\":1234") != std::string::npos);
+  CHECK(dump_to_string(*b, false).find("arena") == std::string::npos); // not asked for
+}

@@ -16,7 +16,7 @@ test-unit: $(UNIT_BIN)
 	$(UNIT_BIN)
 
 test-symbols: $(LIB)
-	bash tests/unit/symbols.sh $(LIB) preload/interpose_table.def
+	bash tests/unit/symbols.sh $(LIB) preload/interpose_table.def preload/alloc_table.def
 
 TEST_TARGETS += test-unit test-symbols
 

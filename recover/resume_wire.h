@@ -1,0 +1,54 @@
+// Frames on a stream's TCP connection after RDMA failed under it
+// (docs/protocol.md §7).  In a direction that had switched at S, the TCP
+// bytes after S are frames, so that control and data cannot be confused:
+//   header (16 bytes): 'X' 'F' | type (1) | flags (1) | len (4, LE) | seq (8, LE)
+//   RESUME (type 1, len 32, seq = first sequence its sender re-sends from;
+//     flags bit 0: the sender verified the receiver's SWITCH, i.e. it knows
+//     where the receiver's own TCP bytes end): received (8, LE: the stream
+//     bytes of the other direction the sender holds) | 8 zero | tag (16)
+//   DATA (type 2, len 1..kMaxFrameData, seq = sequence of its first byte)
+// tag = SipHash-2-4-128(key = nonce_c XOR nonce_s, "XPRS" | dir | flags |
+//   seq | received), dir being the sender's direction (0 client->server).
+// Pure functions over bytes: every malformed input is rejected (invalid),
+// never trusted.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/status.h"
+#include "recover/upgrade_wire.h"
+
+namespace xp::recover {
+
+constexpr size_t kFrameHeaderBytes = 16;
+constexpr size_t kResumePayloadBytes = 32;
+constexpr uint32_t kMaxFrameData = 1u << 20;
+constexpr uint8_t kFrameResume = 1, kFrameData = 2;
+constexpr uint8_t kResumeKnowsStart = 1;
+
+struct FrameHeader {
+  uint8_t type = 0;
+  uint8_t flags = 0;
+  uint32_t len = 0;
+  uint64_t seq = 0;
+};
+
+void encode_frame_header(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]);
+// Magic, known type, its length rule and flags; invalid otherwise.
+Status parse_frame_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* out);
+
+struct ResumeInfo {
+  bool knows_start = false; // flags bit 0
+  uint64_t from = 0;        // header seq
+  uint64_t received = 0;
+};
+// A whole RESUME frame (header + payload).
+constexpr size_t kResumeFrameBytes = kFrameHeaderBytes + kResumePayloadBytes;
+void encode_resume(const uint8_t key[kNonceBytes], Dir sender, const ResumeInfo& in,
+                   uint8_t out[kResumeFrameBytes]);
+// The payload of a RESUME whose header parsed; invalid on a bad tag or
+// non-zero reserved bytes.
+Status parse_resume(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
+                    const uint8_t payload[kResumePayloadBytes], ResumeInfo* out);
+
+} // namespace xp::recover

@@ -1,0 +1,129 @@
+// Recovery: a stream whose channel failed continues on its own TCP
+// connection from the last byte its receiver holds, losing and duplicating
+// nothing (docs/protocol.md §7).  Cold path: resume.cc moves a stream off
+// its failed channel; resume_io.cc serves the data calls afterwards (TCP
+// frames, stream/conn_io.cc hands resumed connections over).
+//
+// Locks: everything here runs under Conn::mu (start() also takes the
+// channel's lock, in the usual order).
+#pragma once
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+
+#include "recover/resume_wire.h"
+#include "stream/byte_ring.h"
+
+namespace xp::stream {
+
+class Conn;
+struct Channel;
+
+// Why a channel failed (statistics and logs; names are stable).
+enum class ResumeCause : uint8_t {
+  none = 0,
+  completion_error,  // a work completion failed (QP error, retries exhausted, flush)
+  disconnected,      // rdma_cm: the peer disconnected or the device went away
+  keepalive_timeout, // nothing heard on the channel for XPRESS_KEEPALIVE_MS
+  peer_resumed,      // the peer resumed on TCP first (its side of the channel failed)
+  protocol_error,    // the peer broke the channel protocol
+  local,             // this end gave up on one of the channel's streams
+  count
+};
+const char* resume_cause_name(ResumeCause c);
+
+// Reported once per resumed stream, when it is carried by TCP again (ok)
+// or when it could not be (the stream was reset instead).
+struct ResumeEvent {
+  ResumeCause cause;
+  bool ok;
+  uint64_t resent_bytes; // bytes this end sent again
+  uint64_t recover_us;   // from the failure to the stream flowing on TCP
+};
+using ResumeHook = void (*)(const ResumeEvent& e);
+void set_resume_hook(ResumeHook h);
+
+// The state of a resumed connection (Conn::rs), under Conn::mu.
+struct Resume {
+  Resume(size_t window);
+  bool ok() const { return out.ok() && pre.ok() && buf.ok(); }
+
+  // ---- sending
+  enum class Tx : uint8_t {
+    raw,    // our direction never switched: plain TCP bytes, as before
+    wait,   // switched, but the peer may not know our S: its RESUME decides
+    framed, // frames (RESUME, then DATA) after S
+    shut,   // we had shut our direction (FIN) before the failure
+    dead,   // given up
+  };
+  Tx tx = Tx::raw;
+  ByteRing out;              // bytes for the kernel, framed as tx says
+  uint8_t* resend = nullptr; // wait: the stream bytes [resend_seq, tx_next)
+  size_t resend_cap = 0;
+  uint64_t resend_seq = 0;
+  uint64_t tx_start = 0;     // our S
+  uint64_t tx_next = 0;      // sequence of the next application byte
+  bool app_shut = false;     // the program called shutdown(SHUT_WR)
+  bool shut_pending = false; // ... and the kernel's shutdown waits for `out` to drain
+  bool tx_eof = false;       // the kernel refused (EPIPE): the peer is gone
+
+  // ---- receiving: raw TCP bytes below the peer's S, then the stream
+  // bytes that came over RDMA, then (rx_framed) frames' data.
+  bool rx_framed = false;
+  uint64_t raw_left = 0; // raw bytes below S still in the kernel
+  ByteRing pre;          // raw bytes below S read ahead
+  ByteRing buf;          // bytes from rx_next - size() on
+  uint64_t rx_next = 0;  // sequence after buf's last byte
+  uint8_t hdr[recover::kFrameHeaderBytes] = {};
+  uint8_t hdr_have = 0;
+  recover::FrameHeader frame; // the frame being read (len left to read)
+  uint8_t rpay[recover::kResumePayloadBytes] = {};
+  uint8_t rpay_have = 0;
+  bool in_frame = false;
+  bool peer_resumed = false; // the peer's RESUME arrived
+  bool fin = false;          // the peer's FIN came over RDMA: end after buf
+  bool eof = false;          // TCP end of stream
+  bool broken = false;       // reset: the error once, then end of stream
+  bool err_reported = false;
+
+  // ---- bookkeeping
+  ResumeCause cause = ResumeCause::none;
+  uint8_t key[recover::kNonceBytes] = {};
+  recover::Dir dir = recover::Dir::c2s; // our sending direction
+  uint64_t started_ms = 0, deadline_ms = 0, started_us = 0;
+  uint64_t resent = 0;
+  bool reported = false;
+};
+
+namespace resume {
+
+// c->mu held, c->ch failed (the caller marked it): move c's stream off its
+// channel onto TCP.  The channel's lock is taken here.
+void start(Conn* c, ResumeCause why);
+// Free a connection's resume state (Conn::rs).
+void release(Resume* r);
+// c->mu held: move bytes between the kernel and the buffers, without
+// blocking; readiness and sleepers are updated.
+void pump(Conn* c);
+// Engine tick (c->mu held): deadlines, a drain nobody asked for.
+void tick(Conn* c, uint64_t now_ms);
+// Readiness of a resumed connection (lock-free, as ReadySource's).
+uint32_t ready_events(const Conn* c);
+// The program closes the connection: bytes it wrote that still wait in
+// user space go to the kernel first (bounded wait), as the kernel's close
+// would send them.  No lock held.
+void before_close(Conn* c);
+// The first TCP bytes after the peer's S are a frame: the peer resumed.
+// rx_rdma must be set (no raw byte is left); no lock needed.
+bool peer_frames_waiting(int fd);
+
+// The data calls of a resumed connection (conn_io.cc hands over); `done`
+// bytes of this call were already moved before the connection resumed.
+ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done);
+ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done);
+int shutdown(Conn* c, int how); // c->mu held
+int readable_bytes(Conn* c, int* out);
+
+} // namespace resume
+} // namespace xp::stream

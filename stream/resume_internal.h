@@ -1,0 +1,25 @@
+// Shared by resume.cc (start, pump) and resume_io.cc (the data calls of a
+// resumed connection).  Callers hold Conn::mu.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "stream/conn.h"
+
+namespace xp::stream::resume {
+
+constexpr uint32_t kFrameChunk = 64 * 1024; // DATA frames we write carry at most this
+
+// Append stream bytes [seq, seq+n) to r->out, in DATA frames when framed.
+void queue_data(Resume* r, const uint8_t* p, size_t n, uint64_t seq, bool framed);
+// The kernel's bytes into pre/buf (true when anything moved), out into the
+// kernel; neither blocks.
+bool fill_rx(Conn* c, Resume* r);
+void flush_out(Conn* c, Resume* r);
+// Statistics and log once the stream flows again; readiness bits, edges
+// and sleepers.
+void settle(Conn* c, Resume* r, bool moved);
+// The stream cannot go on: reset it (and the TCP connection).
+void give_up(Conn* c, Resume* r, const char* why);
+
+} // namespace xp::stream::resume

@@ -1,0 +1,303 @@
+// The socket data calls of a resumed connection (docs/protocol.md §7): the
+// stream continues on the kernel TCP socket, in frames after each
+// switched direction's S, with the kernel's blocking, timeout, EOF and
+// error behaviour.  Runs at TCP speed under Conn::mu; the sleeps are in
+// poll(), outside the lock.
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/logsink.h"
+#include "stream/conn_io.h"
+#include "stream/engine_internal.h"
+#include "stream/resume_internal.h"
+#include "stream/wake.h"
+
+namespace xp::stream::resume {
+namespace {
+
+constexpr int kMaxIov = 64;
+
+size_t total_len(const iovec* iov, int n) {
+  size_t t = 0;
+  for (int i = 0; i < n; ++i)
+    t += iov[i].iov_len;
+  return t;
+}
+
+int slice(const iovec* iov, int n, size_t skip, iovec* out) {
+  int k = 0;
+  for (int i = 0; i < n && k < kMaxIov; ++i) {
+    size_t len = iov[i].iov_len;
+    if (skip >= len) {
+      skip -= len;
+      continue;
+    }
+    out[k].iov_base = static_cast<char*>(iov[i].iov_base) + skip;
+    out[k].iov_len = len - skip;
+    ++k;
+    skip = 0;
+  }
+  return k;
+}
+
+// Raw bytes below the peer's S first, then (once none is left in the
+// kernel) the stream bytes.
+size_t take(Resume* r, const iovec* iov, int iovcnt, size_t skip, bool peek) {
+  iovec v[kMaxIov];
+  int k = slice(iov, iovcnt, skip, v);
+  size_t got = 0, pre_off = 0, buf_off = 0;
+  for (int i = 0; i < k; ++i) {
+    auto* dst = static_cast<uint8_t*>(v[i].iov_base);
+    size_t len = v[i].iov_len, filled = 0;
+    while (filled < len) {
+      size_t g = 0;
+      if (r->pre.size() > pre_off) {
+        g = r->pre.get(dst + filled, len - filled, peek, pre_off);
+        if (peek) pre_off += g;
+      } else if (r->raw_left == 0 && r->buf.size() > buf_off) {
+        g = r->buf.get(dst + filled, len - filled, peek, buf_off);
+        if (peek) buf_off += g;
+      }
+      if (g == 0) break;
+      filled += g;
+    }
+    got += filled;
+    if (filled < len) break;
+  }
+  return got;
+}
+
+bool drained(const Resume* r) {
+  return r->pre.size() == 0 && (r->buf.size() == 0 || r->raw_left > 0);
+}
+
+// The end of the stream once everything before it was delivered: 0 (EOF),
+// or ECONNRESET once (then 0) when it ended abnormally; -1 when not at the
+// end.
+int at_end(Conn* c, Resume* r) {
+  if (!drained(r)) return -1;
+  if (r->broken) return c->err_pending.exchange(false) ? ECONNRESET : 0;
+  if (r->fin && r->buf.size() == 0) return 0; // the peer's FIN came over RDMA
+  if (!r->eof) return -1;
+  // TCP ended: before the peer's S, or in a framed direction without the
+  // peer ever resuming (its process died, or it reset), bytes may be
+  // missing: an error, as TCP reports a connection that broke.
+  if (r->raw_left > 0 || (r->rx_framed && !r->peer_resumed)) {
+    XP_SLOG(XP_SLOG_INFO, "fd %d: resumed stream: TCP ended before the peer resumed: reset",
+            c->sock());
+    r->broken = true;
+    c->err_pending.store(false); // reported now
+    return ECONNRESET;
+  }
+  return 0;
+}
+
+// Sleep until a wake-up for c, the socket's `ev` or 100 ms (every state
+// change is re-checked by the caller).  -1 with errno: EAGAIN at the
+// deadline, EINTR.
+int wait(Conn* c, short ev, int64_t deadline_ms) {
+  int timeout = 100;
+  if (deadline_ms >= 0) {
+    int64_t left = deadline_ms - static_cast<int64_t>(engine::now_ms());
+    if (left <= 0) {
+      errno = EAGAIN;
+      return -1;
+    }
+    if (left < timeout) timeout = static_cast<int>(left);
+  }
+  int efd = wake::thread_fd();
+  bool reg = efd >= 0 && wake::add(efd, c);
+  pollfd p[2] = {{reg ? efd : -1, POLLIN, 0}, {ev ? c->sock() : -1, ev, 0}};
+  long n = syscall(SYS_poll, p, 2, timeout);
+  int saved = errno;
+  if (reg) {
+    wake::drain(efd);
+    wake::remove(efd);
+  }
+  if (n < 0 && saved == EINTR && (deadline_ms >= 0 || !io::signals_restart())) {
+    errno = EINTR;
+    return -1;
+  }
+  return 0;
+}
+
+int64_t deadline_for(Conn* c, int opt) {
+  int64_t t = io::conn_timeout_ms(c, opt);
+  return t < 0 ? -1 : static_cast<int64_t>(engine::now_ms()) + t;
+}
+
+// The program's bytes into `out` (framed or raw, as the direction goes).
+size_t put_app(Resume* r, const iovec* iov, int iovcnt, size_t skip) {
+  const bool framed = r->tx == Resume::Tx::framed;
+  const size_t hdr = framed ? recover::kFrameHeaderBytes : 0;
+  iovec v[kMaxIov];
+  int k = slice(iov, iovcnt, skip, v);
+  size_t took = 0;
+  for (int i = 0; i < k; ++i) {
+    const auto* p = static_cast<const uint8_t*>(v[i].iov_base);
+    size_t left = v[i].iov_len;
+    while (left > 0) { // one frame at a time: its header must fit too
+      size_t room = r->out.space();
+      if (room <= hdr) return took;
+      size_t n = left < room - hdr ? left : room - hdr;
+      if (n > kFrameChunk) n = kFrameChunk;
+      queue_data(r, p, n, r->tx_next, framed);
+      r->tx_next += n;
+      took += n;
+      p += n;
+      left -= n;
+    }
+  }
+  return took;
+}
+
+} // namespace
+
+ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
+  const size_t want = total_len(iov, iovcnt);
+  const bool peek = flags & MSG_PEEK;
+  const bool waitall = (flags & MSG_WAITALL) && !peek;
+  const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
+  int64_t deadline = -2;
+  size_t got = done;
+  while (true) {
+    size_t n = 0;
+    int end = -1;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      Resume* r = c->rs;
+      if (r == nullptr) { // closed under us
+        errno = EBADF;
+        return got > 0 ? static_cast<ssize_t>(got) : -1;
+      }
+      n = take(r, iov, iovcnt, got, peek);
+      bool moved = false;
+      if (n == 0) {
+        moved = fill_rx(c, r);
+        flush_out(c, r); // the peer's RESUME may have released our bytes
+        n = take(r, iov, iovcnt, got, peek);
+      }
+      if (n == 0) end = at_end(c, r);
+      settle(c, r, moved);
+    }
+    if (n > 0) {
+      got += n;
+      if (!waitall || got >= want) return static_cast<ssize_t>(got);
+      continue;
+    }
+    if (end >= 0) {
+      if (got > 0) return static_cast<ssize_t>(got);
+      if (end == 0) return 0;
+      errno = end;
+      return -1;
+    }
+    if (nonblock) {
+      c->last_ready.fetch_and(~static_cast<uint32_t>(POLLIN), std::memory_order_acq_rel);
+      if (got > 0) return static_cast<ssize_t>(got);
+      errno = EAGAIN;
+      return -1;
+    }
+    if (deadline == -2) deadline = deadline_for(c, SO_RCVTIMEO);
+    if (wait(c, POLLIN, deadline) != 0) return got > 0 ? static_cast<ssize_t>(got) : -1;
+  }
+}
+
+ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
+  const size_t want = total_len(iov, iovcnt);
+  const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
+  int64_t deadline = -2;
+  size_t sent = done;
+  while (true) {
+    int err = 0;
+    bool waiting = false, empty = false;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      Resume* r = c->rs;
+      if (r == nullptr) {
+        errno = EBADF;
+        return sent > 0 ? static_cast<ssize_t>(sent) : -1;
+      }
+      flush_out(c, r);
+      if (r->tx == Resume::Tx::wait) { // the peer's RESUME may be in the kernel
+        bool moved = fill_rx(c, r);
+        flush_out(c, r);
+        settle(c, r, moved);
+      }
+      switch (r->tx) {
+      case Resume::Tx::dead:
+        err = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
+        break;
+      case Resume::Tx::shut:
+        err = EPIPE;
+        break;
+      case Resume::Tx::wait:
+        waiting = true;
+        break;
+      default:
+        if (r->tx_eof || r->app_shut) {
+          err = EPIPE;
+          break;
+        }
+        sent += put_app(r, iov, iovcnt, sent);
+        flush_out(c, r);
+      }
+      empty = r->out.size() == 0;
+      settle(c, r, false);
+    }
+    if (err != 0) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      if (err == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+      errno = err;
+      return -1;
+    }
+    // A blocking send returns once its bytes are in the kernel, as the
+    // kernel's would; a non-blocking one once they are queued.
+    if (sent >= want && (empty || nonblock)) return static_cast<ssize_t>(sent);
+    if (nonblock) {
+      c->last_ready.fetch_and(~static_cast<uint32_t>(POLLOUT), std::memory_order_acq_rel);
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      errno = EAGAIN;
+      return -1;
+    }
+    if (deadline == -2) deadline = deadline_for(c, SO_SNDTIMEO);
+    if (wait(c, waiting ? 0 : POLLOUT, deadline) != 0)
+      return sent > 0 ? static_cast<ssize_t>(sent) : -1;
+  }
+}
+
+int shutdown(Conn* c, int how) {
+  Resume* r = c->rs;
+  if (r != nullptr && how != SHUT_RD && !r->app_shut) {
+    r->app_shut = true;
+    if (r->tx == Resume::Tx::raw || r->tx == Resume::Tx::framed || r->tx == Resume::Tx::wait) {
+      // After what the program wrote (and what we re-send) reached the kernel.
+      r->shut_pending = true;
+      flush_out(c, r);
+    }
+  }
+  if (how != SHUT_WR) c->rd_shut.store(true); // the kernel keeps reading: a RESUME may follow
+  if (r) settle(c, r, false);
+  c->gen.fetch_add(1);
+  wake::notify();
+  return 0;
+}
+
+int readable_bytes(Conn* c, int* out) {
+  std::lock_guard<std::mutex> l(c->mu);
+  Resume* r = c->rs;
+  size_t n = 0;
+  if (r) {
+    bool moved = fill_rx(c, r);
+    n = r->pre.size() + (r->raw_left == 0 ? r->buf.size() : 0);
+    settle(c, r, moved);
+  }
+  *out = n > INT_MAX ? INT_MAX : static_cast<int>(n);
+  return 0;
+}
+
+} // namespace xp::stream::resume

@@ -1,0 +1,243 @@
+# shellcheck shell=bash
+# Recovery (docs/protocol.md §7): RDMA fails under running transfers; every
+# stream resumes on its TCP connection and the receiver's sha256 equals the
+# sender's, nothing lost or duplicated.  Faults (tools/softroce/faults.sh):
+#   link     veth0 down for 5 s, then up (RDMA and TCP both stall)
+#   rxe      the server's rxe device removed, then re-added
+#   netem    10% loss on veth0 for 5 s
+#   inject   XPRESS_FAULT_QP_ERROR_AT: the sender's QP forced into the error
+#            state at a random byte offset, RECOVERY_RUNS (50) transfers of
+#            4 MiB (small so that 50 runs fit the time budget)
+#   kill     SIGKILL of the sender, then of the receiver: the other side
+#            ends as with TCP (EOF or ECONNRESET / EPIPE), never hangs
+#   redis    redis-benchmark with one injected fault: every reply arrives
+#            (the INCR counter matches)
+# The 100 MiB transfers report, from the receiver's progress log, the
+# throughput before the fault and after it (on TCP) and the longest pause.
+
+# shellcheck source=tools/softroce/faults.sh
+source "$XP_SOFTROCE/faults.sh"
+
+REC_MIB=100
+INJ_MIB=4
+INJ_RUNS=${RECOVERY_RUNS:-50}
+
+# resumed_count NAME: streams the processes started as NAME resumed (stats)
+resumed_count() {
+  local f n=0 k
+  for f in "$CD/stats/$1".[0-9]*.json; do
+    [ -s "$f" ] || continue
+    k=$(jq '[.recovery.resumed // {} | .[]] | add // 0' "$f" 2>/dev/null || echo 0)
+    n=$((n + ${k:-0}))
+  done
+  echo "$n"
+}
+# resent_bytes NAME
+resent_bytes() {
+  local f n=0 k
+  for f in "$CD/stats/$1".[0-9]*.json; do
+    [ -s "$f" ] || continue
+    k=$(jq '.recovery.resent_bytes // 0' "$f" 2>/dev/null || echo 0)
+    n=$((n + ${k:-0}))
+  done
+  echo "$n"
+}
+
+# progress_note FILE T_FAULT: throughput before and after the fault, and
+# the longest pause (no byte arrived) after it, from bulk.py's progress log
+progress_note() {
+  awk -v tf="$2" '
+    { t[NR] = $1; b[NR] = $3 }
+    END {
+      if (NR < 2) { print "no progress samples"; exit }
+      for (i = 1; i <= NR && t[i] < tf; i++) ; f = i - 1
+      gap = 0; ga = tf
+      for (i = (f > 0 ? f : 1); i < NR; i++) if (t[i + 1] - t[i] > gap) { gap = t[i + 1] - t[i]; ga = t[i] }
+      before = (f > 1) ? (b[f] - b[1]) * 8 / (t[f] - t[1]) / 1e6 : 0
+      after = (NR > f + 1 && t[NR] > ga + gap) ? (b[NR] - b[f]) * 8 / (t[NR] - ga - gap) / 1e6 : 0
+      printf "%.0f Mbit/s before the fault, %.0f Mbit/s after it (TCP), longest pause %.2f s (%.2f s after the fault)", before, after, gap, ga + gap - tf
+    }' "$1"
+}
+
+# bulk_fault LABEL PORT FAULT...: 100 MiB from $A0 to $A1; FAULT (a
+# command) runs once 10 MiB arrived.  NEED_RESUME=1: a stream must have resumed.
+bulk_fault() {
+  local label=$1 port=$2
+  shift 2
+  local total=$((REC_MIB * 1024 * 1024)) prog=$CD/$label.progress
+  RDMA_LOG_LEVEL=info start_server "$label-recv" 150 xp "$PY" "$HERE/bulk.py" recv --bind "$A1" --port "$port" \
+    --timeout 60 --progress "$prog"
+  local srv=$SERVER
+  wait_listen "$label-recv" "$port" "$srv" || return 1
+  (RDMA_LOG_LEVEL=info run_client "$label-send" 140 xp "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+    --bytes "${REC_MIB}M" --timeout 60) &
+  local cl=$! t b=0
+  t=$(deadline 40)
+  while until_t "$t" && kill -0 "$cl" 2>/dev/null; do
+    [ -s "$prog" ] && b=$(tail -n 1 "$prog" | cut -d' ' -f3)
+    [ "${b:-0}" -ge $((10 * 1024 * 1024)) ] && break
+    sleep 0.2
+  done
+  local tf=$EPOCHREALTIME
+  trace "$label: fault at $(hb "${b:-0}"): $*"
+  "$@" 2>>"$CD/$label.fault"
+  local ok=1
+  wait "$cl" || ok=0
+  end_server "$label-recv" "$srv" $ok
+  local s r
+  s=$(cat "$CD/$label-send.out" 2>/dev/null)
+  r=$(cat "$CD/$label-recv.out" 2>/dev/null)
+  if [ -n "$s" ] && [ "$s" = "$r" ] && [ "${s#bytes "$total" }" != "$s" ]; then
+    pass "$label: $REC_MIB MiB across the fault, sha256 equal: $s"
+  else
+    fail "$label: sender '${s:-nothing} $(tail -c 200 "$CD/$label-send.err" | tr '\n' ' ')', receiver '${r:-nothing} $(tail -c 200 "$CD/$label-recv.err" | tr '\n' ' ')'"
+  fi
+  local n
+  n=$(($(resumed_count "$label-send") + $(resumed_count "$label-recv")))
+  note "$label: $(progress_note "$prog" "$tf"); streams resumed (both ends): $n, re-sent $(hb "$(resent_bytes "$label-send")") by the sender"
+  grep -h "resumed on TCP\|cannot resume" "$CD"/xpress."$label"-*.log 2>/dev/null | sed 's/^/        /' | head -4
+  if [ "${NEED_RESUME:-0}" = 1 ]; then
+    ok_if "$label: the stream resumed on TCP at both ends ($n)" "$label: the stream did not resume at both ends ($n)" [ "$n" -ge 2 ]
+  fi
+}
+
+link_flap() { xp_link_down veth0 && sleep 5 && xp_link_up veth0; }
+rxe_cycle() {
+  _xp_log "rxe remove rxe1"
+  timeout -k 2 30 rdma link delete rxe1 || { _xp_log "rdma link delete rxe1 failed or hung"; return 1; }
+  sleep 2
+  xp_rxe_add rxe1
+}
+lossy() { xp_netem veth0 loss 10% && sleep 5 && xp_netem_clear veth0; }
+
+# The injected fault at INJ_RUNS random offsets, one receiver for all.
+inject_runs() {
+  local port=19402 total=$((INJ_MIB * 1024 * 1024)) i off okc=0 bad=0
+  start_server inj-recv 300 xp "$PY" "$HERE/bulk.py" recv --bind "$A1" --port "$port" --timeout 30 --count "$INJ_RUNS"
+  local srv=$SERVER
+  wait_listen inj-recv "$port" "$srv" || return 1
+  : >"$T/inj.sent"
+  for ((i = 1; i <= INJ_RUNS; i++)); do
+    off=$((256 * 1024 + (RANDOM * 32768 + RANDOM) % (total - 512 * 1024)))
+    echo "$off" >>"$T/inj.offsets"
+    if run_client "inj$i" 30 xp env "XPRESS_FAULT_QP_ERROR_AT=$off" "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+      --bytes "${INJ_MIB}M" --timeout 20 --settle 0.5; then
+      cat "$CD/inj$i.out" >>"$T/inj.sent"
+    else
+      echo "run $i failed" >>"$T/inj.sent"
+      bad=$((bad + 1))
+      break
+    fi
+  done
+  end_server inj-recv "$srv" $((bad == 0 ? 1 : 0))
+  local runs
+  runs=$(wc -l <"$T/inj.sent")
+  i=0
+  while read -r line; do
+    i=$((i + 1))
+    if [ "$line" = "$(sed -n "${i}p" "$T/inj.sent")" ] && [ "${line#bytes "$total" }" != "$line" ]; then
+      okc=$((okc + 1))
+    else
+      fail "inject run $i (fault at byte $(sed -n "${i}p" "$T/inj.offsets")): sender '$(sed -n "${i}p" "$T/inj.sent")', receiver '$line'"
+    fi
+  done <"$CD/inj-recv.out"
+  local n=0 k rs=0
+  for ((k = 1; k <= runs; k++)); do
+    n=$((n + $(resumed_count "inj$k")))
+    rs=$((rs + $(resent_bytes "inj$k")))
+  done
+  ok_if "inject: $okc of $INJ_RUNS transfers of $INJ_MIB MiB with the QP forced into error at a random offset: sha256 equal every time; the sender resumed $n times, re-sent $(hb "$rs") in all" \
+    "inject: $okc of $INJ_RUNS transfers matched ($runs ran; sender resumed $n times)" [ "$okc" = "$INJ_RUNS" ] && [ "$n" -ge "$INJ_RUNS" ]
+}
+
+# SIGKILL of one end mid-transfer: the other ends within 15 s, as with TCP.
+kill_one() {
+  local who=$1 port=$2 pid victim
+  start_server "kill-$who-recv" 60 xp "$PY" "$HERE/bulk.py" recv --bind "$A1" --port "$port" --timeout 30 \
+    --progress "$T/kill-$who.prog"
+  local srv=$SERVER
+  wait_listen "kill-$who-recv" "$port" "$srv" || return 1
+  prefix xp "kill-$who-send"
+  timeout -k 3 60 "${PRE[@]}" "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" --bytes 100M --timeout 30 \
+    >"$CD/kill-$who-send.out" 2>"$CD/kill-$who-send.err" &
+  local cl=$! t b=0
+  echo "$cl" >>"$CD/pids"
+  t=$(deadline 30)
+  while until_t "$t"; do
+    [ -s "$T/kill-$who.prog" ] && b=$(tail -n 1 "$T/kill-$who.prog" | cut -d' ' -f3)
+    [ "${b:-0}" -ge $((5 * 1024 * 1024)) ] && break
+    sleep 0.2
+  done
+  if [ "$who" = sender ]; then victim=$(child_of "$cl"); else victim=$(child_of "$srv"); fi
+  local t0
+  t0=$(usecs)
+  kill -KILL "$victim"
+  # the survivor must end by itself
+  local other=$srv
+  [ "$who" = sender ] || other=$cl
+  t=$(deadline 15)
+  while until_t "$t" && kill -0 "$other" 2>/dev/null; do sleep 0.1; done
+  local secs
+  secs=$(secs_since "$t0")
+  if kill -0 "$other" 2>/dev/null; then
+    fail "kill $who: the other end still runs 15 s after the SIGKILL"
+    kill -KILL -- "-$other" 2>/dev/null
+  else
+    local err
+    if [ "$who" = sender ]; then
+      err="$(cat "$CD/kill-$who-recv.out") $(tail -c 150 "$CD/kill-$who-recv.err")"
+    else
+      err=$(tail -c 150 "$CD/kill-$who-send.err")
+    fi
+    err=$(tr '\n' ' ' <<<"$err")
+    if [[ $err =~ ConnectionReset|BrokenPipe|bytes\ [0-9]+\ sha256 ]]; then
+      pass "kill $who: the other end ended $secs s after the SIGKILL, as with TCP: $err"
+    else
+      fail "kill $who: the other end ended with '$err'"
+    fi
+  fi
+  wait "$cl" 2>/dev/null
+  wait "$srv" 2>/dev/null
+  local keep=() p
+  for p in "${SERVERS[@]}"; do [ "$p" = "$srv" ] || keep+=("$p"); done
+  SERVERS=("${keep[@]}")
+}
+
+redis_fault() {
+  local port=16400 n=20000
+  start_server rec-redis 90 xp redis-server --bind "$A1" --port "$port" --save '' --appendonly no --dir "$T" \
+    --protected-mode no --logfile '' --daemonize no
+  local srv=$SERVER
+  wait_listen rec-redis "$port" "$srv" || return 1
+  if RDMA_LOG_LEVEL=info run_client rec-bench 60 xp env XPRESS_FAULT_QP_ERROR_AT=1500000 redis-benchmark -h "$A1" -p "$port" \
+    -c 20 -P 16 -n "$n" -d 256 -q --csv -t set,get,incr; then
+    run_client rec-counter 10 xp redis-cli -h "$A1" -p "$port" GET 'counter:__rand_int__'
+    local c r
+    c=$(cat "$CD/rec-counter.out")
+    r=$(resumed_count rec-bench)
+    if [ "$c" = "$n" ] && [ "$r" -gt 0 ]; then
+      pass "redis-benchmark -c 20 -P 16 -n $n with the QP forced into error after 1.5 MB: $(tail -n +2 "$CD/rec-bench.out" | cut -d, -f1,2 | tr -d '"' | tr '\n' ' ')req/s; INCR counter $c; $r stream(s) resumed"
+    else
+      fail "redis-benchmark with a fault: INCR counter '$c' (want $n), streams resumed $r"
+    fi
+  fi
+  stop_server rec-redis "$srv" TERM
+}
+
+run_case() {
+  local q0
+  q0=$(rdma resource show qp 2>/dev/null | grep -c 'type RC' || true)
+  NEED_RESUME=1 bulk_fault link 19400 link_flap
+  NEED_RESUME=1 bulk_fault rxe 19401 rxe_cycle
+  xp_rxe_wait_active rxe1 10 || xp_rxe_add rxe1
+  bulk_fault netem 19403 lossy
+  inject_runs
+  kill_one sender 19404
+  kill_one receiver 19405
+  redis_fault
+  local q1
+  sleep 1
+  q1=$(rdma resource show qp 2>/dev/null | grep -c 'type RC' || true)
+  ok_if "RDMA resources released: RC queue pairs $q0 before the case, $q1 after" \
+    "RC queue pairs left behind: $q0 before the case, $q1 after" [ "$q1" -le "$q0" ]
+}

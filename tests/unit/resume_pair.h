@@ -1,0 +1,203 @@
+// Two connected ends for recovery tests: a socketpair plays the TCP
+// connection, a FakeLink pair the RDMA channel (as in test_conn_io.cc),
+// plus a driver that interleaves writes, reads, channel progress and what
+// the engine thread does for resumed connections.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <random>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <vector>
+
+#include "fake_link.h"
+#include "stream/conn_io.h"
+#include "stream/engine_internal.h"
+
+namespace xp::test {
+
+inline uint8_t rpat(int dir, uint64_t i) {
+  return static_cast<uint8_t>(i * 131 + dir * 17 + (i >> 11));
+}
+
+inline recover::SessionParams rparams(recover::Role r, uint8_t seed) {
+  recover::SessionParams p;
+  p.role = r;
+  sockaddr_in c{}, s{};
+  c.sin_family = s.sin_family = AF_INET;
+  c.sin_port = htons(41000);
+  s.sin_port = htons(8080);
+  inet_pton(AF_INET, "10.0.0.1", &c.sin_addr);
+  inet_pton(AF_INET, "10.0.0.2", &s.sin_addr);
+  REQUIRE(recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&c),
+                                        reinterpret_cast<sockaddr*>(&s), &p.tuple) == Status::ok);
+  for (size_t i = 0; i < recover::kNonceBytes; ++i)
+    p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
+  p.timeout_ms = 1000;
+  return p;
+}
+
+struct REnd {
+  stream::Conn* c;
+  stream::Channel* ch;
+  int dir;
+  uint64_t sent = 0, got = 0, bad = 0;
+  bool reset = false, eof = false;
+};
+
+struct RPair {
+  int fds[2];
+  FakeLink la{64 * 1024, 1024}, lb{64 * 1024, 1024};
+  REnd a{}, b{};
+  explicit RPair(size_t sock_buf = 0) {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    if (sock_buf) {
+      int v = static_cast<int>(sock_buf);
+      for (int fd : fds) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+      }
+    }
+    FakeLink::connect(la, lb);
+    stream::engine::g().p.keepalive_ms = 30; // an idle peer's loss is noticed in the test's time
+    auto pc = rparams(recover::Role::client, 5), ps = rparams(recover::Role::server, 6);
+    a.c = new stream::Conn(fds[0], pc);
+    b.c = new stream::Conn(fds[1], ps);
+    a.dir = 0;
+    b.dir = 1;
+    {
+      std::lock_guard<std::mutex> g(stream::engine::g().mu);
+      a.ch = stream::engine::make_channel(&la, true);
+      b.ch = stream::engine::make_channel(&lb, false);
+    }
+    bind(a, ps.nonce);
+    bind(b, pc.nonce);
+  }
+  static void bind(REnd& e, const recover::Nonce& peer_nonce) {
+    std::lock_guard<std::mutex> l(e.c->mu);
+    {
+      std::lock_guard<std::mutex> chl(e.ch->mu);
+      e.c->st = e.ch->mux->open(0, 0, 0);
+      REQUIRE(e.c->st != nullptr);
+      e.ch->by_id[0] = e.c;
+      e.ch->conns.push_back(e.c);
+      e.c->ref();
+    }
+    e.c->ch = e.ch;
+    e.c->sid = 0;
+    REQUIRE(e.c->sess.adopt(0, peer_nonce) == Status::ok);
+    stream::engine::advance(e.c);
+  }
+  ~RPair() {
+    for (REnd* e : {&a, &b}) {
+      stream::engine::on_close(e->c);
+      e->c->unref();
+    }
+    close(fds[0]);
+    close(fds[1]);
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    auto& v = stream::engine::g().channels;
+    for (stream::Channel* ch : {a.ch, b.ch}) {
+      for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
+      delete ch->mux;
+      delete ch;
+    }
+  }
+};
+
+// Non-blocking write of up to n pattern bytes.
+inline size_t rput(REnd& e, size_t n) {
+  std::vector<uint8_t> buf(n);
+  for (size_t k = 0; k < n; ++k)
+    buf[k] = rpat(e.dir, e.sent + k);
+  iovec v{buf.data(), n};
+  bool kernel = false;
+  ssize_t r = stream::io::send(e.c, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL, &kernel);
+  if (kernel) r = ::send(e.c->fd, buf.data(), n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (r < 0 && errno != EAGAIN) e.reset = true;
+  if (r > 0) e.sent += static_cast<uint64_t>(r);
+  return r > 0 ? static_cast<size_t>(r) : 0;
+}
+
+inline size_t rtake(REnd& e, size_t n, int peer_dir) {
+  std::vector<uint8_t> buf(n);
+  iovec v{buf.data(), n};
+  bool kernel = false;
+  ssize_t r = stream::io::recv(e.c, &v, 1, MSG_DONTWAIT, &kernel);
+  if (kernel) r = ::recv(e.c->fd, buf.data(), n, MSG_DONTWAIT);
+  if (r < 0 && errno != EAGAIN) e.reset = true;
+  if (r == 0) e.eof = true;
+  if (r <= 0) return 0;
+  for (ssize_t k = 0; k < r; ++k)
+    e.bad += buf[static_cast<size_t>(k)] != rpat(peer_dir, e.got + static_cast<uint64_t>(k));
+  e.got += static_cast<uint64_t>(r);
+  return static_cast<size_t>(r);
+}
+
+// What the engine thread does: poll channels (failed ones resume their
+// streams), notice the peer's frames on TCP, pump resumed connections.
+inline void engine_step(RPair& p) {
+  stream::engine::keepalive(stream::engine::now_ms());
+  for (REnd* e : {&p.a, &p.b}) {
+    stream::engine::progress(e->ch);
+    if (e->c->rx_rdma.load()) stream::engine::tcp_after_switch(e->c);
+    if (e->c->resumed.load()) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      stream::resume::pump(e->c);
+    }
+  }
+}
+
+// Settle the upgrade: both directions switched and acknowledged.
+inline void settle_switches(RPair& p) {
+  for (int i = 0; i < 40; ++i) {
+    for (REnd* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      if (e->c->ch) stream::engine::advance(e->c);
+    }
+    engine_step(p);
+  }
+}
+
+// Random interleaving until both directions delivered `total` (or an end
+// reset); `hook` runs once at step `at`.
+template <typename Hook>
+void rdrive(RPair& p, uint64_t total, unsigned seed, int at, Hook hook, int steps = 400000) {
+  std::mt19937 rng(seed);
+  for (int step = 0; step < steps && (p.a.got < total || p.b.got < total); ++step) {
+    if (step == at) hook();
+    if (p.a.reset || p.b.reset) break;
+    switch (rng() % 6) {
+    case 0: // mostly small writes, some larger than a frame (64 KiB)
+      if (p.a.sent < total)
+        rput(p.a, std::min<uint64_t>(total - p.a.sent, 1 + rng() % (rng() % 4 ? 20000 : 200000)));
+      break;
+    case 1:
+      if (p.b.sent < total)
+        rput(p.b, std::min<uint64_t>(total - p.b.sent, 1 + rng() % (rng() % 4 ? 20000 : 200000)));
+      break;
+    case 2:
+      rtake(p.a, 1 + rng() % 30000, 1);
+      break;
+    case 3:
+      rtake(p.b, 1 + rng() % 30000, 0);
+      break;
+    case 4: {
+      std::lock_guard<std::mutex> l(p.a.c->mu);
+      if (p.a.c->ch) stream::engine::advance(p.a.c);
+    }
+      {
+        std::lock_guard<std::mutex> l(p.b.c->mu);
+        if (p.b.c->ch) stream::engine::advance(p.b.c);
+      }
+      break;
+    default:
+      engine_step(p);
+    }
+  }
+}
+
+} // namespace xp::test
