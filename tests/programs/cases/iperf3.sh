@@ -4,6 +4,8 @@
 # small writes.  The sender must report exactly the requested bytes; the
 # receiver's count is not exact in iperf3 (it stops counting when the test-end
 # message arrives, with data still queued), so it is checked to be in (0, sent].
+# With -P 4 each stream checks -n after its own 128 KiB block, so the total
+# may overshoot by up to 4 blocks (seen under load, with or without xpress).
 
 # name  expected-bytes  client options
 IPERF_TESTS=(
@@ -31,10 +33,17 @@ run_mode() {
     sent=$(jq -r '.end.sum_sent.bytes' "$js")
     recv=$(jq -r '.end.sum_received.bytes' "$js")
     expect_eq error "$(jq -r '.error // "none"' "$js")" none
-    expect_eq sent "$sent" "$want"
-    expect_range received "$recv" 1 "$want"
+    local over=0 shown=$sent
+    [ "$name" = parallel4 ] && over=$((4 * 131072))
+    if [ "$over" -gt 0 ]; then
+      expect_range sent "$sent" "$want" "$((want + over))"
+      [[ $sent =~ ^[0-9]+$ ]] && [ "$sent" -ge "$want" ] && [ "$sent" -le $((want + over)) ] && shown="$want+"
+    else
+      expect_eq sent "$sent" "$want"
+    fi
+    expect_range received "$recv" 1 "$((want + over))"
     verdict "client $name (iperf3 -c $opts): $sent bytes sent"
-    record "client.$name" "sent=$sent streams=$(jq -r '.start.test_start.num_streams' "$js") reverse=$(jq -r '.start.test_start.reverse' "$js")"
+    record "client.$name" "sent=$shown streams=$(jq -r '.start.test_start.num_streams' "$js") reverse=$(jq -r '.start.test_start.reverse' "$js")"
   done
 
   # The server prints one JSON report per test; stop it to flush the last one.
@@ -46,12 +55,15 @@ run_mode() {
     read -r name want opts <<<"$t"
     sent=$(jq -s -r "[.[] | select(.end.sum_sent)][$i].end.sum_sent.bytes" "$out" 2>/dev/null || echo unparsable)
     recv=$(jq -s -r "[.[] | select(.end.sum_sent)][$i].end.sum_received.bytes" "$out" 2>/dev/null || echo unparsable)
+    local over=0 shown=$sent
+    [ "$name" = parallel4 ] && over=$((4 * 131072))
     if [ "$name" = reverse ]; then
       expect_eq "$name sent" "$sent" "$want"
     else
-      expect_range "$name received" "$recv" 1 "$want"
+      expect_range "$name received" "$recv" 1 "$((want + over))"
     fi
-    record "server.$name" "sent=$sent"
+    [ "$over" -gt 0 ] && [[ $sent =~ ^[0-9]+$ ]] && [ "$sent" -ge "$want" ] && [ "$sent" -le $((want + over)) ] && shown="$want+"
+    record "server.$name" "sent=$shown"
     i=$((i + 1))
   done
   verdict "server: a JSON report per test with the expected byte counts"
