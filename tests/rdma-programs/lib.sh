@@ -430,9 +430,11 @@ check_stats_fallback() {
   stats_load "$name"
   if [ "$S_PROCS" = 0 ]; then
     fail "$label: $name statistics: $S_DESC"
-  elif [ "$S_RDMA" = 0 ] && [ "$S_PNA" -gt 0 ] && [ "$S_PNA" -ge $((S_TCP - ${S_CDU:-0})) ]; then
+  elif [ "$S_RDMA" = 0 ] && [ "$S_TCP" -gt 0 ] && [ "$S_PNA" -ge $((S_TCP - ${S_CDU:-0})) ]; then
     # A connection closed before the (first) answer came counts as
-    # closed_during_upgrade; the others must say peer_not_accelerated.
+    # closed_during_upgrade (a 16 MiB iperf3 run can end in 0.5 s, before
+    # rdma_cm's reject and its 50 ms retry: seen in CI, every connection);
+    # the others must say peer_not_accelerated.  Either way: all on TCP.
     pass "$label: $name stats: all on tcp, reason peer_not_accelerated (or closed before the answer): $S_DESC"
   else
     fail "$label: $name stats: want every connection on tcp with reason peer_not_accelerated ($S_TCP on tcp, $S_PNA with that reason, $S_RDMA on rdma): $S_DESC"
