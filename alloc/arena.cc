@@ -14,6 +14,7 @@ namespace xp::alloc::arena {
 std::atomic<uintptr_t> g_base{0};
 std::atomic<uintptr_t> g_span{0};
 __attribute__((tls_model("initial-exec"))) thread_local int t_cold;
+void (*g_test_after_take_chunk)(uint32_t idx) = nullptr;
 
 namespace {
 
@@ -214,17 +215,23 @@ void* class_take(int cls, bool* zeroed) {
     {
       ColdScope cold;
       idx = take_chunk();
+      if (idx != kNil) {
+        // The chunk is ours before g.mu goes: a chunk that still read
+        // kEmpty would be taken again by make_unit's scan (found by the
+        // multi-threaded churn test: two owners of one chunk).
+        ChunkInfo& ch = g.info[idx];
+        bool fresh = ch.fresh, registered = ch.registered;
+        ch = ChunkInfo{};
+        ch.state = kClass;
+        ch.cls = static_cast<uint8_t>(cls);
+        ch.group = 1;
+        ch.fresh = fresh;
+        ch.registered = registered;
+      }
     }
     pthread_mutex_unlock(&g.mu);
     if (idx == kNil) return nullptr;
-    ChunkInfo& ch = g.info[idx];
-    bool fresh = ch.fresh, registered = ch.registered;
-    ch = ChunkInfo{};
-    ch.state = kClass;
-    ch.cls = static_cast<uint8_t>(cls);
-    ch.group = 1;
-    ch.fresh = fresh;
-    ch.registered = registered;
+    if (auto hook = g_test_after_take_chunk) hook(idx);
     list_push(cs.partial, idx);
   }
   ChunkInfo& ch = g.info[idx];

@@ -93,6 +93,10 @@ struct ColdScope {
   ColdScope& operator=(const ColdScope&) = delete;
 };
 
+// Unit tests: called when a size class took a chunk, after g.mu was
+// released (what another thread may then see of the chunk).
+extern void (*g_test_after_take_chunk)(uint32_t idx);
+
 // The registrar of an attached domain (the registration cache's misses).
 DomainRegistrar* domain_registrar(int slot);
 

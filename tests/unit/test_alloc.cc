@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "alloc/arena.h"
+#include "alloc/arena_internal.h"
 #include "alloc/heap.h"
 #include "alloc/mem_stats.h"
 
@@ -238,6 +239,31 @@ TEST_CASE("alloc: malloc_usable_size, zero-size and huge requests, calloc") {
       heap::free(c);
     }
   }
+}
+
+TEST_CASE("alloc: a chunk a size class took is never free material for another thread") {
+  // Between taking a chunk from the empty pool and serving from it, another
+  // thread's large allocation scans the chunks under the global lock: the
+  // chunk must already read as a class chunk there, or it gets two owners
+  // (the churn test below saw one block overwritten, 1 run in ~12).
+  enable();
+  arena::flush_thread_cache();
+  void* warm = heap::malloc(2 << 20); // a class chunk, then back to the empty pool
+  REQUIRE(warm);
+  heap::free(warm);
+  arena::flush_thread_cache();
+  static uint8_t seen_state = 0xff;
+  arena::g_test_after_take_chunk = [](uint32_t idx) {
+    pthread_mutex_lock(&arena::g.mu);
+    seen_state = arena::g.info[idx].state;
+    pthread_mutex_unlock(&arena::g.mu);
+  };
+  void* p = heap::malloc(2 << 20);
+  arena::g_test_after_take_chunk = nullptr;
+  REQUIRE(p);
+  CHECK(seen_state == arena::kClass);
+  heap::free(p);
+  arena::flush_thread_cache();
 }
 
 TEST_CASE("alloc: multi-threaded churn returns every byte and stays bounded") {
