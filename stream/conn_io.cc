@@ -105,7 +105,8 @@ bool nonblocking(Conn* c) {
 }
 int64_t timeout_ms(Conn* c, int opt) {
   load_opts(c);
-  return (opt == SO_RCVTIMEO ? c->opt_rcvtimeo_ms : c->opt_sndtimeo_ms).load(std::memory_order_relaxed);
+  return (opt == SO_RCVTIMEO ? c->opt_rcvtimeo_ms : c->opt_sndtimeo_ms)
+      .load(std::memory_order_relaxed);
 }
 
 // Whether the kernel would restart a socket call a signal interrupted: we

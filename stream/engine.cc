@@ -106,7 +106,21 @@ void watch_channel(Channel* ch) {
 
 namespace {
 
-void on_tcp_event(Conn* c, uint32_t events) {
+// The kernel's count of payload bytes received on c's socket (false: not
+// TCP, e.g. a unit test's socketpair).
+bool tcp_bytes_received(const Conn* c, uint64_t* n) {
+  linux_tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (syscall(SYS_getsockopt, c->sock(), IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(linux_tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+    return false;
+  *n = ti.tcpi_bytes_received;
+  return true;
+}
+
+} // namespace
+
+void tcp_event(Conn* c, uint32_t events) {
   // The kernel socket changed: remember what it said (cleared by the data
   // calls when the kernel says EAGAIN) and tell sleepers.  An edge for
   // EPOLLET only when something new happened: a bit that was not set, or
@@ -122,12 +136,12 @@ void on_tcp_event(Conn* c, uint32_t events) {
   if ((nb & EPOLLIN) && c->rx_rdma.load() && tcp_after_switch(c)) return;
   bool new_data = false;
   if ((nb & EPOLLIN) && !c->rx_rdma.load()) {
-    linux_tcp_info ti{};
-    socklen_t len = sizeof ti;
-    if (syscall(SYS_getsockopt, c->sock(), IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-        len >= offsetof(linux_tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received) {
-      uint64_t seen = c->tcp_rx_seen.exchange(ti.tcpi_bytes_received);
-      new_data = ti.tcpi_bytes_received > seen;
+    // Bytes count once: a channel event that found EPOLLIN newly set took
+    // them already (Conn::absorb_tcp_bytes).
+    uint64_t n = 0;
+    if (tcp_bytes_received(c, &n)) {
+      uint64_t seen = c->tcp_rx_seen.exchange(n);
+      new_data = n > seen;
     } else {
       new_data = true;
     }
@@ -135,6 +149,8 @@ void on_tcp_event(Conn* c, uint32_t events) {
   c->note_ready(new_data);
   wake::notify();
 }
+
+namespace {
 
 void on_channel_event(Channel* ch) {
   take_event(ch); // stream/channel_events.cc: whether to re-arm
@@ -203,7 +219,7 @@ void* engine_main(void*) {
           on_cm_event(ev);
         }
       } else if (d & kTagConn) {
-        on_tcp_event(reinterpret_cast<Conn*>(d & ~kTagConn), evs[i].events);
+        tcp_event(reinterpret_cast<Conn*>(d & ~kTagConn), evs[i].events);
       } else {
         on_channel_event(reinterpret_cast<Channel*>(d));
       }
@@ -295,6 +311,12 @@ void report(Conn* c, Mode m, Reason why) {
 }
 
 } // namespace engine
+
+void Conn::absorb_tcp_bytes() {
+  if (rx_rdma.load(std::memory_order_acquire) || resumed.load(std::memory_order_acquire)) return;
+  uint64_t n = 0;
+  if (engine::tcp_bytes_received(this, &n)) tcp_rx_seen.store(n, std::memory_order_release);
+}
 
 using namespace engine;
 

@@ -114,6 +114,8 @@ void flush(Conn* c);
 // table drops c and its reference).
 void detach(Conn* c, Channel* ch);
 void advance(Conn* c);
+// The engine's edge-triggered watch of c's socket reported `events`.
+void tcp_event(Conn* c, uint32_t events);
 void fail(Conn* c, Reason why);
 // ch->mu held: recompute c's stream readiness; true if it changed.
 bool refresh(Conn* c);
