@@ -243,8 +243,28 @@ int finish(EpollState* e, int epfd, epoll_event* out, int max, const WaitCall& c
   return fold_same_data(out, nu, k);
 }
 
+// What the kernel has ready now, with the user events after it; 0: none
+// (nothing consumed), -1: error.
+int kernel_now(EpollState* e, int epfd, epoll_event* out, int max, const WaitCall& c) {
+  int k = kernel_wait(epfd, out, max, c, 0);
+  if (k < 0) return -1;
+  bool saw = false;
+  k = drop_reserved(out, k, &saw);
+  k = validate_kids(e, out, k);
+  if (saw) consume_wake(e);
+  if (k <= 0) return 0;
+  bool residual = false;
+  int nu = harvest(e, out + k, max - k, &residual);
+  {
+    std::lock_guard<std::mutex> l(e->mu);
+    settle(e, residual, false);
+  }
+  return fold_same_data(out, k, nu);
+}
+
 int managed_wait(EpollState* e, int epfd, epoll_event* out, int max, const WaitCall& c) {
   Deadline dl(c);
+  readiness::SpinPhase spin;
   for (bool first = true;; first = false) {
     bool own = e->n_user.load(std::memory_order_acquire) != 0;
     bool kids = refresh_kids(e);
@@ -273,23 +293,19 @@ int managed_wait(EpollState* e, int epfd, epoll_event* out, int max, const WaitC
     bool residual = false;
     if (e->kernel_first.exchange(false, std::memory_order_relaxed)) {
       // The previous batch was all user events: the kernel's go first now.
-      int k = kernel_wait(epfd, out, max, c, 0);
-      if (k < 0) return -1;
-      bool saw = false;
-      k = drop_reserved(out, k, &saw);
-      k = validate_kids(e, out, k);
-      if (saw) consume_wake(e);
-      if (k > 0) {
-        int nu = harvest(e, out + k, max - k, &residual);
-        {
-          std::lock_guard<std::mutex> l(e->mu);
-          settle(e, residual, false);
-        }
-        return fold_same_data(out, k, nu);
-      }
+      int k = kernel_now(e, epfd, out, max, c);
+      if (k != 0) return k;
     }
     int nu = harvest(e, out, max, &residual);
     if (nu > 0 || dl.left() == 0) return finish(e, epfd, out, max, c, nu, residual);
+    if (own && spin.spin(dl.left())) {
+      // Busy-poll the channels before sleeping (readiness.h SpinPhase).
+      if (spin.kernel_round()) {
+        int k = kernel_now(e, epfd, out, max, c);
+        if (k != 0) return k;
+      }
+      continue;
+    }
 
     // Nothing yet: sleep in the kernel, woken by stream::wake::notify()
     // through the wake eventfds.  Registered first, then looked again.

@@ -16,6 +16,7 @@
 #include "preload/epoll_state.h"
 #include "preload/fd_slots.h"
 #include "preload/test_user_mode.h"
+#include "stream/engine.h"
 #include "stream/ready_source.h"
 #include "stream/wake.h"
 
@@ -284,6 +285,7 @@ public:
     }
     return ready;
   }
+  bool has_users() const { return nu_ != 0; }
   void refresh_epolls() {
     for (int i = 0; i < neps_; ++i)
       epoll::refresh_fd(eps_[i]);
@@ -397,6 +399,7 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
   *scanned = set.scan();
   if (!*scanned) return 0;
   Clock clock = Clock::after(span_ns);
+  SpinPhase spin;
   for (;;) {
     set.refresh_epolls();
     int ready = set.answer();
@@ -404,6 +407,13 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
       // The kernel writes revents 0 for the hidden entries: answer after it.
       int k = kernel_poll(fds, n, 0, mask, as_ppoll);
       return k < 0 ? -1 : k + set.answer();
+    }
+    if (set.has_users() && spin.spin(clock.left())) {
+      if (spin.kernel_round()) {
+        int k = kernel_poll(fds, n, 0, mask, as_ppoll);
+        if (k != 0) return k < 0 ? -1 : k + set.answer();
+      }
+      continue;
     }
     bool ok = set.register_sleep();
     ready = set.answer(); // looked at after registering: no lost wake-up
@@ -510,6 +520,30 @@ int slow_select(int nfds, fd_set* r, fd_set* w, fd_set* e, int64_t span_ns, cons
 }
 
 } // namespace
+
+// ---- spinning before a sleep
+
+namespace {
+// This thread's recent waits for user-mode fds (us, moving average).
+__attribute__((tls_model("initial-exec"))) thread_local uint32_t t_wait_avg_us = 0;
+} // namespace
+
+SpinPhase::SpinPhase() : began_(now_ns()) {}
+
+SpinPhase::~SpinPhase() {
+  if (end_ >= 0) t_wait_avg_us = stream::engine::wait_avg(t_wait_avg_us, now_ns() - began_);
+}
+
+bool SpinPhase::spin(int64_t left_ns) {
+  if (end_ < 0) {
+    int64_t budget = static_cast<int64_t>(stream::engine::spin_budget_ns(t_wait_avg_us));
+    if (left_ns >= 0 && left_ns < budget) budget = left_ns;
+    end_ = began_ + budget;
+  }
+  if (now_ns() >= end_) return false;
+  ++rounds_;
+  return stream::engine::spin_poll_channels();
+}
 
 int poll(pollfd* fds, nfds_t nfds, int timeout_ms) {
   if (__builtin_expect(!any_special(fds, nfds), 1)) return XP_REAL(poll, fds, nfds, timeout_ms);

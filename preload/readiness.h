@@ -2,6 +2,7 @@
 // call when numbers close or get duplicated, poll/ppoll/select/pselect for
 // sockets in user mode (stream/ready_source.h), and xpress's internal fds.
 #pragma once
+#include <cstdint>
 #include <poll.h>
 #include <signal.h>
 #include <sys/select.h>
@@ -26,6 +27,30 @@ int ppoll(struct pollfd* fds, nfds_t nfds, const struct timespec* tmo, const sig
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, struct timeval* tv);
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const struct timespec* ts,
             const sigset_t* sigmask);
+
+// poll/select/epoll_wait on connections xpress answers for spin a short
+// time before they sleep: each round polls the process's channels, so a
+// request/response loop never pays for a sleep and a wake-up through the
+// engine thread.  How long follows this thread's recent waits
+// (stream::engine::spin_budget_ns); at most the call's timeout.  A signal
+// handled during the spin does not end the call with EINTR (the kernel's
+// would): XPRESS_SPIN_US=0 turns spinning off.
+class SpinPhase {
+public:
+  SpinPhase();
+  ~SpinPhase(); // a call that waited folds its wait into the thread's average
+  SpinPhase(const SpinPhase&) = delete;
+  SpinPhase& operator=(const SpinPhase&) = delete;
+  // One more busy-poll round (left_ns: the call's time left, -1 none);
+  // false: time to sleep.
+  bool spin(int64_t left_ns);
+  // Every few rounds: also ask the kernel about the call's other fds.
+  bool kernel_round() const { return (rounds_ & 3) == 0; }
+
+private:
+  int64_t began_, end_ = -1;
+  unsigned rounds_ = 0;
+};
 
 // xpress's own fds: close-on-exec, made with raw system calls (never
 // tracked), and moved above the numbers a program expects to get (a program

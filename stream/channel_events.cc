@@ -94,6 +94,52 @@ void arm_before_sleep() {
   }
 }
 
+uint64_t spin_budget_ns(uint32_t avg) {
+  constexpr uint32_t kMinSpinUs = 20;
+  uint32_t max = params().spin_us;
+  uint32_t lo = max < kMinSpinUs ? max : kMinSpinUs;
+  uint64_t us = avg <= max ? 2ull * avg : lo;
+  if (us < lo) us = lo;
+  if (us > max) us = max;
+  return us * 1000;
+}
+
+uint32_t wait_avg(uint32_t avg, uint64_t waited_ns) {
+  uint64_t us = waited_ns / 1000;
+  if (us > 1000000) us = 1000000;
+  // Weight 1/4: a few slow answers do not end the spinning.
+  return static_cast<uint32_t>((3ull * avg + us) / 4);
+}
+
+bool spin_poll_channels() {
+  constexpr int kMax = 16;
+  static std::atomic<uint32_t> g_turn{0};
+  Channel* chs[kMax];
+  int n = 0;
+  if (!g().started) return false;
+  {
+    // A snapshot under the table lock; a channel unlinked right after is
+    // freed only after a grace period (reap_channels), as for a data call
+    // that read its connection's channel.
+    std::unique_lock<std::mutex> l(g().mu, std::try_to_lock);
+    if (!l.owns_lock()) return true; // the engine's, for a moment: spin on
+    auto& all = g().channels;
+    size_t cnt = all.size(), start = cnt > kMax ? g_turn.fetch_add(kMax) % cnt : 0;
+    for (size_t i = 0; i < cnt && n < kMax; ++i) {
+      Channel* ch = all[(start + i) % cnt];
+      if (!ch->failed.load(std::memory_order_relaxed)) chs[n++] = ch;
+    }
+  }
+  uint64_t now = mono_ns();
+  for (int i = 0; i < n; ++i) {
+    // As a spinner that just left: an event taken meanwhile is not re-armed
+    // (take_event), the sleep that follows arms it (arm_before_sleep).
+    chs[i]->last_spin_ns.store(now, std::memory_order_relaxed);
+    progress(chs[i]);
+  }
+  return n > 0;
+}
+
 void arm_idle_channels() {
   if (!g_maybe_unarmed.exchange(false, std::memory_order_seq_cst)) return;
   uint64_t now = mono_ns();

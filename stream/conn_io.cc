@@ -122,26 +122,14 @@ bool restartable() {
   return true;
 }
 
-// The spin budget of one blocked call: twice what this connection's recent
-// waits took, when that is within XPRESS_SPIN_US (a request/response loop
-// whose answers come back in 100 us spins 200 us and never sleeps); the
-// minimum when waits are longer (an idle server sleeps at once and uses no
-// CPU).
-constexpr uint32_t kMinSpinUs = 20;
+// The spin budget of one blocked call follows its connection's recent
+// waits (engine::spin_budget_ns).
 uint64_t spin_budget_ns(const Conn* c) {
-  uint32_t max = engine::params().spin_us, avg = c->wait_avg_us.load(std::memory_order_relaxed);
-  uint32_t lo = max < kMinSpinUs ? max : kMinSpinUs;
-  uint64_t us = avg <= max ? 2ull * avg : lo;
-  if (us < lo) us = lo;
-  if (us > max) us = max;
-  return us * 1000;
+  return engine::spin_budget_ns(c->wait_avg_us.load(std::memory_order_relaxed));
 }
 void note_wait(Conn* c, uint64_t waited_ns) {
-  uint64_t us = waited_ns / 1000;
-  if (us > 1000000) us = 1000000;
   uint32_t old = c->wait_avg_us.load(std::memory_order_relaxed);
-  // Moving average, weight 1/4: a few slow answers do not end the spinning.
-  c->wait_avg_us.store(static_cast<uint32_t>((3ull * old + us) / 4), std::memory_order_relaxed);
+  c->wait_avg_us.store(engine::wait_avg(old, waited_ns), std::memory_order_relaxed);
 }
 
 // Spin, then sleep until something may have changed.

@@ -49,6 +49,21 @@ void before_fork();
 void after_fork_parent();
 void on_fork_child();
 
+// Busy-polling before a sleep (docs/design.md, "Completion events").  A
+// blocked call spins spin_budget_ns(avg) first, avg being its recent waits
+// in us (wait_avg folds one in): twice that when it is within
+// XPRESS_SPIN_US (a request/response loop whose answers come back in 100 us
+// spins 200 us and never sleeps), the minimum (20 us) when waits are longer
+// (an idle server sleeps at once and uses no CPU).
+uint64_t spin_budget_ns(uint32_t avg_us);
+uint32_t wait_avg(uint32_t avg_us, uint64_t waited_ns);
+// One busy-poll round for poll/select/epoll_wait, which wait on many
+// connections: every channel of the process (up to 16 a round, in turn)
+// is polled, so what arrived is processed and its readiness published
+// without the engine thread's completion event.  False when there is
+// nothing to poll (no channel).
+bool spin_poll_channels();
+
 // Outcome hook: the preload layer records the final mode of a connection
 // (rdma once a direction switched; tcp with the reason when the upgrade gave up).
 using OutcomeHook = void (*)(int fd, Mode m, Reason why);
