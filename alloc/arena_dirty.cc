@@ -102,7 +102,8 @@ void trim_retained(size_t extra) {
     if (g.info[i].registered || g.info[i].dirty == 0) continue;
     size_t need =
         mem_stats().arena_dirty_bytes.load(std::memory_order_relaxed) + extra - dirty_budget();
-    purge_pages(i, static_cast<uint32_t>((need + kPage - 1) / kPage));
+    size_t pages = (need + kPage - 1) / kPage;
+    purge_pages(i, pages < kChunkPages ? static_cast<uint32_t>(pages) : kChunkPages);
   }
   size_t unreg = 0, reg = 0;
   for (const List* l : {&g.idle_large, &g.empty})
