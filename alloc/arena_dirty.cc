@@ -62,17 +62,13 @@ void purge_pages(uint32_t idx, uint32_t k) {
   if (k > c.dirty) k = c.dirty;
   if (k == 0) return;
   uint32_t lo;
+  uint64_t* d = g.runs[idx].dirty;
   if (c.run_meta) {
     // A former run chunk: its dirty pages are in its bitmap.
-    uint64_t* d = g.runs[idx].dirty;
     uint32_t found = 0;
     for (lo = kChunkPages; found < k && lo > 0;) {
       --lo;
-      uint64_t bit = uint64_t{1} << (lo % 64);
-      if (d[lo / 64] & bit) {
-        d[lo / 64] &= ~bit;
-        ++found;
-      }
+      if (d[lo / 64] & (uint64_t{1} << (lo % 64))) ++found;
     }
     k = found;
   } else {
@@ -80,7 +76,12 @@ void purge_pages(uint32_t idx, uint32_t k) {
   }
   char* base = reinterpret_cast<char*>(g.base + (uintptr_t{idx} << kChunkShift));
   size_t len = c.run_meta ? (kChunkPages - lo) * kPage : size_t{k} * kPage;
-  ::syscall(SYS_madvise, base + size_t{lo} * kPage, len, MADV_DONTNEED);
+  // A failure (hugetlb pages need aligned ranges) leaves the pages dirty:
+  // clean pages of a fresh chunk must read as zero.
+  if (::syscall(SYS_madvise, base + size_t{lo} * kPage, len, MADV_DONTNEED) != 0) return;
+  if (c.run_meta)
+    for (uint32_t p = lo; p < kChunkPages; ++p)
+      d[p / 64] &= ~(uint64_t{1} << (p % 64));
   c.dirty -= k;
   dirty_sub(k);
   mem_stats().arena_purged_bytes.fetch_add(size_t{k} * kPage, std::memory_order_relaxed);
@@ -131,8 +132,8 @@ bool reclaim(uint32_t idx, void* from, size_t len) {
   {
     ColdScope cold;
     trim_retained(len);
-    if (over_budget(len) && !g.info[idx].registered) {
-      ::syscall(SYS_madvise, from, len, MADV_DONTNEED);
+    if (over_budget(len) && !g.info[idx].registered &&
+        ::syscall(SYS_madvise, from, len, MADV_DONTNEED) == 0) {
       mem_stats().arena_purged_bytes.fetch_add(len, std::memory_order_relaxed);
       purged = true;
     }
