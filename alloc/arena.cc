@@ -28,7 +28,6 @@ void* sys_mmap(void* addr, size_t len, int prot, int flags) {
 
 constexpr size_t kThreadCacheBytes = 4 << 20; // per thread, all classes
 constexpr size_t kClassCacheBytes = 1 << 20;  // per thread and class
-constexpr size_t kRetainMinBytes = 64 << 20;  // empty chunks kept committed
 constexpr uint32_t kMaxCacheBlocks = 16;
 
 uint32_t blocks_per_chunk(int cls) {
@@ -53,6 +52,7 @@ struct ThreadCache {
   void* head[kClasses];
   uint16_t count[kClasses];
   size_t bytes;
+  int shard;     // 1 + the run shard this thread takes from, 0: none yet
   uint8_t state; // 0: exit flush not registered yet, 1: registered, 2: thread exiting
 };
 __attribute__((tls_model("initial-exec"))) thread_local ThreadCache t_cache;
@@ -60,29 +60,14 @@ __attribute__((tls_model("initial-exec"))) thread_local ThreadCache t_cache;
 void* block_addr(uint32_t idx, uint32_t n, int cls) {
   return reinterpret_cast<void*>(g.base + (uintptr_t{idx} << kChunkShift) + n * class_size(cls));
 }
+void* p_of(uint32_t idx) {
+  return reinterpret_cast<void*>(g.base + (uintptr_t{idx} << kChunkShift));
+}
 uint32_t chunk_of(const void* p) {
   return static_cast<uint32_t>((reinterpret_cast<uintptr_t>(p) - g.base) >> kChunkShift);
 }
 
 // --- the global (chunk) level; callers hold g.mu --------------------------
-
-size_t in_use_bytes() {
-  return mem_stats().arena_in_use_bytes.load(std::memory_order_relaxed);
-}
-
-void trim_retained() {
-  size_t bound = kRetainMinBytes + in_use_bytes() / 2;
-  while (g.retained_bytes > bound) {
-    // Oldest first: the most recently emptied chunks are the warm ones.
-    List& from = g.idle_large.tail != kNil ? g.idle_large : g.empty;
-    uint32_t idx = from.tail;
-    if (idx == kNil) break;
-    uint32_t n = g.info[idx].group;
-    list_remove(from, idx);
-    g.retained_bytes -= n * kChunk;
-    release_unit(idx, n);
-  }
-}
 
 // A committed run of n chunks (first fit in the reservation), or kNil.
 // Backs [start, start+n) chunks, all kFree, with memory; false over the
@@ -106,26 +91,59 @@ bool commit(uint32_t start, uint32_t n) {
   return true;
 }
 
-// A unit of n contiguous chunks made of reserved-only chunks and chunks of
-// the empty pool (first fit), committed and registered as one; kNil when
-// the reservation has no such run.  Empty chunks are preferred material:
-// their pages are resident, new ones cost a page fault each on first touch.
-uint32_t make_unit(uint32_t n) {
+// The run of n empty chunks (committed, in the pool) with the most dirty
+// pages (resident: no page faults when reused), kNil when there is none.
+uint32_t find_empty_run(uint32_t n) {
+  uint32_t run = 0, best = kNil;
+  uint64_t dirty = 0, best_dirty = 0;
+  for (uint32_t i = 0; i < g.high; ++i) {
+    if (g.info[i].state != kEmpty) {
+      run = 0;
+      dirty = 0;
+      continue;
+    }
+    dirty += g.info[i].dirty;
+    if (++run > n) dirty -= g.info[i - n].dirty;
+    if (run >= n && (best == kNil || dirty > best_dirty)) {
+      best = i + 1 - n;
+      best_dirty = dirty;
+    }
+  }
+  return best;
+}
+
+// The first run of n chunks that are empty or reserved-only, or kNil.
+uint32_t find_run(uint32_t n) {
   uint32_t run = 0, start = 0;
   for (uint32_t i = 0; i < g.nchunks && run < n; ++i) {
     uint8_t s = g.info[i].state;
-    if (s != kFree && s != kEmpty) {
+    if (s != kEmpty && s != kFree) {
       run = 0;
       continue;
     }
     if (run++ == 0) start = i;
   }
-  if (run < n) return kNil;
+  return run < n ? kNil : start;
+}
+
+// A unit of n contiguous chunks made of reserved-only chunks and chunks of
+// the empty pool, committed and registered as one; kNil when the
+// reservation has no such run.  Neighbouring empty chunks (e.g. a freed
+// large group's) merge into one unit this way, and a run of empty chunks
+// only is preferred: their pages are resident, new ones cost a page fault
+// each on first touch.
+uint32_t make_unit(uint32_t n) {
+  uint32_t start = find_empty_run(n);
+  if (start == kNil) start = find_run(n);
+  if (start == kNil) return kNil;
   bool fresh = true;
+  uint32_t resident = 0; // pages from the unit's start that may be resident
   for (uint32_t i = start; i < start + n;) {
     if (g.info[i].state == kEmpty) {
       list_remove(g.empty, i);
       g.retained_bytes -= kChunk;
+      dirty_sub(g.info[i].dirty);
+      if (g.info[i].dirty > 0) resident = (i - start) * kChunkPages + g.info[i].dirty;
       deregister_unit(i, 1);
       fresh = false;
       ++i;
@@ -156,6 +174,7 @@ uint32_t make_unit(uint32_t n) {
   }
   g.info[start].group = n;
   g.info[start].fresh = fresh;
+  g.info[start].dirty = resident; // see large_take
   return start;
 }
 
@@ -170,24 +189,39 @@ void release_retained() {
   }
 }
 
-// One chunk for a size class: from the empty pool, else split off an idle
-// large group (its other chunks join the pool), else newly committed.
+// Chunks [h, h+n), the former group of a large block whose first dirty
+// pages were written, become empty chunks of the pool (lowest first, so
+// that they are reused in address order).  The caller did the accounting
+// of the dirty pages and deregistered the group.
+void split_to_empty(uint32_t h, uint32_t n, uint32_t dirty) {
+  constexpr uint32_t kChunkPages = kChunk / kPage;
+  for (uint32_t i = h; i < h + n; ++i) {
+    g.info[i] = ChunkInfo{};
+    g.info[i].state = kEmpty;
+    g.info[i].group = 1;
+    g.info[i].dirty = dirty < kChunkPages ? dirty : kChunkPages;
+    dirty -= g.info[i].dirty;
+  }
+  for (uint32_t i = h + n; i-- > h;)
+    list_push(g.empty, i);
+  g.retained_bytes += n * kChunk;
+}
+
+} // namespace
+
+// One chunk for a size class or runs: from the empty pool, else split off
+// an idle large group (its other chunks join the pool), else newly
+// committed.  Its dirty pages stay counted: the caller decides.
 uint32_t take_chunk() {
-  uint32_t idx = g.empty.head;
-  if (idx == kNil && g.idle_large.head != kNil) {
+  if (g.empty.head == kNil && g.idle_large.head != kNil) {
     uint32_t h = g.idle_large.head;
     uint32_t n = g.info[h].group;
     list_remove(g.idle_large, h);
+    g.retained_bytes -= n * kChunk;
     deregister_unit(h, n);
-    for (uint32_t i = h; i < h + n; ++i) {
-      g.info[i] = ChunkInfo{};
-      g.info[i].state = kEmpty;
-      g.info[i].group = 1;
-      if (i != h) list_push(g.empty, i);
-    }
-    g.retained_bytes -= kChunk; // h leaves, the others stay retained
-    return h;
+    split_to_empty(h, n, g.info[h].dirty); // already counted as dirty
   }
+  uint32_t idx = g.empty.head;
   if (idx != kNil) {
     list_remove(g.empty, idx);
     g.retained_bytes -= kChunk;
@@ -201,16 +235,33 @@ uint32_t take_chunk() {
   return idx;
 }
 
+// Back to the pool (bounded, most recent reused first: a block freed and
+// allocated again costs a pool round trip, not a commit and registration).
+// Classes keep no empty chunks of their own: 29 classes each holding one
+// would pin up to 116 MiB.
+void pool_chunk(uint32_t idx) {
+  ChunkInfo& ch = g.info[idx];
+  ch.state = kEmpty;
+  ch.fresh = false;
+  list_push(g.empty, idx);
+  g.retained_bytes += kChunk;
+  trim_retained();
+}
+
+namespace {
+
 // --- the class level; callers hold the class's lock -----------------------
 
 bool chunk_full(const ChunkInfo& ch) {
-  return ch.free == nullptr && ch.bump == blocks_per_chunk(ch.cls);
+  return ch.free == nullptr && ch.purged == nullptr && ch.bump == blocks_per_chunk(ch.cls);
 }
 
 void* class_take(int cls, bool* zeroed) {
   ClassState& cs = g_classes[cls];
   uint32_t idx = cs.partial.head;
   if (idx == kNil) {
+    // The chunk's new state is set under g.mu: make_unit looks for empty
+    // chunks by their state.
     pthread_mutex_lock(&g.mu);
     {
       ColdScope cold;
@@ -220,6 +271,7 @@ void* class_take(int cls, bool* zeroed) {
         // kEmpty would be taken again by make_unit's scan (found by the
         // multi-threaded churn test: two owners of one chunk).
         ChunkInfo& ch = g.info[idx];
+        dirty_sub(ch.dirty); // in use again (as carved blocks)
         bool fresh = ch.fresh, registered = ch.registered;
         ch = ChunkInfo{};
         ch.state = kClass;
@@ -236,9 +288,17 @@ void* class_take(int cls, bool* zeroed) {
   }
   ChunkInfo& ch = g.info[idx];
   void* p;
+  // Resident blocks first, then purged ones (a page fault per page).
   if (ch.free != nullptr) {
     p = ch.free;
     ch.free = *static_cast<void**>(p);
+    uint32_t pages = static_cast<uint32_t>(class_size(cls) / kPage);
+    ch.dirty -= pages;
+    dirty_sub(pages);
+    *zeroed = false;
+  } else if (ch.purged != nullptr) {
+    p = ch.purged;
+    ch.purged = *static_cast<void**>(p);
     *zeroed = false;
   } else {
     p = block_addr(idx, ch.bump++, cls);
@@ -247,7 +307,7 @@ void* class_take(int cls, bool* zeroed) {
   ++ch.live;
   if (chunk_full(ch)) list_remove(cs.partial, idx);
   MemStats& st = mem_stats();
-  st.arena_in_use_bytes.fetch_add(class_size(cls), std::memory_order_relaxed);
+  in_use_add(class_size(cls));
   st.arena_allocs.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
@@ -257,25 +317,29 @@ void class_give(int cls, void* p) {
   uint32_t idx = chunk_of(p);
   ChunkInfo& ch = g.info[idx];
   bool was_full = chunk_full(ch);
-  *static_cast<void**>(p) = ch.free;
-  ch.free = p;
+  size_t sz = class_size(cls);
+  // ch.registered is read without g.mu here: reclaim checks it again.  The
+  // first page keeps the free-list link.
+  if (!ch.registered && over_budget(sz) &&
+      reclaim(idx, static_cast<char*>(p) + kPage, sz - kPage)) {
+    *static_cast<void**>(p) = ch.purged;
+    ch.purged = p;
+  } else {
+    *static_cast<void**>(p) = ch.free;
+    ch.free = p;
+    uint32_t pages = static_cast<uint32_t>(sz / kPage);
+    ch.dirty += pages;
+    dirty_add(pages);
+  }
   --ch.live;
   if (was_full) list_push(cs.partial, idx);
-  mem_stats().arena_in_use_bytes.fetch_sub(class_size(cls), std::memory_order_relaxed);
-  // An empty chunk goes back to the pool (bounded, most recent reused
-  // first: a block freed and allocated again costs a pool round trip, not a
-  // commit and registration).  Classes keep no empty chunks of their own:
-  // 29 classes each holding one would pin up to 116 MiB.
+  in_use_sub(sz);
   if (ch.live == 0) {
     list_remove(cs.partial, idx);
     pthread_mutex_lock(&g.mu);
     {
       ColdScope cold;
-      ch.state = kEmpty;
-      ch.fresh = false;
-      list_push(g.empty, idx);
-      g.retained_bytes += kChunk;
-      trim_retained();
+      pool_chunk(idx);
     }
     pthread_mutex_unlock(&g.mu);
   }
@@ -295,6 +359,7 @@ void* large_take(size_t size) {
   if (best != kNil) {
     list_remove(g.idle_large, best);
     g.retained_bytes -= g.info[best].group * kChunk;
+    dirty_sub(g.info[best].dirty); // kept as the resident pages (below)
   } else {
     best = make_unit(n);
     if (best == kNil && g.retained_bytes > 0) {
@@ -306,11 +371,17 @@ void* large_take(size_t size) {
   if (best != kNil) {
     ChunkInfo& ch = g.info[best];
     ch.state = kLarge;
-    size_t bytes = ch.group * kChunk;
-    MemStats& st = mem_stats();
-    st.arena_in_use_bytes.fetch_add(bytes, std::memory_order_relaxed);
-    st.arena_allocs.fetch_add(1, std::memory_order_relaxed);
-    p = reinterpret_cast<void*>(g.base + (uintptr_t{best} << kChunkShift));
+    // What the program may touch: its dirty pages once the group is free.
+    ch.bump = static_cast<uint32_t>((size + kPage - 1) / kPage);
+    // Pages past the request that a former user wrote stay resident (a
+    // larger request next time reuses them) and count as dirty meanwhile.
+    if (ch.dirty > ch.bump) {
+      dirty_add(ch.dirty - ch.bump);
+      trim_retained();
+    }
+    in_use_add(size_t{ch.bump} * kPage);
+    mem_stats().arena_allocs.fetch_add(1, std::memory_order_relaxed);
+    p = p_of(best);
   }
   pthread_mutex_unlock(&g.mu);
   return p;
@@ -322,11 +393,24 @@ void large_give(uint32_t idx) {
     ColdScope cold;
     ChunkInfo& ch = g.info[idx];
     size_t bytes = ch.group * kChunk;
-    mem_stats().arena_in_use_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-    ch.state = kLargeIdle;
-    ch.fresh = false;
-    list_push(g.idle_large, idx);
-    g.retained_bytes += bytes;
+    in_use_sub(size_t{ch.bump} * kPage);
+    // The pages the program may have written, and those that were resident
+    // before (a prefix either way; large_take counted those past the request).
+    uint32_t dirty = ch.bump > ch.dirty ? ch.bump : ch.dirty;
+    dirty_add(dirty - (ch.dirty - (ch.dirty < ch.bump ? ch.dirty : ch.bump)));
+    if (ch.registered) {
+      // Kept whole (hysteresis): a request of about the same size reuses
+      // it, registration and all.
+      ch.state = kLargeIdle;
+      ch.fresh = false;
+      ch.dirty = dirty;
+      list_push(g.idle_large, idx);
+      g.retained_bytes += bytes;
+    } else {
+      // Single empty chunks: any size class or large request can use
+      // them, merged with their neighbours (make_unit).
+      split_to_empty(idx, ch.group, dirty);
+    }
     trim_retained();
   }
   pthread_mutex_unlock(&g.mu);
@@ -336,6 +420,16 @@ void large_give(uint32_t idx) {
 
 void flush_class(ThreadCache& t, int cls, uint32_t keep) {
   if (t.count[cls] <= keep) return;
+  if (is_run_class(cls)) {
+    while (t.count[cls] > keep) {
+      void* p = t.head[cls];
+      t.head[cls] = *static_cast<void**>(p);
+      --t.count[cls];
+      t.bytes -= class_size(cls);
+      run_give(p);
+    }
+    return;
+  }
   ClassState& cs = g_classes[cls];
   pthread_mutex_lock(&cs.mu);
   while (t.count[cls] > keep) {
@@ -396,7 +490,8 @@ bool init(const Options& o) {
   // Over-reserve by one chunk to align the range to a chunk (huge pages).
   for (size_t want = o.reserve_bytes; want >= (size_t{1} << 30); want /= 2) {
     size_t n = want / kChunk;
-    size_t meta = n * (sizeof(ChunkInfo) + kMaxDomains * (sizeof(uint64_t) + sizeof(void*)));
+    size_t meta = n * (sizeof(ChunkInfo) + sizeof(RunMeta) +
+                       kMaxDomains * (sizeof(uint64_t) + sizeof(void*)));
     void* r =
         sys_mmap(nullptr, want + kChunk, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
     if (r == nullptr) continue;
@@ -414,7 +509,8 @@ bool init(const Options& o) {
     g.base = base;
     g.nchunks = static_cast<uint32_t>(n);
     g.info = static_cast<ChunkInfo*>(m);
-    g.lkeys = reinterpret_cast<std::atomic<uint64_t>*>(g.info + n);
+    g.runs = reinterpret_cast<RunMeta*>(g.info + n);
+    g.lkeys = reinterpret_cast<std::atomic<uint64_t>*>(g.runs + n);
     g.mrs = reinterpret_cast<void**>(g.lkeys + n * kMaxDomains);
     g_base.store(base, std::memory_order_relaxed);
     g_span.store(want, std::memory_order_release);
@@ -441,6 +537,25 @@ void* allocate(size_t size, size_t align, bool* zeroed) {
     t.head[cls] = *static_cast<void**>(p);
     --t.count[cls];
     t.bytes -= class_size(cls);
+    return p;
+  }
+  if (is_run_class(cls)) {
+    if (t.shard == 0) {
+      static std::atomic<unsigned> next_shard{0};
+      t.shard = 1 + static_cast<int>(next_shard.fetch_add(1, std::memory_order_relaxed) % kShards);
+    }
+    void* extra[kMaxCacheBlocks];
+    uint32_t want = t.state != 2 ? cache_cap(cls) / 2 : 0, got = 0;
+    while (want > 0 && t.bytes + want * class_size(cls) > kThreadCacheBytes)
+      --want;
+    void* p = run_take(cls, t.shard - 1, extra, want, &got, zeroed);
+    for (uint32_t i = 0; i < got; ++i) {
+      *static_cast<void**>(extra[i]) = t.head[cls];
+      t.head[cls] = extra[i];
+      ++t.count[cls];
+      t.bytes += class_size(cls);
+    }
+    if (p != nullptr && t.state == 0) register_thread(t);
     return p;
   }
   ClassState& cs = g_classes[cls];
@@ -471,7 +586,7 @@ void release(void* p) {
     large_give(idx);
     return;
   }
-  int cls = ch.cls;
+  int cls = ch.state == kRun ? run_class(p) : ch.cls;
   size_t sz = class_size(cls);
   ThreadCache& t = t_cache;
   // Inside a cold path (rdma-core freeing during a registration) the class
@@ -490,6 +605,10 @@ void release(void* p) {
     if (t.state == 0) register_thread(t);
     return;
   }
+  if (ch.state == kRun) {
+    run_give(p);
+    return;
+  }
   ClassState& cs = g_classes[cls];
   pthread_mutex_lock(&cs.mu);
   class_give(cls, p);
@@ -500,7 +619,7 @@ size_t usable_size(const void* p) {
   uint32_t idx = chunk_of(p);
   const ChunkInfo& ch = g.info[idx];
   if (ch.state == kLarge) return ch.group * kChunk;
-  return class_size(ch.cls);
+  return class_size(ch.state == kRun ? run_class(p) : ch.cls);
 }
 
 void flush_thread_cache() {
@@ -514,11 +633,13 @@ bool in_cold_path() {
 void before_fork() {
   for (ClassState& cs : g_classes)
     pthread_mutex_lock(&cs.mu);
+  runs_before_fork();
   pthread_mutex_lock(&g.mu);
 }
 
 void after_fork_parent() {
   pthread_mutex_unlock(&g.mu);
+  runs_after_fork_parent();
   for (ClassState& cs : g_classes)
     pthread_mutex_unlock(&cs.mu);
 }
@@ -528,6 +649,7 @@ void after_fork_child() {
   pthread_mutex_init(&g.mu, nullptr);
   for (ClassState& cs : g_classes)
     pthread_mutex_init(&cs.mu, nullptr);
+  runs_after_fork_child();
   forget_registrations();
 }
 

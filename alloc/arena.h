@@ -3,13 +3,19 @@
 //
 // One contiguous reservation of address space (PROT_NONE, no memory behind
 // it) is committed in 4 MiB chunks as needed.  A chunk either serves one
-// size class (blocks of 16 KiB .. 2 MiB, four classes per power of two) or
-// is part of a "large" group of whole chunks for bigger requests.  A chunk
-// or group (a "unit") is registered with a protection domain on demand
-// (alloc/domain.h: prepare_local) and stays registered while committed.
-// Free blocks go back to a per-thread cache, then to their chunk; empty
-// chunks are kept up to a bound, then deregistered and decommitted (see
-// docs/design.md "Registered memory").
+// small size class (16 KiB .. 112 KiB, slabs of equal blocks), or page runs
+// of the larger classes (128 KiB .. 2 MiB, four classes per power of two:
+// first fit, free neighbours merge, any class reuses them; arena_runs.cc),
+// or is part of a "large" group of whole chunks for bigger requests.  A
+// chunk or group (a "unit") is registered with a protection domain on
+// demand (alloc/domain.h: prepare_local) and stays registered while
+// committed.  Free blocks go back to a per-thread cache (bounded), then to
+// their chunk; chunks left empty go to a pool that any use takes from.
+// Free memory that stays resident ("dirty") is bounded (arena_dirty.cc):
+// beyond the budget, free pages of unregistered chunks are given back with
+// MADV_DONTNEED; registered chunks are never purged (the MR pins their
+// pages), they are kept up to a bound and then deregistered and unmapped
+// (see docs/design.md "Registered memory").
 #pragma once
 #include <atomic>
 #include <cstddef>

@@ -79,7 +79,7 @@ uint32_t unit_of(const void* p, size_t len) {
   const ChunkInfo& c = g.info[idx];
   uint32_t head = c.state == kLargeTail ? c.group : idx;
   uint8_t s = g.info[head].state;
-  if (s != kClass && s != kLarge) return kNil;
+  if (s != kClass && s != kLarge && s != kRun) return kNil;
   if (last >= head + g.info[head].group) return kNil;
   return head;
 }
@@ -88,7 +88,8 @@ uint32_t unit_of(const void* p, size_t len) {
 template <typename F> void for_each_unit(F f) {
   for (uint32_t i = 0; i < g.high; ++i) {
     uint8_t s = g.info[i].state;
-    if (s == kEmpty || s == kClass || s == kLarge || s == kLargeIdle) f(i, g.info[i].group);
+    if (s == kEmpty || s == kClass || s == kRun || s == kLarge || s == kLargeIdle)
+      f(i, g.info[i].group);
   }
 }
 
@@ -105,6 +106,7 @@ void release_unit(uint32_t head, uint32_t n) {
   deregister_unit(head, n);
   ::syscall(SYS_mmap, unit_addr(head), n * kChunk, PROT_NONE,
             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  dirty_sub(g.info[head].dirty);
   for (uint32_t i = head; i < head + n; ++i)
     g.info[i] = ChunkInfo{};
   mem_stats().arena_committed_bytes.fetch_sub(n * kChunk, std::memory_order_relaxed);

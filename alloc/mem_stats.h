@@ -22,6 +22,9 @@ struct alignas(4096) MemStats {
   MemCounter arena_registered_bytes; // committed bytes registered with the domains (gauge)
   MemCounter arena_allocs;           // blocks handed out by the central lists (monotonic)
   MemCounter arena_fallbacks;        // large requests served by glibc: arena full, alignment
+  MemCounter arena_dirty_bytes;      // free arena memory left resident (gauge, bounded)
+  MemCounter arena_purged_bytes;     // free block pages given back with MADV_DONTNEED
+  MemCounter arena_decommits;        // retained units (empty chunks, idle groups) unmapped
   MemCounter domains;                // protection domains attached (gauge)
   MemCounter registrations;          // live ibv_reg_mr of arena chunks, all domains (gauge)
   MemCounter registration_failures;

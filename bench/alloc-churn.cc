@@ -1,7 +1,8 @@
 // Allocator churn benchmark: threads allocate, touch and free blocks of
 // random sizes (most between the threshold and 1 MiB, some small, a few
 // large), keeping a bounded live set each.  Prints operations per second
-// and the resident set (peak and at the end).  Run it plainly (glibc
+// (wall clock, and per CPU second of the process: user + system, which a
+// loaded host disturbs less) and the resident set (peak and at the end).  Run it plainly (glibc
 // malloc) and under LD_PRELOAD=build/libxpress.so (the hooked allocator);
 // bench/alloc-churn.sh does both, interleaved, and prints the ratios.
 //
@@ -114,8 +115,14 @@ int main(int argc, char** argv) {
     t.join();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double ops = static_cast<double>(o.ops) * o.threads / secs;
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   printf("{\"threads\":%d,\"ops\":%ld,\"live\":%d,\"seconds\":%.3f,\"ops_per_sec\":%.0f,"
+         "\"cpu_seconds\":%.3f,\"ops_per_cpu_sec\":%.0f,"
          "\"peak_rss_kb\":%ld,\"end_rss_kb\":%ld,\"failures\":%ld}\n",
-         o.threads, o.ops, o.live, secs, ops, rss_kb("VmHWM:"), rss_kb("VmRSS:"), failures.load());
+         o.threads, o.ops, o.live, secs, ops, cpu, static_cast<double>(o.ops) * o.threads / cpu,
+         rss_kb("VmHWM:"), rss_kb("VmRSS:"), failures.load());
   return failures.load() == 0 ? 0 : 1;
 }

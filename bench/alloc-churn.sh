@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Allocator churn: build/bench/alloc-churn plain (glibc malloc) and under the
 # preload (the hooked allocator), interleaved ROUNDS times; prints each run
-# and the median ratios (throughput and peak RSS, preload / glibc).
+# and the median ratios (throughput and peak RSS, preload / glibc).  Both
+# runs are the same binary with the same arguments and seed: the same
+# workload and threads, only the allocator differs.
 # Knobs: ROUNDS (3), THREADS (2), OPS (30000 per thread), LIVE (64), XPRESS_LIB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +30,8 @@ def med(rows, key):
     return statistics.median(r[key] for r in rows)
 print("| metric | glibc | xpress | xpress/glibc |")
 print("| --- | ---: | ---: | ---: |")
-for key, name in (("ops_per_sec", "operations/s"), ("peak_rss_kb", "peak RSS (KiB)"),
-                  ("end_rss_kb", "RSS at end (KiB)")):
+for key, name in (("ops_per_sec", "operations/s"), ("ops_per_cpu_sec", "operations/CPU s"),
+                  ("peak_rss_kb", "peak RSS (KiB)"), ("end_rss_kb", "RSS at end (KiB)")):
     p, h = med(plain, key), med(hooked, key)
     print(f"| {name} | {p:.0f} | {h:.0f} | {h / p:.2f} |")
 PY

@@ -231,9 +231,11 @@ namespace {
 void dump_mem_json(FILE* out, const alloc::MemStats& m) {
   fprintf(out,
           "\"memory\":{\"arena\":{\"committed\":%lu,\"in_use\":%lu,\"registered\":%lu,"
+          "\"dirty\":%lu,\"purged\":%lu,\"decommits\":%lu,"
           "\"allocs\":%lu,\"glibc_fallbacks\":%lu},\"domains\":%lu,\"registrations\":%lu,"
           "\"registration_failures\":%lu,",
           get(m.arena_committed_bytes), get(m.arena_in_use_bytes), get(m.arena_registered_bytes),
+          get(m.arena_dirty_bytes), get(m.arena_purged_bytes), get(m.arena_decommits),
           get(m.arena_allocs), get(m.arena_fallbacks), get(m.domains), get(m.registrations),
           get(m.registration_failures));
   fprintf(out,
@@ -250,6 +252,8 @@ void dump_mem_text(FILE* out, const alloc::MemStats& m) {
   fprintf(out, "  %-22s committed %lu, in use %lu, registered %lu (%lu domains, %lu MRs)\n",
           "arena bytes", get(m.arena_committed_bytes), get(m.arena_in_use_bytes),
           get(m.arena_registered_bytes), get(m.domains), get(m.registrations));
+  fprintf(out, "  %-22s dirty %lu, purged %lu, decommits %lu\n", "arena free bytes",
+          get(m.arena_dirty_bytes), get(m.arena_purged_bytes), get(m.arena_decommits));
   fprintf(out, "  %-22s hits %lu, misses %lu, invalidations %lu, evictions %lu, entries %lu\n",
           "registration cache", get(m.cache_hits), get(m.cache_misses), get(m.cache_invalidations),
           get(m.cache_evictions), get(m.cache_entries));

@@ -1,14 +1,19 @@
 // The hooked allocator (alloc/heap.h, alloc/arena.h): size classes, the
 // threshold, alignments, realloc across the threshold, usable sizes, zero
 // and huge requests, calloc zeroing, multi-threaded churn with a leak check,
-// bounded growth, fork.  The functions are called directly (the unit test
+// bounded growth, fork; page runs merging with free neighbours, free pages
+// given back over the dirty budget (never a registered chunk's), the budget
+// kept under churn.  The functions are called directly (the unit test
 // binary does not interpose malloc).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <sys/wait.h>
 #include <thread>
@@ -17,6 +22,7 @@
 
 #include "alloc/arena.h"
 #include "alloc/arena_internal.h"
+#include "alloc/domain.h"
 #include "alloc/heap.h"
 #include "alloc/mem_stats.h"
 
@@ -299,6 +305,8 @@ TEST_CASE("alloc: multi-threaded churn returns every byte and stays bounded") {
     for (auto& t : ts)
       t.join(); // thread exit flushes each thread's cache
     CHECK(in_use() == base);
+    // Free memory left resident stays within its budget (plus a block).
+    CHECK(mem_stats().arena_dirty_bytes.load() <= arena::dirty_budget() + (8u << 20));
     uint64_t committed = mem_stats().arena_committed_bytes.load();
     if (round == 0) committed_first = committed;
     // The same churn again needs no more memory: no growth without bound.
@@ -331,4 +339,195 @@ TEST_CASE("alloc: a fork child can allocate (locks taken before, released after)
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   heap::free(keep);
+}
+
+namespace {
+
+// Hands out keys and remembers the live registrations (alloc/domain.h).
+struct AllocRegistrar final : DomainRegistrar {
+  std::mutex mu;
+  std::map<void*, std::pair<uintptr_t, size_t>> live;
+  uint32_t next = 500;
+  bool reg_local(void* addr, size_t len, uint32_t* lkey, void** handle) override {
+    std::lock_guard<std::mutex> g(mu);
+    *lkey = next++;
+    *handle = new int(0);
+    live[*handle] = {reinterpret_cast<uintptr_t>(addr), len};
+    return true;
+  }
+  void dereg(void* handle) override {
+    std::lock_guard<std::mutex> g(mu);
+    REQUIRE(live.erase(handle) == 1);
+    delete static_cast<int*>(handle);
+  }
+};
+
+// The arena's chunk state of p (internals: arena_internal.h).
+uint8_t chunk_state(const void* p) {
+  auto off = reinterpret_cast<uintptr_t>(p) - arena::g.base;
+  return arena::g.info[off >> arena::kChunkShift].state;
+}
+
+// Makes the dirty budget look exhausted while alive (frees then give pages
+// back), as a program far over its budget would see it.
+struct ExhaustedBudget {
+  uint64_t extra = uint64_t{1} << 40;
+  ExhaustedBudget() { mem_stats().arena_dirty_bytes.fetch_add(extra); }
+  ~ExhaustedBudget() { mem_stats().arena_dirty_bytes.fetch_sub(extra); }
+  ExhaustedBudget(const ExhaustedBudget&) = delete;
+  ExhaustedBudget& operator=(const ExhaustedBudget&) = delete;
+};
+
+bool all_bytes(const void* p, size_t n, uint8_t v) {
+  auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i)
+    if (b[i] != v) return false;
+  return true;
+}
+
+} // namespace
+
+TEST_CASE("alloc: freed page runs merge with their neighbours: a larger class reuses them") {
+  enable();
+  std::thread([] {
+    constexpr size_t kSmall = 256 << 10, kBig = 1536 << 10;
+    REQUIRE(arena::is_run_class(arena::class_of(kSmall)));
+    REQUIRE(arena::is_run_class(arena::class_of(kBig)));
+    // Every 8th block stays: the 7 between (1.75 MiB) are free neighbours.
+    std::vector<void*> small;
+    for (int i = 0; i < 64; ++i)
+      small.push_back(heap::malloc(kSmall));
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (void* p : small) {
+      REQUIRE(chunk_state(p) == arena::kRun);
+      lo = std::min(lo, reinterpret_cast<uintptr_t>(p));
+      hi = std::max(hi, reinterpret_cast<uintptr_t>(p) + kSmall);
+    }
+    for (size_t i = 0; i < small.size(); ++i)
+      if (i % 8 != 0) heap::free(small[i]);
+    arena::flush_thread_cache();
+    // A 1.5 MiB block fits only where seven 256 KiB runs merged.
+    std::vector<void*> big;
+    bool inside = false;
+    for (int i = 0; i < 64 && !inside; ++i) {
+      void* p = heap::malloc(kBig);
+      REQUIRE(p);
+      auto a = reinterpret_cast<uintptr_t>(p);
+      inside = a >= lo && a + kBig <= hi;
+      big.push_back(p);
+    }
+    CHECK(inside);
+    for (void* p : big)
+      heap::free(p);
+    for (size_t i = 0; i < small.size(); i += 8)
+      heap::free(small[i]);
+  }).join();
+}
+
+TEST_CASE("alloc: over the dirty budget free pages go back, never those of a registered chunk") {
+  enable();
+  AllocRegistrar reg;
+  int slot = attach_domain(&reg);
+  REQUIRE(slot != kNoDomain);
+  std::thread([slot, &reg] {
+    constexpr size_t kSize = 512 << 10;
+    // Two blocks of one run chunk: keep is registered, a is freed.
+    void* keep = heap::malloc(kSize);
+    REQUIRE(chunk_state(keep) == arena::kRun);
+    auto chunk = [](void* p) { return reinterpret_cast<uintptr_t>(p) >> arena::kChunkShift; };
+    std::vector<void*> others;
+    void* a = nullptr;
+    while (a == nullptr && others.size() < 16) {
+      void* p = heap::malloc(kSize);
+      REQUIRE(p);
+      (chunk(p) == chunk(keep) ? a : others.emplace_back()) = p;
+    }
+    REQUIRE(a != nullptr);
+    for (void* p : others)
+      heap::free(p);
+    memset(a, 0x5a, kSize);
+    REQUIRE(prepare_local(keep, kSize, slot));
+    {
+      ExhaustedBudget over;
+      heap::free(a);
+      arena::flush_thread_cache();
+    }
+    // The MR pins the chunk: its free pages stay what the NIC would read
+    // (past the word the thread cache linked the block through).
+    CHECK(all_bytes(static_cast<char*>(a) + 8, kSize - 8, 0x5a));
+    CHECK(chunk_state(a) == arena::kRun);
+    uint32_t lkey = 0;
+    CHECK(lookup_local(keep, kSize, slot, &lkey));
+    heap::free(keep);
+    arena::flush_thread_cache();
+    {
+      std::lock_guard<std::mutex> g(reg.mu);
+      // Every live MR still covers committed chunks.
+      for (auto& [h, r] : reg.live)
+        CHECK(chunk_state(reinterpret_cast<void*>(r.first)) != arena::kFree);
+    }
+  }).join();
+  detach_domain(slot);
+  CHECK(reg.live.empty());
+  // Without a domain nothing is registered: a freed block is purged.
+  std::thread([] {
+    constexpr size_t kSize = 512 << 10;
+    void* keep = heap::malloc(kSize);
+    void* a = heap::malloc(kSize);
+    memset(a, 0x5a, kSize);
+    uint64_t purged = mem_stats().arena_purged_bytes.load();
+    {
+      ExhaustedBudget over;
+      heap::free(a);
+      arena::flush_thread_cache();
+    }
+    CHECK(mem_stats().arena_purged_bytes.load() >= purged + kSize);
+    // Purged pages read as zero again (and the block may be handed out again
+    // as zeroed memory by calloc).
+    if (chunk_state(a) == arena::kRun) CHECK(all_bytes(a, kSize, 0));
+    void* z = heap::calloc(1, kSize);
+    REQUIRE(z);
+    CHECK(all_bytes(z, kSize, 0));
+    heap::free(z);
+    heap::free(keep);
+  }).join();
+}
+
+TEST_CASE(
+    "alloc: churn keeps free resident memory within its budget and gives it back at the end") {
+  enable();
+  arena::flush_thread_cache();
+  uint64_t base = in_use();
+  std::mt19937 rng(77);
+  std::vector<std::pair<void*, size_t>> live(48, {nullptr, 0});
+  uint64_t high_committed = 0;
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < 3000; ++i) {
+      auto& slot = live[rng() % live.size()];
+      if (slot.first) {
+        heap::free(slot.first);
+        slot = {nullptr, 0};
+        // Up to one block (and a pooled chunk's trim) over the budget.
+        CHECK(mem_stats().arena_dirty_bytes.load() <= arena::dirty_budget() + (8u << 20));
+      } else {
+        size_t n = (rng() % 10 == 0) ? (rng() % (7 << 20)) + (1 << 20) : (rng() % (1 << 20)) + kMin;
+        void* p = heap::malloc(n);
+        REQUIRE(p);
+        fill(p, n, static_cast<uint8_t>(n));
+        slot = {p, n};
+      }
+    }
+    uint64_t committed = mem_stats().arena_committed_bytes.load();
+    if (round == 0)
+      high_committed = committed;
+    else // no growth without bound: later rounds fit in what the first committed
+      CHECK(committed <= high_committed + (16u << 20));
+  }
+  for (auto& s : live)
+    heap::free(s.first);
+  arena::flush_thread_cache();
+  CHECK(in_use() == base);
+  // Nothing in use: free memory kept resident is down to the floor.
+  CHECK(mem_stats().arena_dirty_bytes.load() <= arena::dirty_budget() + (8u << 20));
+  CHECK(mem_stats().arena_dirty_bytes.load() <= (32u << 20));
 }

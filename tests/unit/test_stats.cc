@@ -159,6 +159,8 @@ TEST_CASE("stats: the registered-memory counters appear in both dumps when given
   auto b = std::make_unique<StatsBlock>();
   auto mem = std::make_unique<alloc::MemStats>();
   mem->arena_committed_bytes = 8 << 20;
+  mem->arena_dirty_bytes = 4096;
+  mem->arena_purged_bytes = 8192;
   mem->cache_hits = 42;
   mem->tx_zero_copy_bytes = 1234;
   char* buf = nullptr;
@@ -171,6 +173,8 @@ TEST_CASE("stats: the registered-memory counters appear in both dumps when given
   free(buf);
   CHECK(out.find("arena bytes            committed 8388608") != std::string::npos);
   CHECK(out.find("hits 42") != std::string::npos);
+  CHECK(out.find("dirty 4096, purged 8192, decommits 0") != std::string::npos);
+  CHECK(out.find("\"dirty\":4096,\"purged\":8192,\"decommits\":0") != std::string::npos);
   CHECK(out.find("zero-copy 1234/0") != std::string::npos);
   CHECK(out.find("\"memory\":{\"arena\":{\"committed\":8388608") != std::string::npos);
   CHECK(out.find("\"zero_copy\":{\"tx\":1234") != std::string::npos);
