@@ -30,7 +30,6 @@ namespace {
 // found none left).
 std::atomic<bool> g_maybe_unarmed{false};
 
-
 uint64_t mono_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
