@@ -34,6 +34,16 @@ bool reads_done(Channel* ch, uint64_t wr) {
   return false;
 }
 
+// The last range this thread could not register (read-only or brk-heap
+// memory, a failed registration): a program that sends from it again and
+// again pays no registration attempt per send.
+struct Refused {
+  const void* p = nullptr;
+  size_t n = 0;
+  int slot = -1;
+};
+thread_local Refused t_refused;
+
 } // namespace
 
 bool prepare(Conn* c, Channel* ch, Send* z, const void* p, size_t n) {
@@ -43,12 +53,15 @@ bool prepare(Conn* c, Channel* ch, Send* z, const void* p, size_t n) {
   int slot = ch->link->mem_domain();
   if (slot < 0 || !ch->mux->channel().zero_copy_capable()) return false;
   uint32_t lkey = 0;
+  const Refused& r = t_refused;
   if (alloc::lookup_local(p, n, slot, &lkey)) {
     z->lkey = lkey;
-  } else if (alloc::reg_cache::get(p, n, slot, &z->ref)) {
+  } else if (!(r.p == p && r.n == n && r.slot == slot) &&
+             alloc::reg_cache::get(p, n, slot, &z->ref)) {
     z->ref_held = true;
     z->lkey = z->ref.lkey;
   } else {
+    t_refused = Refused{p, n, slot};
     // Arena memory whose unit is not registered with this domain yet (or
     // memory nobody can register: prepare_local says no at once).
     z->prep = p;

@@ -186,12 +186,18 @@ int main(int argc, char** argv) {
   uint32_t rounds = 20;
   if (argc < 2) goto usage;
   for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--host")) host = argv[i + 1];
-    else if (!strcmp(argv[i], "--bind")) bind_addr = argv[i + 1];
-    else if (!strcmp(argv[i], "--port")) port = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--size")) size = strtoul(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--rounds")) rounds = (uint32_t)strtoul(argv[i + 1], NULL, 10);
-    else goto usage;
+    if (!strcmp(argv[i], "--host"))
+      host = argv[i + 1];
+    else if (!strcmp(argv[i], "--bind"))
+      bind_addr = argv[i + 1];
+    else if (!strcmp(argv[i], "--port"))
+      port = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--size"))
+      size = strtoul(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--rounds"))
+      rounds = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+    else
+      goto usage;
   }
   if (size < 64) goto usage;
   if (!strcmp(argv[1], "send")) return run_send(host, port, size, rounds);
