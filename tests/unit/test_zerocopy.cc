@@ -265,7 +265,7 @@ void zfinish(RPair& p, uint64_t total, unsigned seed) {
 TEST_CASE("zero copy: a channel failure with zero-copy records in flight loses nothing") {
   stream::set_resume_hook(zcapture);
   const uint64_t total = 300000;
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 5; ++variant) {
     CAPTURE(variant);
     g_zev.clear();
     RPair p;
@@ -274,7 +274,20 @@ TEST_CASE("zero copy: a channel failure with zero-copy records in flight loses n
     REQUIRE(p.a.c->tx_rdma.load());
     uint64_t b_had = p.b.got;
     ZcWrite w;
-    if (variant == 0 || variant == 1) {
+    if (variant == 4) {
+      // The channel fails while its queue pair still works (a keepalive
+      // timeout, a protocol error): send() must move the QP into the error
+      // state itself and wait for the flush before it lets the buffer go.
+      p.la.hold_gathers = true;
+      zc_write(p, &w, 30000);
+      REQUIRE(w.done > 0);
+      stream::engine::channel_failed(p.a.ch, stream::ResumeCause::keepalive_timeout);
+      CHECK(p.a.c->resumed.load());
+      CHECK_FALSE(p.la.failed);
+      zc::finish(p.a.c, &w.z);
+      CHECK(p.la.failed); // forced into the error state
+      CHECK(p.la.held() == 0);
+    } else if (variant == 0 || variant == 1) {
       // Not read by the NIC yet: recovery must take the bytes from the
       // buffer (send() still holds it), then send() waits for the flush.
       p.la.hold_gathers = true;
