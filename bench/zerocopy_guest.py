@@ -36,7 +36,7 @@ def one(size, zc, zc_min_kb, warm, measure, port):
     srv = subprocess.Popen([BENCH, "server", "--bind", "10.77.0.1", "--port", str(port), "--once", "--quiet",
                             "--timeout", str(warm + measure + 60)], env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
+    time.sleep(1.5)  # the server's start-up under TCG
     cli = subprocess.Popen([BENCH, "stream", "--host", "10.77.0.1", "--port", str(port), "--size", str(size),
                             "--duration", str(warm + measure + 1), "--json", "--quiet"], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

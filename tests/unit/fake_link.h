@@ -93,6 +93,13 @@ public:
     held_.clear();
   }
   size_t held() const { return held_.size(); }
+  // Whether a held write would still read [p, p+n) (the application's buffer).
+  bool holds(const void* p, size_t n) const {
+    auto a = static_cast<const uint8_t*>(p);
+    for (const Held& w : held_)
+      if (w.payload && w.payload < a + n && a < w.payload + w.len) return true;
+    return false;
+  }
   Status post_recv() override {
     ++recv_posted_;
     return Status::ok;
