@@ -16,7 +16,7 @@ void mem_stats_after_fork_child() {
        {&s.arena_allocs, &s.arena_fallbacks, &s.arena_purged_bytes, &s.arena_decommits,
         &s.registration_failures, &s.cache_hits, &s.cache_misses, &s.cache_invalidations,
         &s.cache_evictions, &s.tx_zero_copy_bytes, &s.tx_copied_bytes, &s.rx_zero_copy_bytes,
-        &s.rx_copied_bytes})
+        &s.rx_copied_bytes, &s.tx_zero_copy_staged_bytes})
     c->store(0, std::memory_order_relaxed);
 }
 

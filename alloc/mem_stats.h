@@ -36,11 +36,17 @@ struct alignas(4096) MemStats {
   MemCounter cache_entries;       // gauge
   MemCounter cache_bytes;         // gauge
   // Bytes the data path sent from a registered application buffer (zero
-  // copy) and bytes it copied into its staging ring.  Incremented by stream/.
+  // copy) and bytes it copied into its staging ring (every byte of the copy
+  // path); received bytes are all copied (out of the receive ring).
+  // Incremented by stream/ once per call.
   MemCounter tx_zero_copy_bytes;
   MemCounter tx_copied_bytes;
   MemCounter rx_zero_copy_bytes;
   MemCounter rx_copied_bytes;
+  // Zero-copy bytes copied into staging after their send, before send()
+  // returned: the tail the peer had neither acknowledged nor credited,
+  // which recovery might have to re-send (part of tx_zero_copy_bytes).
+  MemCounter tx_zero_copy_staged_bytes;
 };
 static_assert(sizeof(MemStats) == 4096, "one page: preload maps the live file over it");
 

@@ -37,7 +37,7 @@ size_t RecordChannel::max_payload() const {
 }
 
 Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const void* payload,
-                           size_t len, bool control) {
+                           size_t len, bool control, const uint32_t* lkey) {
   if (failed_) return Status::io_error;
   size_t ring = link_->peer_ring_size();
   size_t bytes = record_bytes(len);
@@ -67,11 +67,21 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   h.seq = seq;
   h.len = static_cast<uint32_t>(len);
   memcpy(stage, &h, sizeof h);
-  if (len) memcpy(stage + sizeof h, payload, len);
-  bool signaled = ++since_signal_ >= signal_every_;
-  if (signaled) since_signal_ = 0;
-  ++posted_;
-  Status st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
+  Status st;
+  if (lkey) {
+    // Zero copy: the payload stays in the application's buffer; the
+    // completion (always signaled) tells when the NIC is done reading it.
+    since_signal_ = 0;
+    ++posted_;
+    st = link_->post_write_imm_gather(off, sizeof h, payload, len, *lkey,
+                                      static_cast<uint32_t>(bytes), posted_);
+  } else {
+    if (len) memcpy(stage + sizeof h, payload, len);
+    bool signaled = ++since_signal_ >= signal_every_;
+    if (signaled) since_signal_ = 0;
+    ++posted_;
+    st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
+  }
   if (st != Status::ok) {
     failed_ = true;
     return st;
@@ -104,6 +114,15 @@ Status RecordChannel::send(uint32_t stream, uint64_t seq, const void* payload, s
   return post(RecordType::data, stream, seq, payload, len, false);
 }
 
+Status RecordChannel::send_zero_copy(uint32_t stream, uint64_t seq, const void* payload, size_t len,
+                                     uint32_t lkey, uint64_t* wr_id) {
+  if (len > max_payload() || len == 0) return Status::invalid;
+  if (!zero_copy_capable()) return Status::unsupported;
+  Status st = post(RecordType::data, stream, seq, payload, len, false, &lkey);
+  if (st == Status::ok) *wr_id = posted_;
+  return st;
+}
+
 Status RecordChannel::maybe_grant() {
   if (!recv_credit_.should_grant()) return Status::ok;
   // Commit the grant only once the credit record was posted: a post that
@@ -127,6 +146,9 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
     for (int i = 0; i < n; ++i) {
       const verbs::Completion& c = wc[i];
       if (c.kind == verbs::Completion::Kind::error) {
+        // The request is no longer processed either (a zero-copy sender
+        // waits for exactly that: drain_failed()).
+        if (c.wr_id > completed_) completed_ = c.wr_id;
         failed_ = true;
         return Status::io_error;
       }

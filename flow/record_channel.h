@@ -76,6 +76,22 @@ public:
   // Send one data record; no_resource when credit (or send queue) is short:
   // poll and retry later.  Never blocks.
   Status send(uint32_t stream, uint64_t seq, const void* payload, size_t len);
+  // Zero-copy data record (docs/protocol.md §4): the header is staged, the
+  // payload gathered from [payload, payload+len), registered under lkey with
+  // the link's protection domain.  The staging mirror holds no copy of the
+  // payload: the caller keeps the buffer unchanged until completed() reaches
+  // *wr_id, and must then fill_uncredited() whatever recovery may still need
+  // before it lets the buffer go.  unsupported when the link cannot gather.
+  Status send_zero_copy(uint32_t stream, uint64_t seq, const void* payload, size_t len,
+                        uint32_t lkey, uint64_t* wr_id);
+  bool zero_copy_capable() const { return link_->max_send_sge() >= 2; }
+  // Work requests up to this id are no longer processed by the NIC
+  // (completed, or flushed after a failure).
+  uint64_t completed() const { return completed_; }
+  // After a failure: move the link into the error state (once) and take its
+  // completions until completed() >= wr_id (the QP flushes every outstanding
+  // request).  Non-blocking; true when reached.
+  bool drain_failed(uint64_t wr_id);
   // Send a control record (any type but data and credit) with an optional
   // payload of at most kMaxControlPayload bytes.  Control records may use
   // the reserved credit, so they go out even when data filled the ring.
@@ -111,10 +127,17 @@ public:
   using Visitor = bool (*)(void* ctx, uint64_t cursor, const RecordHeader& h,
                            const uint8_t* payload);
   Status walk_uncredited(Visitor visit, void* ctx) const;
+  // Copy stream bytes [lo, hi) of this stream's uncredited data records
+  // (ring cursor >= from_cursor) from src (which holds sequence src_seq at
+  // src[0]) into their staged payloads: what a zero-copy record's staging
+  // slot lacks, so that a later walk_uncredited() finds real bytes.
+  // Returns the bytes copied.
+  size_t fill_uncredited(uint32_t stream, uint64_t from_cursor, uint64_t lo, uint64_t hi,
+                         uint64_t src_seq, const uint8_t* src);
 
 private:
   Status post(RecordType type, uint32_t stream, uint64_t seq, const void* payload, size_t len,
-              bool control);
+              bool control, const uint32_t* lkey = nullptr);
   Status maybe_grant();
 
   // Received records in ring order, until released.  Sized once at set-up
@@ -136,6 +159,7 @@ private:
   uint64_t completed_ = 0;   // WRs known complete (through signaled ones)
   uint32_t since_signal_ = 0;
   bool failed_ = false;
+  bool forced_error_ = false; // drain_failed() moved the link into the error state
   ChannelCounters counters_;
 
 public:

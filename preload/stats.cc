@@ -243,9 +243,11 @@ void dump_mem_json(FILE* out, const alloc::MemStats& m) {
           "\"evictions\":%lu,\"entries\":%lu,\"bytes\":%lu},",
           get(m.cache_hits), get(m.cache_misses), get(m.cache_invalidations),
           get(m.cache_evictions), get(m.cache_entries), get(m.cache_bytes));
-  fprintf(out, "\"zero_copy\":{\"tx\":%lu,\"rx\":%lu},\"copied\":{\"tx\":%lu,\"rx\":%lu}},",
-          get(m.tx_zero_copy_bytes), get(m.rx_zero_copy_bytes), get(m.tx_copied_bytes),
-          get(m.rx_copied_bytes));
+  fprintf(out,
+          "\"zero_copy\":{\"tx\":%lu,\"rx\":%lu,\"tx_staged\":%lu},"
+          "\"copied\":{\"tx\":%lu,\"rx\":%lu}},",
+          get(m.tx_zero_copy_bytes), get(m.rx_zero_copy_bytes), get(m.tx_zero_copy_staged_bytes),
+          get(m.tx_copied_bytes), get(m.rx_copied_bytes));
 }
 
 void dump_mem_text(FILE* out, const alloc::MemStats& m) {
@@ -257,9 +259,9 @@ void dump_mem_text(FILE* out, const alloc::MemStats& m) {
   fprintf(out, "  %-22s hits %lu, misses %lu, invalidations %lu, evictions %lu, entries %lu\n",
           "registration cache", get(m.cache_hits), get(m.cache_misses), get(m.cache_invalidations),
           get(m.cache_evictions), get(m.cache_entries));
-  fprintf(out, "  %-22s zero-copy %lu/%lu   copied %lu/%lu\n", "rdma bytes tx/rx",
-          get(m.tx_zero_copy_bytes), get(m.rx_zero_copy_bytes), get(m.tx_copied_bytes),
-          get(m.rx_copied_bytes));
+  fprintf(out, "  %-22s zero-copy %lu/%lu   copied %lu/%lu   (zero-copy tail staged %lu)\n",
+          "rdma bytes tx/rx", get(m.tx_zero_copy_bytes), get(m.rx_zero_copy_bytes),
+          get(m.tx_copied_bytes), get(m.rx_copied_bytes), get(m.tx_zero_copy_staged_bytes));
 }
 } // namespace
 

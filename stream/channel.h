@@ -51,6 +51,10 @@ struct Channel {
   // and when the receive cursor last moved.
   std::atomic<uint8_t> fail_cause{0};
   uint64_t ka_sent_ms = 0, ka_heard_ms = 0, ka_cursor = 0;
+  // send() calls with zero-copy records on this channel not finished yet:
+  // the channel (and its link, whose completions they wait for) is not
+  // freed before they are done, even after it failed.
+  std::atomic<int> zc_users{0};
 };
 
 } // namespace xp::stream

@@ -17,6 +17,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "alloc/mem_stats.h"
+#include "stream/conn_zerocopy.h"
 #include "stream/engine_internal.h"
 #include "stream/wake.h"
 
@@ -295,6 +297,8 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
   }
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
   changed.wake();
+  if (got > 0 && !peek)
+    alloc::mem_stats().rx_copied_bytes.fetch_add(got, std::memory_order_relaxed);
   if (got > 0) return static_cast<ssize_t>(got);
   if (st == Status::ok) return 0; // end of stream
   if (ch->failed.load() && !c->dead.load()) {
@@ -333,14 +337,29 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
   return n;
 }
 
-ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
+// z: this call's zero-copy state (null: copy everything).  An element of at
+// least XPRESS_ZEROCOPY_MIN_KB is sent zero-copy when it is the first one
+// left and its memory is registered (key found before the lock); a later
+// one ends this pass so that the next starts with it.
+ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send* z) {
   Channel* ch = c->ch;
   if (ch == nullptr) {
     if (c->resumed.load(std::memory_order_acquire)) return -2; // on TCP now
     errno = ECONNRESET;
     return -1;
   }
-  size_t done_total = 0;
+  bool zc_first = false;
+  const size_t zc_min = engine::params().zerocopy_min;
+  if (z) {
+    size_t off = skip;
+    int i = 0;
+    while (i < iovcnt && off >= iov[i].iov_len)
+      off -= iov[i++].iov_len;
+    if (i < iovcnt)
+      zc_first = zc::prepare(c, ch, z, static_cast<const char*>(iov[i].iov_base) + off,
+                             iov[i].iov_len - off);
+  }
+  size_t done_total = 0, zc_bytes = 0;
   Status st = Status::ok;
   Changes changed;
   {
@@ -356,7 +375,16 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
       int k = slice(iov, iovcnt, skip + done_total, SIZE_MAX, v);
       for (int i = 0; i < k; ++i) {
         size_t d = 0;
-        st = s->write(v[i].iov_base, v[i].iov_len, &d);
+        if (i == 0 && zc_first) {
+          st = s->write_zero_copy(v[0].iov_base, v[0].iov_len, z->lkey, &d);
+          if (d > 0) zc::posted(z, ch, s, s->id(), s->zero_copy_wr());
+          zc_bytes += d;
+          if (st == Status::unsupported) st = s->write(v[0].iov_base, v[0].iov_len, &d);
+        } else if (i > 0 && z && v[i].iov_len >= zc_min) {
+          break; // its key is looked up before the lock, on the next pass
+        } else {
+          st = s->write(v[i].iov_base, v[i].iov_len, &d);
+        }
         done_total += d;
         if (d < v[i].iov_len) break;
       }
@@ -369,6 +397,10 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip) {
   }
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
   changed.wake();
+  alloc::MemStats& ms = alloc::mem_stats();
+  if (zc_bytes) ms.tx_zero_copy_bytes.fetch_add(zc_bytes, std::memory_order_relaxed);
+  if (done_total > zc_bytes)
+    ms.tx_copied_bytes.fetch_add(done_total - zc_bytes, std::memory_order_relaxed);
   if (done_total > 0) return static_cast<ssize_t>(done_total);
   if (st == Status::unsupported) {
     errno = EPIPE; // after shutdown(SHUT_WR)
@@ -500,6 +532,23 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   }
   Waiter w{SO_SNDTIMEO};
   int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+  // Zero copy only for blocking sends (a non-blocking one must not wait for
+  // the NIC) of at least XPRESS_ZEROCOPY_MIN_KB; finished (the buffer is
+  // free again) before any return.
+  zc::Send zcs;
+  struct ZcEnd {
+    Conn* c;
+    zc::Send* z;
+    ~ZcEnd() {
+      if (z->on) zc::finish(c, z);
+    }
+  } zc_end{c, &zcs};
+  const EngineParams& ep = engine::params();
+  if (ep.zerocopy && want >= ep.zerocopy_min && !nonblock && c->tx_rdma.load()) {
+    checked_fd = true;
+    nonblock = nonblocking(c);
+    zcs.on = !nonblock;
+  }
   while (true) {
     if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
       if (sent > 0) return static_cast<ssize_t>(sent);
@@ -511,8 +560,10 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       errno = EBADF;
       return -1;
     }
-    if (c->resumed.load(std::memory_order_acquire)) // RDMA failed: on TCP (stream/resume.h)
+    if (c->resumed.load(std::memory_order_acquire)) { // RDMA failed: on TCP (stream/resume.h)
+      zc::finish(c, &zcs); // first: what resume::send queues follows our records
       return resume::send(c, iov, iovcnt, flags, sent);
+    }
     if (c->dead.load(std::memory_order_acquire) ||
         (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
       if (sent > 0) return static_cast<ssize_t>(sent);
@@ -521,7 +572,8 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
-    ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner) : send_stream(c, iov, iovcnt, sent);
+    ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
+                       : send_stream(c, iov, iovcnt, sent, zcs.on ? &zcs : nullptr);
     if (r == -2) continue;
     if (r > 0) {
       sent += static_cast<size_t>(r);

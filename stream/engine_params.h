@@ -25,6 +25,10 @@ struct EngineParams {
   // XPRESS_FAULT_QP_ERROR_AT (test only): force the queue pair into the
   // error state once this process sent that many stream bytes; 0: off.
   uint64_t fault_qp_error_at = 0;
+  // XPRESS_ZEROCOPY / XPRESS_ZEROCOPY_MIN_KB: blocking sends of at least
+  // this many bytes from registered memory go out without a copy.
+  bool zerocopy = true;
+  size_t zerocopy_min = 256u << 10;
 };
 
 } // namespace xp::stream

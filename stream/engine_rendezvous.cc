@@ -520,7 +520,7 @@ void reap_channels(uint64_t now) {
   }
   auto& dy = g().dying;
   for (size_t i = 0; i < dy.size();) {
-    if (now - dy[i]->dying_since_ms < 2000) {
+    if (now - dy[i]->dying_since_ms < 2000 || dy[i]->zc_users.load() > 0) {
       ++i;
       continue;
     }

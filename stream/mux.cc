@@ -5,6 +5,7 @@
 #include "recover/upgrade_wire.h"
 #include "stream/fault.h"
 
+#include <cstring>
 #include <new>
 #include <sys/mman.h>
 
@@ -65,6 +66,67 @@ Status Stream::write(const void* buf, size_t len, size_t* done) {
       fault::on_sent(mux_->link_, allowed);
   }
   return *done > 0 || len == 0 ? Status::ok : Status::no_resource;
+}
+
+Status Stream::write_zero_copy(const void* buf, size_t len, uint32_t lkey, size_t* done) {
+  *done = 0;
+  if (reset_ || fin_sent_ || mux_->failed_) return Status::closed;
+  const auto* p = static_cast<const uint8_t*>(buf);
+  // One pending buffer per stream, extended only contiguously (in sequence
+  // and in memory): recovery maps sequence to buffer by one offset.
+  if (!mux_->channel_.zero_copy_capable() ||
+      (zc_active_ && (window_.next() != zc_hi_ || p != zc_src_ + (zc_hi_ - zc_lo_))))
+    return Status::unsupported;
+  while (*done < len) {
+    size_t chunk = len - *done;
+    size_t max = mux_->channel_.max_payload();
+    if (chunk > max) chunk = max;
+    if (!mux_->channel_.can_send(chunk)) {
+      while (chunk > 1 && !mux_->channel_.can_send(chunk))
+        chunk /= 2;
+      if (!mux_->channel_.can_send(chunk)) break;
+    }
+    uint64_t allowed = 0;
+    if (window_.reserve(chunk, &allowed) != Status::ok) {
+      ++mux_->counters_.window_stalls;
+      break;
+    }
+    uint64_t seq = window_.next() - allowed, wr = 0;
+    Status st = mux_->channel_.send_zero_copy(id_, seq, p + *done, allowed, lkey, &wr);
+    if (st != Status::ok) {
+      window_.unreserve(allowed); // not accepted: recovery must not re-send it
+      if (st == Status::unsupported && *done == 0) return st;
+      mux_->failed_ = true;
+      return *done > 0 ? Status::ok : Status::io_error;
+    }
+    if (!zc_active_) {
+      zc_active_ = true;
+      zc_lo_ = zc_hi_ = seq;
+      zc_src_ = p + *done;
+    }
+    zc_hi_ += allowed;
+    zc_last_wr_ = wr;
+    *done += allowed;
+    if (__builtin_expect(fault::g_armed.load(std::memory_order_relaxed), false))
+      fault::on_sent(mux_->link_, allowed);
+  }
+  return *done > 0 || len == 0 ? Status::ok : Status::no_resource;
+}
+
+size_t Stream::zero_copy_release() {
+  if (!zc_active_) return 0;
+  zc_active_ = false;
+  // Bytes below acked() are never re-sent; credited records are held by
+  // the peer.  What is left (at most a window) recovery may need.
+  uint64_t lo = window_.acked() > zc_lo_ ? window_.acked() : zc_lo_;
+  if (lo >= zc_hi_) return 0;
+  return mux_->channel_.fill_uncredited(id_, open_cursor_, lo, zc_hi_, zc_lo_, zc_src_);
+}
+
+void Stream::zero_copy_overlay(uint64_t lo, uint64_t hi, uint8_t* dst) const {
+  if (!zc_active_) return;
+  uint64_t a = lo > zc_lo_ ? lo : zc_lo_, b = hi < zc_hi_ ? hi : zc_hi_;
+  if (a < b) memcpy(dst + (a - lo), zc_src_ + (a - zc_lo_), b - a);
 }
 
 Status Stream::read(void* buf, size_t len, size_t* got, bool peek) {

@@ -42,6 +42,25 @@ public:
   // window or channel credit is full: progress() and retry), closed after
   // shutdown_write() or a reset.
   Status write(const void* buf, size_t len, size_t* done);
+  // Zero copy (docs/protocol.md §4): like write(), but the records' payloads
+  // are read by the NIC straight from buf, registered under lkey with the
+  // link's protection domain.  The caller must keep buf unchanged until the
+  // channel's completed() reaches zero_copy_wr(), then call
+  // zero_copy_release() (both under the channel lock) before it lets buf
+  // go.  Until then recovery takes the bytes from buf itself
+  // (zero_copy_overlay).  unsupported (nothing taken: copy instead) when the
+  // link cannot gather or another zero-copy write of this stream is pending
+  // for a different buffer.
+  Status write_zero_copy(const void* buf, size_t len, uint32_t lkey, size_t* done);
+  bool zero_copy_pending() const { return zc_active_; }
+  uint64_t zero_copy_wr() const { return zc_last_wr_; }
+  // The buffer is about to be released: its bytes the peer has neither
+  // acknowledged nor credited are copied into their staged records (what
+  // recovery re-sends from).  Returns the bytes copied.
+  size_t zero_copy_release();
+  // Recovery: bytes [lo, hi) of a pending zero-copy write, copied from the
+  // application's buffer into dst (dst[0] is sequence lo).
+  void zero_copy_overlay(uint64_t lo, uint64_t hi, uint8_t* dst) const;
   // Reads up to len bytes.  would_block when nothing is buffered and the
   // peer has not finished; ok with *got == 0 at end of stream; closed after
   // a reset (the caller reports ECONNRESET).
@@ -99,6 +118,11 @@ private:
   bool tx_start_set_ = false, rx_start_set_ = false;
   uint64_t open_cursor_ = 0;
   bool peer_rx_started_ = false;
+  // The pending zero-copy write: sequences [zc_lo_, zc_hi_) are in records
+  // whose payload is only in the application's buffer (zc_src_ holds zc_lo_).
+  bool zc_active_ = false;
+  uint64_t zc_lo_ = 0, zc_hi_ = 0, zc_last_wr_ = 0;
+  const uint8_t* zc_src_ = nullptr;
 };
 
 class Mux {

@@ -423,6 +423,11 @@ void start(Conn* c, ResumeCause why) {
                      (k.first != UINT64_MAX && k.end != next)) {
             gap = true;
           } else {
+            // A zero-copy write still in send(): its records' staged
+            // payloads are empty, its buffer is still the program's
+            // (send() lets it go only under this lock, after
+            // zero_copy_release()).
+            s->zero_copy_overlay(acked, next, r->resend);
             // The bytes before `first` were credited: the peer holds them.
             first = k.first == UINT64_MAX ? next : k.first;
             memmove(r->resend, r->resend + (first - acked), next - first);

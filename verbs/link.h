@@ -37,6 +37,19 @@ public:
   // reports send_done (and implies all earlier posts completed).
   virtual Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
                                 uint64_t wr_id) = 0;
+  // Zero-copy send (docs/protocol.md §4): the same write, gathered from two
+  // pieces: send_stage()[off, off+hdr_len) (the record header) and
+  // [payload, payload+len) under lkey (an application buffer registered with
+  // this link's protection domain, mem_domain()), to the peer's ring at off.
+  // Always signaled: the caller must learn when the NIC stopped reading the
+  // application's buffer.  unsupported when the QP cannot gather
+  // (max_send_sge() < 2).
+  virtual Status post_write_imm_gather(size_t off, size_t hdr_len, const void* payload, size_t len,
+                                       uint32_t lkey, uint32_t imm, uint64_t wr_id) {
+    (void)off, (void)hdr_len, (void)payload, (void)len, (void)lkey, (void)imm, (void)wr_id;
+    return Status::unsupported;
+  }
+  virtual uint32_t max_send_sge() const { return 1; }
   // Give back one receive work request (each WRITE_WITH_IMM consumes one).
   virtual Status post_recv() = 0;
   // Non-blocking; returns how many completions were stored in out.
@@ -51,8 +64,10 @@ public:
   // The protection domain's slot for registered memory (alloc/domain.h:
   // lookup_local, reg_cache::get), or alloc::kNoDomain (-1): no zero copy.
   virtual int mem_domain() const { return -1; }
-  // Test only (XPRESS_FAULT_QP_ERROR_AT, verbs/rc_link_fault.cc): move the
-  // connection into the error state, as a failed link would.
+  // Move the connection into the error state, as a failed link would: every
+  // outstanding work request completes (flushed).  Used by XPRESS_FAULT_QP_ERROR_AT
+  // (tests) and by a zero-copy sender whose channel failed (it must know
+  // the NIC no longer reads its buffer before send() returns).
   virtual Status force_error() { return Status::unsupported; }
 };
 

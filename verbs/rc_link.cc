@@ -53,12 +53,15 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   qa.qp_type = IBV_QPT_RC;
   qa.cap.max_send_wr = p.sq_depth;
   qa.cap.max_recv_wr = recv_wrs;
-  qa.cap.max_send_sge = 1;
+  // Two: a zero-copy record gathers its header from the staging mirror and
+  // its payload from the application's buffer (rxe offers 32).
+  qa.cap.max_send_sge = 2;
   qa.cap.max_recv_sge = 1;
   qa.cap.max_inline_data = p.max_inline;
   if (rdma_create_qp(id, pd_, &qa) != 0) return Status::no_resource;
   qp_created_ = true;
   max_inline_ = qa.cap.max_inline_data;
+  max_sge_ = qa.cap.max_send_sge;
   sq_depth_ = p.sq_depth;
   for (uint32_t i = 0; i < recv_wrs; ++i)
     if (post_recv() != Status::ok) return Status::no_resource;
@@ -101,6 +104,30 @@ Status RcLink::post_write_imm(size_t off, size_t len, uint32_t imm, bool signale
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
   wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len <= max_inline_ ? IBV_SEND_INLINE : 0);
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = peer_addr_ + off;
+  wr.wr.rdma.rkey = peer_rkey_;
+  ibv_send_wr* bad = nullptr;
+  int r = ibv_post_send(id_->qp, &wr, &bad);
+  if (r == ENOMEM) return Status::no_resource;
+  return r == 0 ? Status::ok : Status::io_error;
+}
+
+Status RcLink::post_write_imm_gather(size_t off, size_t hdr_len, const void* payload, size_t len,
+                                     uint32_t lkey, uint32_t imm, uint64_t wr_id) {
+  if (max_sge_ < 2) return Status::unsupported;
+  if (off + hdr_len + len > peer_size_) return Status::invalid;
+  // Only header and payload are written: the padding up to the immediate's
+  // length is never read by the receiver (docs/protocol.md §4).
+  ibv_sge sge[2] = {
+      {reinterpret_cast<uint64_t>(stage_ + off), static_cast<uint32_t>(hdr_len), stage_mr_->lkey},
+      {reinterpret_cast<uint64_t>(payload), static_cast<uint32_t>(len), lkey}};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = sge;
+  wr.num_sge = 2;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = peer_addr_ + off;
   wr.wr.rdma.rkey = peer_rkey_;

@@ -69,6 +69,9 @@ public:
   uint32_t send_queue_depth() const override { return sq_depth_; }
   Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
                         uint64_t wr_id) override;
+  Status post_write_imm_gather(size_t off, size_t hdr_len, const void* payload, size_t len,
+                               uint32_t lkey, uint32_t imm, uint64_t wr_id) override;
+  uint32_t max_send_sge() const override { return max_sge_; }
   Status post_recv() override;
   int poll(Completion* out, int max) override;
   Status arm() override { return ibv_req_notify_cq(cq_, 0) == 0 ? Status::ok : Status::io_error; }
@@ -95,7 +98,7 @@ private:
   ibv_mr* stage_mr_ = nullptr;
   uint64_t peer_addr_ = 0;
   uint32_t peer_rkey_ = 0;
-  uint32_t max_inline_ = 0, sq_depth_ = 0;
+  uint32_t max_inline_ = 0, sq_depth_ = 0, max_sge_ = 1;
   bool qp_created_ = false;
 };
 

@@ -7,7 +7,13 @@
 RDMA_CASES ?=
 
 .PHONY: test-rdma-programs
-test-rdma-programs: $(LIB) $(XPRESS_STAT) softroce-kernel
+# The zero-copy stale-data program (cases/zerocopy.sh).
+ZC_STALE := $(BUILD)/tests/rdma-programs/zc-stale
+$(ZC_STALE): tests/rdma-programs/zc_stale.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -Werror -o $@ $<
+
+test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) softroce-kernel
 	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
 	  bash tests/rdma-programs/run.sh $(RDMA_CASES)
 

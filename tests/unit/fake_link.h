@@ -41,6 +41,11 @@ public:
       ++overruns;
       return Status::invalid;
     }
+    if (!held_.empty()) { // RC order: behind the held zero-copy writes
+      --posts;            // counted when it runs
+      held_.push_back(Held{off, len, nullptr, 0, imm, signaled ? wr_id : 0});
+      return Status::ok;
+    }
     if (peer_->recv_posted_ == 0)
       ++peer_->rnr; // real hardware would RNR-retry
     else
@@ -51,12 +56,65 @@ public:
     if (signaled) cq_.push_back({verbs::Completion::Kind::send_done, 0, wr_id, 0});
     return Status::ok;
   }
+  // Zero copy: header from the staging mirror, payload from the caller's
+  // buffer.  With hold_gathers the write waits in held_ (as a NIC that has
+  // not read the buffer yet) until run_held(); a failure flushes it unsent.
+  Status post_write_imm_gather(size_t off, size_t hdr_len, const void* payload, size_t len,
+                               uint32_t lkey, uint32_t imm, uint64_t wr_id) override {
+    (void)lkey;
+    if (sge_ < 2) return Status::unsupported;
+    ++gathers;
+    if (failed) return Status::io_error;
+    if (off + hdr_len + len > stage_.size()) {
+      ++overruns;
+      return Status::invalid;
+    }
+    held_.push_back(Held{off, hdr_len, static_cast<const uint8_t*>(payload), len, imm, wr_id});
+    if (!hold_gathers) run_held();
+    return Status::ok;
+  }
+  uint32_t max_send_sge() const override { return sge_; }
+  void run_held() {
+    for (const Held& w : held_) {
+      ++posts;
+      if (peer_->failed) {
+        cq_.push_back({verbs::Completion::Kind::error, 0, w.wr_id, 12});
+        continue;
+      }
+      if (peer_->recv_posted_ == 0)
+        ++peer_->rnr;
+      else
+        --peer_->recv_posted_;
+      memcpy(peer_->ring_.data() + w.off, stage_.data() + w.off, w.hdr);
+      if (w.payload) memcpy(peer_->ring_.data() + w.off + w.hdr, w.payload, w.len);
+      peer_->cq_.push_back({verbs::Completion::Kind::recv_imm, w.imm, 0, 0});
+      if (w.wr_id) cq_.push_back({verbs::Completion::Kind::send_done, 0, w.wr_id, 0});
+    }
+    held_.clear();
+  }
+  size_t held() const { return held_.size(); }
+  // Whether a held write would still read [p, p+n) (the application's buffer).
+  bool holds(const void* p, size_t n) const {
+    auto a = static_cast<const uint8_t*>(p);
+    for (const Held& w : held_)
+      if (w.payload && w.payload < a + n && a < w.payload + w.len) return true;
+    return false;
+  }
   Status post_recv() override {
     ++recv_posted_;
     return Status::ok;
   }
   int poll(verbs::Completion* out, int max) override {
     if (failed && max > 0) { // as a QP in the error state: flush errors
+      // Requests the "NIC" still held are flushed with their ids, as a QP
+      // in the error state reports every outstanding work request.
+      while (!held_.empty() && held_.front().wr_id == 0)
+        held_.pop_front(); // an unsignaled copy: its flush id is not needed here
+      if (!held_.empty()) {
+        out[0] = {verbs::Completion::Kind::error, 0, held_.front().wr_id, 5};
+        held_.pop_front();
+        return 1;
+      }
       out[0] = {verbs::Completion::Kind::error, 0, 0, 5};
       return 1;
     }
@@ -85,10 +143,23 @@ public:
   // Records written but not yet polled by the peer are lost with it.
   void drop_in_flight() { cq_.clear(); }
 
-  uint64_t posts = 0, rnr = 0, overruns = 0, fail_post_at = 0, corrupt_imm_at = 0;
+  uint64_t posts = 0, rnr = 0, overruns = 0, fail_post_at = 0, corrupt_imm_at = 0, gathers = 0;
   bool failed = false;
+  bool hold_gathers = false;
+  uint32_t sge_ = 2; // a test sets 1: a QP that cannot gather
+  int domain_ = -1;  // mem_domain(): a test attaches a fake registrar's slot
+
+  int mem_domain() const override { return domain_; }
 
 private:
+  struct Held {
+    size_t off, hdr;
+    const uint8_t* payload;
+    size_t len;
+    uint32_t imm;
+    uint64_t wr_id;
+  };
+  std::deque<Held> held_;
   std::vector<uint8_t> ring_;
   std::vector<uint8_t> stage_;
   uint64_t recv_posted_;

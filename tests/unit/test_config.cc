@@ -39,6 +39,17 @@ TEST_CASE("config: defaults") {
   CHECK(e.cfg.alloc);
   CHECK(e.cfg.alloc_min_kb == 64);
   CHECK(!e.cfg.alloc_hugetlb);
+  CHECK(e.cfg.engine.zerocopy);
+  CHECK(e.cfg.engine.zerocopy_min == stream::EngineParams{}.zerocopy_min);
+  CHECK(e.errors.empty());
+}
+
+TEST_CASE("config: zero-copy switch and threshold") {
+  Env e;
+  e.vars = {{"XPRESS_ZEROCOPY", "off"}, {"XPRESS_ZEROCOPY_MIN_KB", "1024"}};
+  CHECK(e.parse());
+  CHECK(!e.cfg.engine.zerocopy);
+  CHECK(e.cfg.engine.zerocopy_min == 1024u << 10);
   CHECK(e.errors.empty());
 }
 
@@ -100,6 +111,10 @@ TEST_CASE("config: a malformed value names the variable and the accepted values,
       {"XPRESS_ALLOC_MIN_KB", "65537"},
       {"XPRESS_ALLOC_MIN_KB", "64k"},
       {"XPRESS_ALLOC_HUGETLB", "2"},
+      {"XPRESS_ZEROCOPY", "sometimes"},
+      {"XPRESS_ZEROCOPY_MIN_KB", "2"},
+      {"XPRESS_ZEROCOPY_MIN_KB", "65537"},
+      {"XPRESS_ZEROCOPY_MIN_KB", "1M"},
   };
   for (const auto& [var, val] : bad) {
     CAPTURE(var);
