@@ -43,8 +43,9 @@ public:
     // gen: edges for every registration; gen_in / gen_out: for those that
     // ask for reading / writing.  The sum changes when any of its terms do.
     uint32_t g = gen.load(std::memory_order_acquire);
-    if (events & (0x001 | 0x002 | 0x2000)) g += gen_in.load(std::memory_order_acquire); // IN PRI RDHUP
-    if (events & 0x004) g += gen_out.load(std::memory_order_acquire);                  // OUT
+    if (events & (0x001 | 0x002 | 0x2000))
+      g += gen_in.load(std::memory_order_acquire);                    // IN PRI RDHUP
+    if (events & 0x004) g += gen_out.load(std::memory_order_acquire); // OUT
     return g;
   }
 
@@ -71,8 +72,11 @@ public:
   // data calls go to resume::, rs holds the state (under mu).
   std::atomic<bool> resumed{false};
   Resume* rs = nullptr;
-  bool tx_shut = false;             // shutdown(SHUT_WR) while our direction was on TCP
-  bool epipe_reported = false;      // a write saw the reset once (then EPIPE)
+  // At fork: a resumed stream still owed bytes to the kernel (or waited for
+  // the peer's RESUME); the child must not send them a second time.
+  bool fork_unsafe = false;
+  bool tx_shut = false;        // shutdown(SHUT_WR) while our direction was on TCP
+  bool epipe_reported = false; // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the
   // next data call, and until then by POLLERR.
   std::atomic<bool> err_pending{false};
@@ -81,9 +85,9 @@ public:
   // Readiness, as the engine and data calls last saw it.
   std::atomic<uint32_t> tcp_bits{0};    // EPOLL* of the kernel socket (engine's ET watch)
   std::atomic<uint32_t> stream_bits{0}; // kIn/kOut/kFin/kReset below
-  std::atomic<uint32_t> gen{0};     // edges for everyone (reset, close, mode, HUP/ERR)
-  std::atomic<uint32_t> gen_in{0};  // edges for readers: bytes, end of stream
-  std::atomic<uint32_t> gen_out{0}; // edges for writers: room appeared
+  std::atomic<uint32_t> gen{0};         // edges for everyone (reset, close, mode, HUP/ERR)
+  std::atomic<uint32_t> gen_in{0};      // edges for readers: bytes, end of stream
+  std::atomic<uint32_t> gen_out{0};     // edges for writers: room appeared
   std::atomic<uint64_t> tcp_rx_seen{0}; // kernel's bytes received at the last edge
   std::atomic<uint32_t> last_ready{0};  // ready_events() when last looked at (edges)
   // The file's O_NONBLOCK and SO_RCVTIMEO/SO_SNDTIMEO (ms, -1 none) as of
@@ -110,7 +114,8 @@ public:
       gen.fetch_add(1, std::memory_order_acq_rel);
       return;
     }
-    if (new_data || (fresh & (0x001 | 0x002 | 0x2000))) gen_in.fetch_add(1, std::memory_order_acq_rel);
+    if (new_data || (fresh & (0x001 | 0x002 | 0x2000)))
+      gen_in.fetch_add(1, std::memory_order_acq_rel);
     if (fresh & 0x004) gen_out.fetch_add(1, std::memory_order_acq_rel);
   }
   // Edge detection for stream changes (under Channel::mu).
@@ -127,7 +132,7 @@ public:
   bool parked_once = false; // client: waited for another connection's channel set-up  // client: an
                             // ATTACH was NAKed; use rdma_cm
   bool redirected = false;
-  bool switch_acked = false; // the peer's verified SWITCH was acknowledged (engine_control.cc)
+  bool switch_acked = false;     // the peer's verified SWITCH was acknowledged (engine_control.cc)
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?)
   uint64_t retry_at_ms =
       0; // client: try rdma_cm again then      // client: followed a redirect already
