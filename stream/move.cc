@@ -113,7 +113,16 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
     r = nullptr;
   }
   const bool sw = tx_switched(c);
-  bool reset = false, write_shut = false;
+  if (r) {
+    r->moved = true;
+    r->cause = why;
+    r->started_us = t0_us;
+    r->started_ms = engine::now_ms();
+    r->deadline_ms = UINT64_MAX;
+    c->sess.session_key(r->key);
+    r->dir = c->sess.tx_direction();
+    r->tx_start = c->sess.tx_offset();
+  }
   {
     std::lock_guard<std::mutex> l(ch->mu);
     Stream* s = c->st;
@@ -130,45 +139,38 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
         r->rx_next = s->received();
         r->fin = s->peer_finished();
       }
-      reset = s->was_reset();
-      write_shut = s->write_shut();
       r->tx_next = s->send_next();
+      r->tx = sw && s->write_shut() ? Resume::Tx::shut : Resume::Tx::raw;
+      if (s->was_reset()) { // both ends saw the RST: the error once, then end of stream
+        r->broken = true;
+        r->tx = Resume::Tx::dead;
+        c->err_pending.store(true);
+      }
+      // Published before the stream goes: a data call that finds no stream
+      // under this lock must find the connection resumed.
+      c->rs = r;
+      c->resumed.store(true, std::memory_order_release);
+    } else {
+      c->dead.store(true);
+      c->err_pending.store(true);
     }
+    c->tx_rdma.store(false, std::memory_order_release);
+    c->rx_rdma.store(false, std::memory_order_release);
     ch->mux->forget(s);
     c->st = nullptr;
     engine::detach(c, ch);
   }
   c->ch = nullptr;
-  c->tx_rdma.store(false, std::memory_order_release);
-  c->rx_rdma.store(false, std::memory_order_release);
   if (r == nullptr) {
     XP_SLOG(XP_SLOG_WARN, "fd %d: no memory to move the stream to TCP: reset", c->sock());
-    c->dead.store(true);
-    c->err_pending.store(true);
     c->gen.fetch_add(1);
     wake::notify();
     return;
   }
-  r->moved = true;
-  r->cause = why;
-  r->started_us = t0_us;
-  r->started_ms = engine::now_ms();
-  r->deadline_ms = UINT64_MAX;
-  c->sess.session_key(r->key);
-  r->dir = c->sess.tx_direction();
-  r->tx_start = c->sess.tx_offset();
-  r->tx = sw && write_shut ? Resume::Tx::shut : Resume::Tx::raw;
-  if (reset) { // both ends saw the RST: the error once, then end of stream
-    r->broken = true;
-    r->tx = Resume::Tx::dead;
-    c->err_pending.store(true);
-  }
-  c->rs = r;
   if (c->phase.load() == Phase::upgrading) {
     c->phase.store(Phase::rdma, std::memory_order_release);
     engine::report(c, Mode::rdma, Reason::none);
   }
-  c->resumed.store(true, std::memory_order_release);
   XP_SLOG(XP_SLOG_DEBUG,
           "fd %d: stream %u moves to TCP (%s): tx %s at %llu, rx %s at %llu (%zu buffered, %llu "
           "raw bytes left)",

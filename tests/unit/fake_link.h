@@ -4,6 +4,7 @@
 #pragma once
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "verbs/link.h"
@@ -30,6 +31,7 @@ public:
 
   Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
                         uint64_t wr_id) override {
+    std::lock_guard<std::mutex> l(wire()); // threads of a test may post and poll at once
     ++posts;
     if (failed) return Status::io_error;
     if (peer_->failed) { // a peer in the error state: retries run out
@@ -52,10 +54,12 @@ public:
     return Status::ok;
   }
   Status post_recv() override {
+    std::lock_guard<std::mutex> l(wire());
     ++recv_posted_;
     return Status::ok;
   }
   int poll(verbs::Completion* out, int max) override {
+    std::lock_guard<std::mutex> l(wire());
     if (failed && max > 0) { // as a QP in the error state: flush errors
       out[0] = {verbs::Completion::Kind::error, 0, 0, 5};
       return 1;
@@ -89,6 +93,12 @@ public:
   bool failed = false;
 
 private:
+  // One lock for every fake link: the two ends' queues cross (a post fills
+  // the peer's completion queue).
+  static std::mutex& wire() {
+    static std::mutex m;
+    return m;
+  }
   std::vector<uint8_t> ring_;
   std::vector<uint8_t> stage_;
   uint64_t recv_posted_;

@@ -7,8 +7,10 @@
 // stream.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
 #include <sys/wait.h>
+#include <thread>
 
 #include "resume_pair.h"
 #include "stream/move.h"
@@ -286,6 +288,47 @@ TEST_CASE("move: malformed MOVE records fail the channel over, nothing lost") {
     CHECK(p.a.got == 200000);
     CHECK(p.b.c->tx_rdma.load()); // still on RDMA
   }
+}
+
+TEST_CASE("move: a call blocked in another thread goes on with the moved stream") {
+  RPair p;
+  rdrive(p, 40000, 51, -1, [] {});
+  settle_switches(p);
+  timeval tv{10, 0}; // a failure ends the test instead of hanging it
+  setsockopt(p.fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const uint64_t want = 200000;
+  std::atomic<uint64_t> got{0};
+  std::atomic<bool> bad{false}, err{false};
+  const uint64_t base = p.a.got;
+  std::thread reader([&] {
+    std::vector<uint8_t> buf(7000);
+    while (got < want) {
+      iovec v{buf.data(), buf.size()};
+      bool kernel = false;
+      ssize_t r = stream::io::recv(p.a.c, &v, 1, 0, &kernel); // blocking
+      if (kernel) r = ::recv(p.fds[0], buf.data(), buf.size(), 0);
+      if (r <= 0) {
+        MESSAGE("reader: " << r << " errno " << errno << " kernel " << kernel << " at " << got);
+        err = true;
+        return;
+      }
+      for (ssize_t k = 0; k < r; ++k)
+        bad = bad || buf[static_cast<size_t>(k)] != rpat(1, base + got + static_cast<uint64_t>(k));
+      got += static_cast<uint64_t>(r);
+    }
+  });
+  usleep(30000);    // the reader sleeps on the stream by now
+  rput(p.b, 30000); // some over RDMA, before the move
+  REQUIRE(move_now(p, p.a));
+  const uint64_t end = base + want; // b's sequence once `want` more bytes went
+  while (p.b.sent < end && !err) {  // the rest on TCP
+    rput(p.b, end - p.b.sent < 20000 ? end - p.b.sent : 20000);
+    usleep(1000);
+  }
+  reader.join();
+  CHECK_FALSE(err.load());
+  CHECK_FALSE(bad.load());
+  CHECK(got.load() == want);
 }
 
 namespace {
