@@ -50,6 +50,7 @@ const char* resume_cause_name(ResumeCause c) {
 
 namespace {
 std::atomic<ResumeHook> g_hook{nullptr};
+std::atomic<resume::DetachHook> g_detach_hook{nullptr};
 constexpr size_t kPreBytes = 64 * 1024;
 constexpr size_t kOutExtra = 64 * 1024; // room for new bytes and frame headers
 constexpr uint64_t kWaitMs = 10000;     // longest wait for the peer's RESUME
@@ -99,6 +100,10 @@ void set_resume_hook(ResumeHook h) {
 Resume::Resume(size_t window) : out(window + kOutExtra), pre(kPreBytes), buf(window + kPreBytes) {}
 
 namespace resume {
+
+void set_detach_hook(DetachHook h) {
+  g_detach_hook.store(h, std::memory_order_release);
+}
 
 void release(Resume* r) {
   if (r->resend) munmap(r->resend, r->resend_cap);
@@ -461,10 +466,19 @@ void start(Conn* c, ResumeCause why) {
         }
       }
     }
+    if (r) {
+      // Published before the stream leaves the channel: a data call in
+      // another thread that finds no stream (under this lock, or no channel
+      // after it) must find the connection resumed, or it would report a
+      // reset; it then waits for Conn::mu, held until the resume is set up.
+      c->rs = r;
+      c->resumed.store(true, std::memory_order_release);
+    }
     engine::detach(c, ch);
   }
   c->ch = nullptr;
   c->st = nullptr;
+  if (DetachHook h = g_detach_hook.load(std::memory_order_acquire)) h(c);
   if (r == nullptr) {
     // No memory for the resume: what the kernel does for a broken
     // connection.

@@ -108,6 +108,10 @@ struct Resume {
 
 namespace resume {
 
+// Test only: runs when a resuming stream just left its channel (c->mu held).
+using DetachHook = void (*)(Conn* c);
+void set_detach_hook(DetachHook h);
+
 // c->mu held, c->ch failed (the caller marked it): move c's stream off its
 // channel onto TCP.  The channel's lock is taken here.
 void start(Conn* c, ResumeCause why);
