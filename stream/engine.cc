@@ -505,14 +505,22 @@ void engine::on_fork_child() {
       }
       continue;
     }
-    if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load()) {
+    // The peer's SWITCH may have arrived after the streams moved (between
+    // before_fork and the fork): the parent resumes that stream by the
+    // failure path (after_fork_parent), frames follow on TCP, so the child
+    // must not read it as plain TCP.
+    const bool peer_switched =
+        c->sess.rx_mode() == Mode::rdma || (c->st != nullptr && c->st->rx_started());
+    if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load() &&
+        c->sess.tx_mode() != Mode::rdma && !peer_switched) {
       // Nothing moved over RDMA yet: the kernel socket has every byte.
       c->phase.store(Phase::tcp);
       c->reason = Reason::shared_by_fork;
       if (!c->closed.load()) notify_mode(c->sock(), nullptr);
     } else if (c->phase.load() != Phase::tcp) {
-      // The stream lives in the parent's queue pair (recovery moves it to
-      // TCP in a later version): a reset here.
+      // A stream that could not move before the fork (a direction switched
+      // just then) lives in the parent's queue pair: a reset here (the
+      // parent goes on with it; nothing is sent from here).
       c->dead.store(true);
       c->err_pending.store(true);
     }

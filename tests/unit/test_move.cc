@@ -392,3 +392,32 @@ TEST_CASE("move: after a fork the child uses the moved stream, the parent closed
 TEST_CASE("move: after a fork the parent goes on, the child exits") {
   fork_case(false);
 }
+
+TEST_CASE("fork: a child never reads as plain TCP a stream whose peer switched during the fork") {
+  // The peer's SWITCH arrived after the streams moved (between
+  // before_fork and the fork itself): the parent resumes that stream by
+  // the failure path, with frames on TCP, so the child's copy must not
+  // become a plain TCP connection (it would deliver frames as data).
+  RPair p;
+  rput(p.a, 10);
+  rtake(p.b, 10, 0); // upgrading: nothing switched at b
+  REQUIRE(p.b.c->phase.load() == stream::Phase::upgrading);
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    REQUIRE(p.b.c->st->set_rx_start(10) == Status::ok); // a's SWITCH just arrived
+  }
+  REQUIRE_FALSE(p.b.c->tx_rdma.load());
+  REQUIRE_FALSE(p.b.c->rx_rdma.load());
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    stream::engine::g().conns.push_back(p.b.c); // as the engine's table has it
+    stream::engine::on_fork_child();
+    bool plain = p.b.c->phase.load() == stream::Phase::tcp;
+    _exit(!plain && p.b.c->dead.load() ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
