@@ -30,7 +30,8 @@ enum class RecordType : uint8_t {
   switch_ = 9,    // `seq`: switch offset S of the sender's direction; payload: proof
   keepalive = 10,
   proof = 11, // payload: binding proof (recover/upgrade_wire.h)
-  last = proof,
+  move_ = 12, // stream leaves the channel for its TCP connection (stream/move.cc)
+  last = move_,
 };
 constexpr size_t kMaxControlPayload = 128;
 

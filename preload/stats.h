@@ -18,7 +18,7 @@ constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
 // kMemStatsOffset, after the block's pages.  4: recovery counters.
 constexpr uint32_t kStatsVersion = 4;
 // stream::ResumeCause::count (stream/resume.h; checked in track.cc).
-constexpr int kResumeCauses = 7;
+constexpr int kResumeCauses = 9;
 
 using Counter = std::atomic<uint64_t>;
 

@@ -418,6 +418,23 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
   return -1;
 }
 
+// A moved stream went back to the kernel in the middle of a call that
+// already moved `done` bytes: the rest as the kernel's call would (a
+// blocking or MSG_WAITALL call takes everything; the first error after
+// some bytes ends it with those).
+ssize_t kernel_rest(Conn* c, const iovec* iov, int iovcnt, size_t done, int flags, bool out) {
+  size_t want = total_len(iov, iovcnt);
+  if (done >= want || (!out && !(flags & MSG_WAITALL))) return static_cast<ssize_t>(done);
+  iovec v[kMaxIov];
+  int k = slice(iov, iovcnt, done, SIZE_MAX, v);
+  msghdr m{};
+  m.msg_iov = v;
+  m.msg_iovlen = static_cast<size_t>(k);
+  long n = out ? syscall(SYS_sendmsg, c->sock(), &m, flags | MSG_NOSIGNAL)
+               : syscall(SYS_recvmsg, c->sock(), &m, flags);
+  return static_cast<ssize_t>(done + (n > 0 ? static_cast<size_t>(n) : 0));
+}
+
 } // namespace
 
 void fd_options_changed() {
@@ -456,7 +473,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   if (want == 0) return 0;
   while (true) {
     if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
-      if (got > 0) return static_cast<ssize_t>(got);
+      if (got > 0) return kernel_rest(c, iov, iovcnt, got, flags, false);
       *kernel = true;
       return 0;
     }
@@ -466,8 +483,11 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     if (c->rd_shut.load()) return static_cast<ssize_t>(got);
-    if (c->resumed.load(std::memory_order_acquire)) // RDMA failed: on TCP (stream/resume.h)
-      return resume::recv(c, iov, iovcnt, flags, got);
+    if (c->resumed.load(std::memory_order_acquire)) { // on TCP (stream/resume.h)
+      ssize_t r = resume::recv(c, iov, iovcnt, flags, &got);
+      if (r != resume::kToKernel) return r;
+      continue; // handed back to the kernel
+    }
     ssize_t r;
     bool on_tcp = !c->rx_rdma.load(std::memory_order_acquire);
     if (c->dead.load(std::memory_order_acquire)) {
@@ -560,9 +580,13 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       errno = EBADF;
       return -1;
     }
-    if (c->resumed.load(std::memory_order_acquire)) { // RDMA failed: on TCP (stream/resume.h)
+    if (c->resumed.load(std::memory_order_acquire)) { // on TCP (stream/resume.h)
       zc::finish(c, &zcs); // first: what resume::send queues follows our records
-      return resume::send(c, iov, iovcnt, flags, sent);
+      ssize_t r = resume::send(c, iov, iovcnt, flags, &sent);
+      if (r != resume::kToKernel) return r;
+      if (sent > 0) return kernel_rest(c, iov, iovcnt, sent, flags, true);
+      *kernel = true; // a moved stream: its sends are the kernel's
+      return 0;
     }
     if (c->dead.load(std::memory_order_acquire) ||
         (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
@@ -644,7 +668,8 @@ int shutdown(Conn* c, int how, bool* kernel) {
 
 int readable_bytes(Conn* c, int* out, bool* kernel) {
   *kernel = false;
-  if (c->resumed.load(std::memory_order_acquire)) return resume::readable_bytes(c, out);
+  if (c->phase.load() != Phase::tcp && c->resumed.load(std::memory_order_acquire))
+    return resume::readable_bytes(c, out);
   if (c->phase.load() == Phase::tcp || !c->rx_rdma.load()) {
     *kernel = true; // TCP bytes below S (the kernel's count is at most that)
     return 0;

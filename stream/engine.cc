@@ -19,6 +19,7 @@
 #include "common/fd_place.h"
 #include "stream/engine_internal.h"
 #include "stream/fault.h"
+#include "stream/move.h"
 #include "stream/ready_source.h"
 #include "stream/wake.h"
 #include "verbs/device.h"
@@ -130,7 +131,15 @@ void tcp_event(Conn* c, uint32_t events) {
   c->tcp_bits.fetch_or(nb, std::memory_order_acq_rel);
   if (c->resumed.load(std::memory_order_acquire)) { // stream/resume.cc moves the bytes
     std::lock_guard<std::mutex> l(c->mu);
-    if (!c->closed.load()) resume::pump(c);
+    if (c->closed.load()) return;
+    if (c->rs && c->rs->moved) {
+      // Only the program's calls read a moved stream's socket (a fork
+      // child may be the one using it): readiness changed, nothing more.
+      c->note_ready(nb & EPOLLIN);
+      wake::notify(c);
+      return;
+    }
+    resume::pump(c);
     return;
   }
   if ((nb & EPOLLIN) && c->rx_rdma.load() && tcp_after_switch(c)) return;
@@ -448,8 +457,12 @@ void engine::renumber(Conn* c, int newfd) {
 
 void engine::before_fork() {
   State& s = g_state;
-  if (!s.started) return;
+  if (!s.started || s.cm == nullptr) return;
   s.forking.store(true, std::memory_order_release);
+  // Streams on RDMA move to TCP first: the child cannot use our queue
+  // pairs, and whichever process uses the shared socket afterwards must
+  // find the stream there (bounded wait: one round trip to each peer).
+  move::for_fork();
   // Wait out a switch in progress (switches happen under Conn::mu).
   std::lock_guard<std::mutex> l(s.mu);
   for (Conn* c : s.conns) {
@@ -472,7 +485,8 @@ void engine::after_fork_parent() {
   for (Conn* c : cs) {
     {
       std::lock_guard<std::mutex> l(c->mu);
-      if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load())
+      if (c->phase.load() == Phase::upgrading && !c->resumed.load() && !c->tx_rdma.load() &&
+          !c->rx_rdma.load())
         fail(c, Reason::shared_by_fork);
     }
     c->unref();
@@ -484,22 +498,51 @@ void engine::on_fork_child() {
   // The parent's thread, channels and rdma_cm state do not exist here.  A
   // child of a process that already used rdma_cm cannot use it again (its
   // librdmacm state names the parent's device contexts), so it keeps every
-  // new connection on TCP; connections inherited mid-upgrade or on RDMA
-  // are orphaned: the recovery issue moves them back to TCP.
+  // new connection on TCP.  Streams that were on RDMA moved to TCP before
+  // the fork (stream/move.cc): the child's copy works as the parent's does.
   State& s = g_state;
   new (&s.mu) std::mutex();
   new (&s.qmu) std::mutex();
   if (s.used_rdma) s.forked_child = true;
+  // The engine's epoll set and command eventfd are the parent's (an epoll
+  // set is shared across fork: removing a socket here would remove the
+  // parent's watch of it).
+  if (s.epfd >= 0) syscall(SYS_close, s.epfd);
+  if (s.cmdfd >= 0) syscall(SYS_close, s.cmdfd);
+  s.epfd = s.cmdfd = -1;
   for (Conn* c : s.conns) {
     new (&c->mu) std::mutex();
-    if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load()) {
+    if (c->resumed.load()) {
+      // A resumed stream whose bytes for the kernel were still queued at
+      // the fork: the parent sends them; a second copy would duplicate
+      // them, so the child's is reset (never shared with the parent).
+      if (c->fork_unsafe && !(c->rs && c->rs->moved)) {
+        c->dead.store(true);
+        c->err_pending.store(true);
+        if (c->rs) {
+          c->rs->broken = true;
+          c->rs->tx = Resume::Tx::dead;
+          c->rs->out.consume(c->rs->out.size());
+        }
+      }
+      continue;
+    }
+    // The peer's SWITCH may have arrived after the streams moved (between
+    // before_fork and the fork): the parent resumes that stream by the
+    // failure path (after_fork_parent), frames follow on TCP, so the child
+    // must not read it as plain TCP.
+    const bool peer_switched =
+        c->sess.rx_mode() == Mode::rdma || (c->st != nullptr && c->st->rx_started());
+    if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load() &&
+        c->sess.tx_mode() != Mode::rdma && !peer_switched) {
       // Nothing moved over RDMA yet: the kernel socket has every byte.
       c->phase.store(Phase::tcp);
       c->reason = Reason::shared_by_fork;
       if (!c->closed.load()) notify_mode(c->sock(), nullptr);
     } else if (c->phase.load() != Phase::tcp) {
-      // The stream lives in the parent's queue pair (recovery moves it to
-      // TCP in a later version): a reset here.
+      // A stream that could not move before the fork (a direction switched
+      // just then) lives in the parent's queue pair: a reset here (the
+      // parent goes on with it; nothing is sent from here).
       c->dead.store(true);
       c->err_pending.store(true);
     }

@@ -10,6 +10,7 @@
 
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
+#include "stream/move.h"
 #include "stream/ready_source.h"
 #include "stream/wake.h"
 
@@ -129,7 +130,9 @@ void handle_record(Channel* ch, const ControlRecord& r) {
   if (c == nullptr) return; // a stream closed here meanwhile
   {
     std::lock_guard<std::mutex> l(c->mu);
-    if (c->ch == ch && !c->closed.load()) {
+    if (r.h.type == static_cast<uint8_t>(RecordType::move_)) {
+      move::on_peer_move(c, ch); // the peer moves the stream to TCP (it forks)
+    } else if (c->ch == ch && !c->closed.load()) {
       c->sess.on_message(r.h.type, r.h.stream, r.h.seq, r.payload, r.h.len);
       if (c->sess.state() == recover::State::refused) {
         // NAK unknown_stream/busy: this channel's process does not hold
@@ -186,9 +189,12 @@ void advance(Conn* c) {
   flush(c);
   if (c->sess.state() == recover::State::failed) return fail(c, c->sess.fallback_reason());
   if (c->st == nullptr) return;
-  if (g().forking.load(std::memory_order_acquire)) return; // after_fork_parent decides
+  // While the process forks no direction switches (streams on RDMA move to
+  // TCP, upgrades stay there); acknowledging the peer's switch still
+  // happens, so that its stream can settle and move (stream/move.cc).
+  const bool forking = g().forking.load(std::memory_order_acquire);
   bool changed = false;
-  if (!c->tx_rdma.load() && !c->tx_shut && c->sess.try_switch_tx() == Status::ok) {
+  if (!forking && !c->tx_rdma.load() && !c->tx_shut && c->sess.try_switch_tx() == Status::ok) {
     {
       // The window starts at S before the SWITCH leaves: the peer's
       // acknowledgement of it (Stream::ack_switch) may come back at once.
@@ -209,7 +215,8 @@ void advance(Conn* c) {
     std::lock_guard<std::mutex> chl(c->ch->mu);
     c->st->ack_switch();
   }
-  if (!c->rx_rdma.load() && c->sess.rx_mode() == Mode::rdma && c->sess.rx_tcp_remaining() == 0) {
+  if (!forking && !c->rx_rdma.load() && c->sess.rx_mode() == Mode::rdma &&
+      c->sess.rx_tcp_remaining() == 0) {
     {
       std::lock_guard<std::mutex> chl(c->ch->mu);
       refresh(c);
@@ -313,6 +320,11 @@ Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* 
     if (Conn* c = ch->by_id[h.stream]) {
       if (c->st) c->st->set_rx_start(h.seq);
     }
+  }
+  if (h.type == static_cast<uint8_t>(RecordType::move_)) {
+    int m = move::on_record(ch, h, payload);
+    if (m < 0) return Status::invalid;
+    if (m == 0) return Status::ok;
   }
   if (h.len > flow::kMaxControlPayload || ch->inbox.size() >= 4096) return Status::invalid;
   ControlRecord r;

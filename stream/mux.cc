@@ -29,6 +29,7 @@ Stream::Stream(Mux* mux, uint32_t id, uint64_t tx_start, uint64_t rx_start, size
       window_size_(window), rx_next_(rx_start), delivered_(rx_start), acked_sent_(rx_start) {}
 
 bool Stream::writable() const {
+  if (frozen_) return false;
   if (fin_sent_ || reset_) return true; // a write reports the error at once
   return window_.unacked() < window_size_ && mux_->channel_.can_send(1);
 }
@@ -36,6 +37,7 @@ bool Stream::writable() const {
 Status Stream::write(const void* buf, size_t len, size_t* done) {
   *done = 0;
   if (reset_ || fin_sent_ || mux_->failed_) return Status::closed;
+  if (frozen_) return Status::no_resource; // moving to TCP: the caller waits
   const auto* p = static_cast<const uint8_t*>(buf);
   while (*done < len) {
     size_t chunk = len - *done;
@@ -167,12 +169,14 @@ void Stream::ack_switch() {
 }
 
 void Stream::reset() {
-  if (!reset_ && !mux_->failed_) mux_->channel_.send_control(RecordType::rst, id_, window_.next());
+  if (!reset_ && !mux_->failed_ && !frozen_)
+    mux_->channel_.send_control(RecordType::rst, id_, window_.next());
   reset_ = true;
 }
 
 Status Stream::shutdown_write() {
   if (fin_sent_) return Status::ok;
+  if (frozen_) return Status::no_resource;
   if (reset_) return Status::closed;
   Status st = mux_->channel_.send_control(RecordType::fin, id_, window_.next());
   if (st == Status::ok) fin_sent_ = true;
@@ -182,6 +186,7 @@ Status Stream::shutdown_write() {
 // Acknowledge once a quarter of the window was consumed: the sender's
 // window then always has room while the application keeps reading.
 Status Stream::maybe_ack() {
+  if (frozen_) return Status::ok; // nothing of ours follows our MOVE
   if (!ack_pending_ && delivered_ - acked_sent_ < window_size_ / 4) return Status::ok;
   Status st = mux_->channel_.send_control(RecordType::ack, id_, delivered_);
   if (st == Status::ok) {
@@ -256,6 +261,13 @@ void Mux::close(Stream* s) {
   if (s == nullptr || s->id_ >= params_.max_streams || streams_[s->id_] != s) return;
   if (!s->fin_sent_ && !s->reset_ && !failed_) s->shutdown_write();
   // Unacknowledged bytes leave the channel budget with the stream.
+  budget_.give(s->window_.unacked());
+  streams_[s->id_] = nullptr;
+  delete s;
+}
+
+void Mux::forget(Stream* s) {
+  if (s == nullptr || s->id_ >= params_.max_streams || streams_[s->id_] != s) return;
   budget_.give(s->window_.unacked());
   streams_[s->id_] = nullptr;
   delete s;

@@ -98,6 +98,21 @@ public:
   // Our receiving direction's SWITCH verified: acknowledge at once (the
   // sender learns we know its S; see peer_knows_tx_start()).
   void ack_switch();
+  // The peer's SWITCH arrived (set_rx_start ran): its direction is on RDMA.
+  bool rx_started() const { return rx_start_set_; }
+
+  // Moving the stream to its TCP connection over a working channel
+  // (stream/move.cc): after our MOVE no data, FIN or RST of ours may
+  // follow it, so writes take nothing (no_resource) until the stream is
+  // gone; the peer's MOVE is kept here when it arrives.
+  struct PeerMove {
+    bool seen = false;
+    uint8_t flags = 0;
+    uint64_t end = 0, start = 0, received = 0;
+  };
+  void freeze_tx() { frozen_ = true; }
+  bool frozen() const { return frozen_; }
+  PeerMove peer_move;
 
 private:
   friend class Mux;
@@ -123,6 +138,7 @@ private:
   bool zc_active_ = false;
   uint64_t zc_lo_ = 0, zc_hi_ = 0, zc_last_wr_ = 0;
   const uint8_t* zc_src_ = nullptr;
+  bool frozen_ = false;
 };
 
 class Mux {
@@ -138,6 +154,8 @@ public:
   Stream* open(uint32_t id, uint64_t tx_start, uint64_t rx_start);
   // Forget a stream (after close()); later records for it are dropped.
   void close(Stream* s);
+  // Forget a stream that moved to TCP: no FIN (the stream goes on there).
+  void forget(Stream* s);
   // Poll the channel and dispatch records.  io_error / invalid: the channel
   // is unusable and its streams must be recovered (docs/protocol.md).
   Status progress();

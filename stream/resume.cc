@@ -38,6 +38,10 @@ const char* resume_cause_name(ResumeCause c) {
     return "protocol_error";
   case ResumeCause::local:
     return "local";
+  case ResumeCause::fork:
+    return "fork";
+  case ResumeCause::peer_moved:
+    return "peer_moved";
   case ResumeCause::count:
     break;
   }
@@ -46,6 +50,7 @@ const char* resume_cause_name(ResumeCause c) {
 
 namespace {
 std::atomic<ResumeHook> g_hook{nullptr};
+std::atomic<resume::DetachHook> g_detach_hook{nullptr};
 constexpr size_t kPreBytes = 64 * 1024;
 constexpr size_t kOutExtra = 64 * 1024; // room for new bytes and frame headers
 constexpr uint64_t kWaitMs = 10000;     // longest wait for the peer's RESUME
@@ -95,6 +100,10 @@ void set_resume_hook(ResumeHook h) {
 Resume::Resume(size_t window) : out(window + kOutExtra), pre(kPreBytes), buf(window + kPreBytes) {}
 
 namespace resume {
+
+void set_detach_hook(DetachHook h) {
+  g_detach_hook.store(h, std::memory_order_release);
+}
 
 void release(Resume* r) {
   if (r->resend) munmap(r->resend, r->resend_cap);
@@ -257,7 +266,10 @@ bool fill_rx(Conn* c, Resume* r) {
   uint8_t tmp[16384];
   while (!r->eof && !r->broken) {
     size_t room;
-    bool to_pre = r->rx_framed && r->raw_left > 0;
+    bool to_pre = (r->rx_framed || r->rx_cont) && r->raw_left > 0;
+    // A moved stream reads only the raw bytes below the peer's S ahead: the
+    // rest is the kernel's to hand out once our buffers are empty.
+    if (r->moved && !to_pre) break;
     if (to_pre) {
       room = r->pre.space();
       if (room > r->raw_left) room = r->raw_left;
@@ -345,13 +357,32 @@ void refresh_bits(Conn* c, Resume* r) {
   c->stream_bits.store(b, std::memory_order_release);
 }
 
+// A moved stream whose buffers are empty is a plain TCP connection again
+// (both directions unframed from here): the kernel serves it, readiness
+// included (the engine's watch goes, the epoll registrations come back).
+static void hand_back(Conn* c, Resume* r) {
+  if (!r->moved || c->phase.load() == Phase::tcp) return;
+  if (r->pre.size() > 0 || r->buf.size() > 0 || r->raw_left > 0 || r->out.size() > 0 ||
+      r->shut_pending || r->broken || (r->tx != Resume::Tx::raw && r->tx != Resume::Tx::shut))
+    return;
+  c->phase.store(Phase::tcp, std::memory_order_release);
+  if (engine::g().epfd >= 0)
+    syscall(SYS_epoll_ctl, engine::g().epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
+  if (!c->closed.load()) notify_mode(c->sock(), nullptr);
+  c->gen.fetch_add(1);
+  XP_SLOG(XP_SLOG_DEBUG, "fd %d: moved stream handed back to the kernel", c->sock());
+}
+
 void settle(Conn* c, Resume* r, bool moved) {
   if (!r->reported && r->tx != Resume::Tx::wait &&
       (!r->rx_framed || r->peer_resumed || r->eof || r->fin || r->broken))
     report(c, r, !r->broken);
   uint32_t before = c->stream_bits.load(std::memory_order_relaxed);
   refresh_bits(c, r);
-  if (moved || before != c->stream_bits.load(std::memory_order_relaxed)) {
+  uint32_t gen = c->gen.load(std::memory_order_relaxed);
+  hand_back(c, r);
+  if (moved || before != c->stream_bits.load(std::memory_order_relaxed) ||
+      gen != c->gen.load(std::memory_order_relaxed)) {
     c->note_ready(moved);
     wake::notify(c);
   }
@@ -361,7 +392,9 @@ void pump(Conn* c) {
   Resume* r = c->rs;
   if (r == nullptr) return;
   flush_out(c, r);
-  bool moved = fill_rx(c, r);
+  // A moved stream's socket is read by the program's calls only (at fork
+  // the other process may be the one using it).
+  bool moved = !r->moved && fill_rx(c, r);
   flush_out(c, r); // a RESUME just read may have released our bytes
   settle(c, r, moved);
 }
@@ -438,10 +471,19 @@ void start(Conn* c, ResumeCause why) {
         }
       }
     }
+    if (r) {
+      // Published before the stream leaves the channel: a data call in
+      // another thread that finds no stream (under this lock, or no channel
+      // after it) must find the connection resumed, or it would report a
+      // reset; it then waits for Conn::mu, held until the resume is set up.
+      c->rs = r;
+      c->resumed.store(true, std::memory_order_release);
+    }
     engine::detach(c, ch);
   }
   c->ch = nullptr;
   c->st = nullptr;
+  if (DetachHook h = g_detach_hook.load(std::memory_order_acquire)) h(c);
   if (r == nullptr) {
     // No memory for the resume: what the kernel does for a broken
     // connection.
@@ -508,10 +550,15 @@ uint32_t ready_events(const Conn* c) {
   uint32_t out = kb & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP | EPOLLPRI | EPOLLHUP | EPOLLERR);
   if (sb & (Conn::kIn | Conn::kFin)) out |= EPOLLIN | EPOLLRDNORM;
   if (sb & Conn::kFin) out |= EPOLLRDHUP;
-  // Writable while `out` has room: a send queues there (the engine drains
-  // it on the kernel's EPOLLOUT edges and wakes us when room appears).
-  if (sb & Conn::kOut) out |= EPOLLOUT | EPOLLWRNORM;
-  if (sb & Conn::kWriteShut) out |= EPOLLOUT | EPOLLWRNORM; // a write reports the error
+  // `moved` is set before `resumed` is published and never changes.
+  if (c->rs != nullptr && c->rs->moved) {
+    out |= kb & (EPOLLOUT | EPOLLWRNORM); // its sends go straight to the kernel
+  } else {
+    // Writable while `out` has room: a send queues there (the engine drains
+    // it on the kernel's EPOLLOUT edges and wakes us when room appears).
+    if (sb & Conn::kOut) out |= EPOLLOUT | EPOLLWRNORM;
+    if (sb & Conn::kWriteShut) out |= EPOLLOUT | EPOLLWRNORM; // a write reports the error
+  }
   if (sb & Conn::kReset) {
     out |= EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM | EPOLLRDHUP | EPOLLHUP;
     if (c->err_pending.load(std::memory_order_acquire)) out |= EPOLLERR;

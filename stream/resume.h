@@ -29,6 +29,8 @@ enum class ResumeCause : uint8_t {
   peer_resumed,      // the peer resumed on TCP first (its side of the channel failed)
   protocol_error,    // the peer broke the channel protocol
   local,             // this end gave up on one of the channel's streams
+  fork,              // this process forked: the stream moved to TCP (stream/move.cc)
+  peer_moved,        // the peer moved the stream to TCP (it forked)
   count
 };
 const char* resume_cause_name(ResumeCause c);
@@ -87,6 +89,14 @@ struct Resume {
   bool broken = false;       // reset: the error once, then end of stream
   bool err_reported = false;
 
+  // ---- moved over a working channel (stream/move.cc): each switched
+  // direction continues on TCP unframed from where RDMA ended (both ends
+  // agreed on it), so once the buffers here are empty the kernel serves
+  // the socket again (Phase::tcp).  Only the program's data calls read the
+  // kernel socket then (never the engine: a fork child may share it).
+  bool moved = false;
+  bool rx_cont = false; // the peer's direction had switched: pre, buf, then raw TCP
+
   // ---- bookkeeping
   ResumeCause cause = ResumeCause::none;
   uint8_t key[recover::kNonceBytes] = {};
@@ -97,6 +107,10 @@ struct Resume {
 };
 
 namespace resume {
+
+// Test only: runs when a resuming stream just left its channel (c->mu held).
+using DetachHook = void (*)(Conn* c);
+void set_detach_hook(DetachHook h);
 
 // c->mu held, c->ch failed (the caller marked it): move c's stream off its
 // channel onto TCP.  The channel's lock is taken here.
@@ -120,8 +134,12 @@ bool peer_frames_waiting(int fd);
 
 // The data calls of a resumed connection (conn_io.cc hands over); `done`
 // bytes of this call were already moved before the connection resumed.
-ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done);
-ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done);
+// kToKernel (a moved stream): the kernel takes the call from here, *done
+// bytes being moved already (recv: the connection is Phase::tcp again;
+// send: its sends go to the kernel).
+constexpr ssize_t kToKernel = -4;
+ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
+ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
 int shutdown(Conn* c, int how); // c->mu held
 int readable_bytes(Conn* c, int* out);
 

@@ -7,6 +7,7 @@
 #include <climits>
 #include <csignal>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -158,22 +159,27 @@ size_t put_app(Resume* r, const iovec* iov, int iovcnt, size_t skip) {
 
 } // namespace
 
-ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
+ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
   const size_t want = total_len(iov, iovcnt);
   const bool peek = flags & MSG_PEEK;
   const bool waitall = (flags & MSG_WAITALL) && !peek;
   const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
   int64_t deadline = -2;
-  size_t got = done;
+  size_t got = *done;
   while (true) {
     size_t n = 0;
     int end = -1;
+    bool to_kernel = false;
     {
       std::lock_guard<std::mutex> l(c->mu);
       Resume* r = c->rs;
       if (r == nullptr) { // closed under us
         errno = EBADF;
         return got > 0 ? static_cast<ssize_t>(got) : -1;
+      }
+      if (c->phase.load() == Phase::tcp) { // a moved stream, handed back
+        *done = got;
+        return kToKernel;
       }
       n = take(r, iov, iovcnt, got, peek);
       bool moved = false;
@@ -184,6 +190,11 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
       }
       if (n == 0) end = at_end(c, r);
       settle(c, r, moved);
+      to_kernel = n == 0 && end < 0 && c->phase.load() == Phase::tcp;
+    }
+    if (to_kernel) {
+      *done = got;
+      return kToKernel;
     }
     if (n > 0) {
       got += n;
@@ -207,11 +218,11 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
   }
 }
 
-ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
+ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
   const size_t want = total_len(iov, iovcnt);
   const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
   int64_t deadline = -2;
-  size_t sent = done;
+  size_t sent = *done;
   while (true) {
     int err = 0;
     bool waiting = false, empty = false;
@@ -221,6 +232,11 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
       if (r == nullptr) {
         errno = EBADF;
         return sent > 0 ? static_cast<ssize_t>(sent) : -1;
+      }
+      // A moved stream's bytes go on unframed: the kernel's call, exactly.
+      if (r->moved && r->tx != Resume::Tx::dead && r->out.size() == 0) {
+        *done = sent;
+        return kToKernel;
       }
       flush_out(c, r);
       if (r->tx == Resume::Tx::wait) { // the peer's RESUME may be in the kernel
@@ -272,6 +288,17 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t done) {
 
 int shutdown(Conn* c, int how) {
   Resume* r = c->rs;
+  if (r != nullptr && r->moved) {
+    // Nothing of ours waits in user space: the kernel's shutdown, at once
+    // (reads of bytes still buffered here end as the kernel's would).
+    if (syscall(SYS_shutdown, c->sock(), how) != 0) return -1;
+    if (how != SHUT_RD) r->app_shut = true;
+    if (how != SHUT_WR) c->rd_shut.store(true);
+    settle(c, r, false);
+    c->gen.fetch_add(1);
+    wake::notify();
+    return 0;
+  }
   if (r != nullptr && how != SHUT_RD && !r->app_shut) {
     r->app_shut = true;
     if (r->tx == Resume::Tx::raw || r->tx == Resume::Tx::framed || r->tx == Resume::Tx::wait) {
@@ -294,6 +321,9 @@ int readable_bytes(Conn* c, int* out) {
   if (r) {
     bool moved = fill_rx(c, r);
     n = r->pre.size() + (r->raw_left == 0 ? r->buf.size() : 0);
+    int k = 0; // a moved stream's kernel bytes come after ours
+    if (r->moved && r->raw_left == 0 && syscall(SYS_ioctl, c->sock(), FIONREAD, &k) == 0 && k > 0)
+      n += static_cast<size_t>(k);
     settle(c, r, moved);
   }
   *out = n > INT_MAX ? INT_MAX : static_cast<int>(n);

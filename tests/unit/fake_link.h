@@ -4,6 +4,7 @@
 #pragma once
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "verbs/link.h"
@@ -30,6 +31,7 @@ public:
 
   Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
                         uint64_t wr_id) override {
+    std::lock_guard<std::mutex> l(wire()); // threads of a test may post and poll at once
     ++posts;
     if (failed) return Status::io_error;
     if (peer_->failed) { // a peer in the error state: retries run out
@@ -63,6 +65,7 @@ public:
                                uint32_t lkey, uint32_t imm, uint64_t wr_id) override {
     (void)lkey;
     if (sge_ < 2) return Status::unsupported;
+    std::lock_guard<std::mutex> l(wire());
     ++gathers;
     if (failed) return Status::io_error;
     if (off + hdr_len + len > stage_.size()) {
@@ -70,11 +73,15 @@ public:
       return Status::invalid;
     }
     held_.push_back(Held{off, hdr_len, static_cast<const uint8_t*>(payload), len, imm, wr_id});
-    if (!hold_gathers) run_held();
+    if (!hold_gathers) run_held_locked();
     return Status::ok;
   }
   uint32_t max_send_sge() const override { return sge_; }
   void run_held() {
+    std::lock_guard<std::mutex> l(wire());
+    run_held_locked();
+  }
+  void run_held_locked() {
     for (const Held& w : held_) {
       ++posts;
       if (peer_->failed) {
@@ -92,19 +99,25 @@ public:
     }
     held_.clear();
   }
-  size_t held() const { return held_.size(); }
+  size_t held() const {
+    std::lock_guard<std::mutex> l(wire());
+    return held_.size();
+  }
   // Whether a held write would still read [p, p+n) (the application's buffer).
   bool holds(const void* p, size_t n) const {
+    std::lock_guard<std::mutex> l(wire());
     auto a = static_cast<const uint8_t*>(p);
     for (const Held& w : held_)
       if (w.payload && w.payload < a + n && a < w.payload + w.len) return true;
     return false;
   }
   Status post_recv() override {
+    std::lock_guard<std::mutex> l(wire());
     ++recv_posted_;
     return Status::ok;
   }
   int poll(verbs::Completion* out, int max) override {
+    std::lock_guard<std::mutex> l(wire());
     if (failed && max > 0) { // as a QP in the error state: flush errors
       // Requests the "NIC" still held are flushed with their ids, as a QP
       // in the error state reports every outstanding work request.
@@ -152,6 +165,12 @@ public:
   int mem_domain() const override { return domain_; }
 
 private:
+  // One lock for every fake link: the two ends' queues cross (a post fills
+  // the peer's completion queue).
+  static std::mutex& wire() {
+    static std::mutex m;
+    return m;
+  }
   struct Held {
     size_t off, hdr;
     const uint8_t* payload;

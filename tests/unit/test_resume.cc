@@ -363,3 +363,32 @@ TEST_CASE("recovery: malformed frames on TCP end the stream cleanly") {
     CHECK(h.p.b.bad == 0);
   }
 }
+
+namespace {
+bool g_seen_resumed = false, g_hook_ran = false;
+void after_detach(stream::Conn* c) {
+  g_hook_ran = true;
+  g_seen_resumed = c->resumed.load();
+}
+} // namespace
+
+TEST_CASE("recovery: a stream leaves its channel only once its connection says resumed") {
+  // A data call in another thread that finds no stream on the channel
+  // (under the channel's lock, or no channel at all) takes the connection
+  // for resumed; had it not been, the call would report a reset
+  // (ECONNRESET) that never happened (seen in the VM: the rxe case).
+  stream::resume::set_detach_hook(after_detach);
+  RPair p;
+  rdrive(p, 30000, 70, -1, [] {});
+  settle_switches(p);
+  rput(p.b, 50000);
+  stream::engine::progress(p.a.ch);
+  g_hook_ran = g_seen_resumed = false;
+  p.la.force_error();
+  p.lb.force_error();
+  engine_step(p);
+  CHECK(g_hook_ran);
+  CHECK(g_seen_resumed);
+  stream::resume::set_detach_hook(nullptr);
+  finish(p, 300000, 71);
+}

@@ -1,0 +1,370 @@
+// Moving streams from a working channel to their TCP connections (see
+// move.h, docs/protocol.md §7 "Moving a stream").  Cold path: at fork, and
+// when a peer forks.
+#include "stream/move.h"
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <new>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <vector>
+
+#include "common/logsink.h"
+#include "stream/engine_internal.h"
+#include "stream/resume_internal.h"
+#include "stream/wake.h"
+
+namespace xp::stream::move {
+namespace {
+
+using flow::RecordType;
+
+// At fork: how long streams may take to settle (a SWITCH on its way gets
+// verified and acknowledged), how long the peers may take to answer our
+// MOVEs (one round trip; a peer that does not answer in time is treated as
+// a failed channel), and how long the bytes still owed to the kernel may
+// take to get there.
+constexpr uint64_t kSettleMs = 500;
+constexpr uint64_t kAnswerMs = 1000;
+constexpr uint64_t kFlushMs = 500;
+
+uint64_t mono_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+}
+
+void put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+bool tx_switched(const Conn* c) {
+  return c->tx_rdma.load() || c->sess.tx_mode() == Mode::rdma;
+}
+
+// c->mu and ch->mu held.  A stream can move cleanly when each direction
+// is either still on TCP or switched with both ends knowing it: our
+// SWITCH acknowledged by the peer, the peer's verified and acknowledged by
+// us.  (Otherwise the failure path of §7 sorts it out.)
+bool settled(const Conn* c) {
+  const Stream* s = c->st;
+  if (s == nullptr) return false;
+  if (tx_switched(c) && !s->peer_knows_tx_start()) return false;
+  if (s->rx_started() && (c->sess.rx_mode() != Mode::rdma || !c->switch_acked)) return false;
+  return true;
+}
+
+// c->mu and ch->mu held: the peer's MOVE agrees with what we hold.  Only
+// an answer may say the peer has no such stream.
+bool consistent(const Conn* c, bool answer) {
+  const Stream* s = c->st;
+  const Stream::PeerMove& pm = s->peer_move;
+  if (pm.flags & kGone) return answer;
+  const bool peer_sw = pm.flags & kTxSwitched;
+  if (peer_sw != s->rx_started()) return false;
+  // RC delivers in order: every byte the peer sent before its MOVE is here.
+  if (peer_sw && (c->sess.rx_mode() != Mode::rdma || c->sess.rx_offset() != pm.start ||
+                  pm.end != s->received()))
+    return false;
+  if (tx_switched(c) ? pm.received > s->send_next() : pm.received != 0) return false;
+  return true;
+}
+
+// ch->mu held: our MOVE after our last record of the stream; nothing of
+// ours for it follows (the stream is frozen).
+bool send_move(Channel* ch, Conn* c, engine::Changes* changed) {
+  Stream* s = c->st;
+  const bool sw = tx_switched(c);
+  uint8_t p[kPayloadBytes] = {};
+  p[0] = sw ? kTxSwitched : 0;
+  put64(p + 8, sw ? c->sess.tx_offset() : 0);
+  put64(p + 16, s->rx_started() ? s->received() : 0);
+  for (int i = 0; i < 1000 && !ch->failed.load(); ++i) {
+    Status st = ch->mux->channel().send_control(RecordType::move_, s->id(), sw ? s->send_next() : 0,
+                                                p, sizeof p);
+    if (st == Status::ok) {
+      s->freeze_tx();
+      return true;
+    }
+    if (st != Status::no_resource) return false;
+    engine::progress_locked(ch, nullptr, changed); // credit may be waiting
+  }
+  return false;
+}
+
+// c->mu held, both MOVEs crossed: the stream leaves the channel (no FIN:
+// it goes on) and continues on TCP.
+void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
+  Channel* ch = c->ch;
+  auto* r = new (std::nothrow) Resume(engine::params().stream_window);
+  if (r != nullptr && !r->ok()) {
+    resume::release(r);
+    r = nullptr;
+  }
+  const bool sw = tx_switched(c);
+  if (r) {
+    r->moved = true;
+    r->cause = why;
+    r->started_us = t0_us;
+    r->started_ms = engine::now_ms();
+    r->deadline_ms = UINT64_MAX;
+    c->sess.session_key(r->key);
+    r->dir = c->sess.tx_direction();
+    r->tx_start = c->sess.tx_offset();
+  }
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    Stream* s = c->st;
+    if (r) {
+      if (s->rx_started()) {
+        // The peer's bytes over RDMA the program has not read: delivered
+        // after the TCP bytes below its S, before the TCP bytes after it.
+        r->rx_cont = true;
+        r->raw_left = c->sess.rx_tcp_remaining();
+        uint8_t tmp[16384];
+        size_t got = 0;
+        while (s->read(tmp, sizeof tmp, &got, false) == Status::ok && got > 0)
+          r->buf.put(tmp, got);
+        r->rx_next = s->received();
+        r->fin = s->peer_finished();
+      }
+      r->tx_next = s->send_next();
+      r->tx = sw && s->write_shut() ? Resume::Tx::shut : Resume::Tx::raw;
+      if (s->was_reset()) { // both ends saw the RST: the error once, then end of stream
+        r->broken = true;
+        r->tx = Resume::Tx::dead;
+        c->err_pending.store(true);
+      }
+      // Published before the stream goes: a data call that finds no stream
+      // under this lock must find the connection resumed.
+      c->rs = r;
+      c->resumed.store(true, std::memory_order_release);
+    } else {
+      c->dead.store(true);
+      c->err_pending.store(true);
+    }
+    c->tx_rdma.store(false, std::memory_order_release);
+    c->rx_rdma.store(false, std::memory_order_release);
+    ch->mux->forget(s);
+    c->st = nullptr;
+    engine::detach(c, ch);
+  }
+  c->ch = nullptr;
+  if (r == nullptr) {
+    XP_SLOG(XP_SLOG_WARN, "fd %d: no memory to move the stream to TCP: reset", c->sock());
+    c->gen.fetch_add(1);
+    wake::notify();
+    return;
+  }
+  if (c->phase.load() == Phase::upgrading) {
+    c->phase.store(Phase::rdma, std::memory_order_release);
+    engine::report(c, Mode::rdma, Reason::none);
+  }
+  XP_SLOG(XP_SLOG_DEBUG,
+          "fd %d: stream %u moves to TCP (%s): tx %s at %llu, rx %s at %llu (%zu buffered, %llu "
+          "raw bytes left)",
+          c->sock(), c->sid, resume_cause_name(why), sw ? "switched" : "tcp",
+          static_cast<unsigned long long>(r->tx_next), r->rx_cont ? "switched" : "tcp",
+          static_cast<unsigned long long>(r->rx_next), r->buf.size(),
+          static_cast<unsigned long long>(r->raw_left));
+  c->gen.fetch_add(1);
+  resume::settle(c, r, true);
+  wake::notify();
+}
+
+// c->mu held: the move cannot be made cleanly; the channel is failed and
+// every stream on it resumes by the failure path (§7), which copes with
+// any state.
+void fail_over(Conn* c, ResumeCause why) {
+  Channel* ch = c->ch;
+  if (ch == nullptr || c->resumed.load()) return;
+  engine::mark_failed(ch, why);
+  resume::start(c, static_cast<ResumeCause>(ch->fail_cause.load()));
+}
+
+} // namespace
+
+bool candidate(Conn* c) {
+  if (c->resumed.load() || c->closed.load() || c->ch == nullptr || c->st == nullptr) return false;
+  std::lock_guard<std::mutex> l(c->ch->mu);
+  return tx_switched(c) || c->st->rx_started();
+}
+
+bool begin(Conn* c, engine::Changes* changed) {
+  if (!candidate(c) || c->ch->failed.load()) return false;
+  std::lock_guard<std::mutex> l(c->ch->mu);
+  return settled(c) && send_move(c->ch, c, changed);
+}
+
+int complete(Conn* c, ResumeCause why, uint64_t t0_us, engine::Changes* changed) {
+  Channel* ch = c->ch;
+  if (c->resumed.load() || ch == nullptr || c->st == nullptr) return 1;
+  bool ok = false, waiting = false;
+  if (!ch->failed.load()) {
+    std::lock_guard<std::mutex> l(ch->mu);
+    if (!c->st->peer_move.seen) engine::progress_locked(ch, nullptr, changed);
+    waiting = !c->st->peer_move.seen && !ch->failed.load();
+    ok = c->st->peer_move.seen && consistent(c, true);
+  }
+  if (waiting) return 0;
+  if (ok) {
+    finish(c, why, t0_us);
+    return 1;
+  }
+  return -1;
+}
+
+int on_record(Channel* ch, const flow::RecordHeader& h, const uint8_t* p) {
+  if (h.len != kPayloadBytes || (p[0] & ~(kTxSwitched | kGone)) != 0) return -1;
+  for (int i = 1; i < 8; ++i)
+    if (p[i] != 0) return -1;
+  Stream* s = ch->mux->find(h.stream);
+  if (s == nullptr) {
+    // Closed here (its FIN or RST went before): the peer must not wait.
+    if (!(p[0] & kGone)) {
+      uint8_t g[kPayloadBytes] = {kGone};
+      ch->mux->channel().send_control(RecordType::move_, h.stream, 0, g, sizeof g);
+    }
+    return 0;
+  }
+  if (s->peer_move.seen) return -1; // a second MOVE
+  s->peer_move.seen = true;
+  s->peer_move.flags = p[0];
+  s->peer_move.end = h.seq;
+  s->peer_move.start = get64(p + 8);
+  s->peer_move.received = get64(p + 16);
+  return 1;
+}
+
+void on_peer_move(Conn* c, Channel* ch) {
+  if (c->resumed.load() || c->closed.load() || c->ch != ch || c->st == nullptr) return;
+  engine::Changes changed;
+  bool ok;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    Stream* s = c->st;
+    // Our own MOVE went first (we fork too): for_fork finishes the move.
+    if (s->frozen() || !s->peer_move.seen) return;
+    ok = settled(c) && consistent(c, false) && send_move(ch, c, &changed);
+  }
+  changed.wake();
+  if (ok) return finish(c, ResumeCause::peer_moved, mono_us());
+  XP_SLOG(XP_SLOG_INFO, "fd %d: the peer moves stream %u to TCP mid-switch: channel failed over",
+          c->sock(), c->sid);
+  fail_over(c, ResumeCause::local);
+}
+
+void for_fork() {
+  const uint64_t t0 = mono_us();
+  std::vector<Conn*> cs;
+  {
+    std::lock_guard<std::mutex> l(engine::g().mu);
+    for (Conn* c : engine::g().conns) {
+      if (c->resumed.load() || c->closed.load() || c->phase.load() == Phase::tcp) continue;
+      c->ref();
+      cs.push_back(c);
+    }
+  }
+  if (cs.empty()) return;
+  // 1. Wait (without locks: the engine and the peer make progress) until
+  // every stream on RDMA settled; advance() switches no direction meanwhile.
+  const uint64_t settle_end = engine::now_ms() + kSettleMs;
+  while (true) {
+    std::vector<Channel*> busy;
+    for (Conn* c : cs) {
+      std::lock_guard<std::mutex> l(c->mu);
+      if (!candidate(c) || c->ch->failed.load()) continue;
+      std::lock_guard<std::mutex> chl(c->ch->mu);
+      if (!settled(c)) busy.push_back(c->ch);
+    }
+    if (busy.empty() || engine::now_ms() >= settle_end) break;
+    for (Channel* ch : busy)
+      engine::progress(ch);
+    usleep(200);
+  }
+  // 2. Our MOVEs, each stream frozen behind its own.  The connections stay
+  // locked until they moved: no data call or shutdown can slip in.  (The
+  // others on TCP are handled as before: shared_by_fork.)
+  std::vector<Conn*> moving, fallback;
+  engine::Changes changed;
+  for (Conn* c : cs) {
+    c->mu.lock();
+    if (begin(c, &changed))
+      moving.push_back(c);
+    else if (candidate(c) || (c->ch && c->ch->failed.load() && !c->resumed.load()))
+      fallback.push_back(c);
+  }
+  // 3. The peers' MOVEs (we poll the channels ourselves: records for other
+  // connections wait in the inbox until the engine drains it), then move.
+  const uint64_t answer_end = engine::now_ms() + kAnswerMs;
+  int moved = 0;
+  while (!moving.empty()) {
+    const bool last = engine::now_ms() >= answer_end;
+    for (size_t i = 0; i < moving.size();) {
+      int st = complete(moving[i], ResumeCause::fork, t0, &changed);
+      if (st == 0 && !last) {
+        ++i;
+        continue;
+      }
+      if (st == 1)
+        ++moved;
+      else
+        fallback.push_back(moving[i]);
+      moving[i] = moving.back();
+      moving.pop_back();
+    }
+    if (!moving.empty()) usleep(50);
+  }
+  for (Conn* c : fallback) {
+    XP_SLOG(XP_SLOG_INFO, "fd %d: fork: stream %u could not move cleanly: channel failed over",
+            c->sock(), c->sid);
+    fail_over(c, ResumeCause::fork);
+  }
+  for (Conn* c : cs)
+    c->mu.unlock();
+  changed.wake();
+  wake::notify();
+  // 5. Bytes owed to the kernel get there before the fork (else both
+  // processes would write them): the failed-over streams' queues and
+  // RESUMEs.  The raw bytes below the peer's S of a moved stream should be
+  // in the kernel too, so that its readiness needs no engine in the child.
+  const uint64_t flush_end = engine::now_ms() + kFlushMs;
+  while (true) {
+    bool clean = true;
+    for (Conn* c : cs) {
+      std::lock_guard<std::mutex> l(c->mu);
+      Resume* r = c->rs;
+      if (r == nullptr || c->closed.load() || c->phase.load() == Phase::tcp) continue;
+      if (r->moved) {
+        int avail = 0;
+        if (r->raw_left > 0 && (syscall(SYS_ioctl, c->sock(), FIONREAD, &avail) != 0 ||
+                                static_cast<uint64_t>(avail) < r->raw_left))
+          clean = false;
+        continue;
+      }
+      resume::pump(c);
+      c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
+      clean = clean && !c->fork_unsafe;
+    }
+    if (clean || engine::now_ms() >= flush_end) break;
+    usleep(1000);
+  }
+  for (Conn* c : cs)
+    c->unref();
+  if (moved > 0 || !fallback.empty())
+    XP_SLOG(XP_SLOG_INFO, "fork: %d stream(s) moved to TCP, %zu failed over, in %llu us", moved,
+            fallback.size(), static_cast<unsigned long long>(mono_us() - t0));
+}
+
+} // namespace xp::stream::move

@@ -1,0 +1,423 @@
+// Moving a stream from a working channel to its TCP connection (the fork
+// case, docs/protocol.md §7 "Moving a stream"), over the fake transport: the
+// MOVE records cross, each switched direction goes on unframed on TCP from
+// where RDMA ended, every byte arrives once and in order (bytes the program
+// had not read yet included), the channel's other streams stay on RDMA, and
+// a fork child (or the parent) that goes on using the socket has a working
+// stream.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <sys/wait.h>
+#include <thread>
+
+#include "resume_pair.h"
+#include "stream/move.h"
+#include "stream/resume.h"
+
+using namespace xp;
+using namespace xp::test;
+using stream::ResumeCause;
+using stream::ResumeEvent;
+
+namespace {
+
+std::vector<ResumeEvent> g_moves;
+void capture(const ResumeEvent& e) {
+  g_moves.push_back(e);
+}
+int count(ResumeCause c) {
+  int n = 0;
+  for (const ResumeEvent& e : g_moves)
+    n += e.cause == c && e.ok;
+  return n;
+}
+
+void bind_id(REnd& e, uint32_t id, const recover::Nonce& peer_nonce) {
+  std::lock_guard<std::mutex> l(e.c->mu);
+  {
+    std::lock_guard<std::mutex> chl(e.ch->mu);
+    e.c->st = e.ch->mux->open(id, 0, 0);
+    REQUIRE(e.c->st != nullptr);
+    e.ch->by_id[id] = e.c;
+    e.ch->conns.push_back(e.c);
+    e.c->ref();
+  }
+  e.c->ch = e.ch;
+  e.c->sid = id;
+  REQUIRE(e.c->sess.adopt(id, peer_nonce) == Status::ok);
+  stream::engine::advance(e.c);
+}
+
+// A second stream (id 1) on the same channels as p's, with its own
+// socketpair as its TCP connection.
+struct Second {
+  int fds[2];
+  REnd a{}, b{};
+  explicit Second(RPair& p) {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    auto pc = rparams(recover::Role::client, 7), ps = rparams(recover::Role::server, 8);
+    a.c = new stream::Conn(fds[0], pc);
+    b.c = new stream::Conn(fds[1], ps);
+    a.ch = p.a.ch;
+    b.ch = p.b.ch;
+    a.dir = 0;
+    b.dir = 1;
+    bind_id(a, 1, ps.nonce);
+    bind_id(b, 1, pc.nonce);
+  }
+  ~Second() {
+    for (REnd* e : {&a, &b}) {
+      stream::engine::on_close(e->c);
+      e->c->unref();
+    }
+    close(fds[0]);
+    close(fds[1]);
+  }
+};
+
+void step_pair(RPair& p, REnd& a, REnd& b, std::mt19937& rng, uint64_t total) {
+  switch (rng() % 5) {
+  case 0:
+    if (a.sent < total) rput(a, std::min<uint64_t>(total - a.sent, 1 + rng() % 30000));
+    break;
+  case 1:
+    if (b.sent < total) rput(b, std::min<uint64_t>(total - b.sent, 1 + rng() % 30000));
+    break;
+  case 2:
+    rtake(a, 1 + rng() % 30000, 1);
+    break;
+  case 3:
+    rtake(b, 1 + rng() % 30000, 0);
+    break;
+  default:
+    for (REnd* e : {&a, &b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      if (e->c->ch) stream::engine::advance(e->c);
+    }
+    engine_step(p);
+  }
+}
+
+// `who` moves its stream; the peer answers when its engine polls.  false:
+// the stream could not move cleanly (not settled yet): the caller fails
+// the channel over, as for_fork does.
+bool move_now(RPair& p, REnd& who) {
+  stream::engine::Changes ch;
+  {
+    std::lock_guard<std::mutex> l(who.c->mu);
+    if (!stream::move::begin(who.c, &ch)) return false;
+  }
+  REnd& peer = &who == &p.a ? p.b : p.a;
+  for (int i = 0; i < 100; ++i) {
+    stream::engine::progress(peer.ch); // the peer's engine: answers and moves
+    std::lock_guard<std::mutex> l(who.c->mu);
+    int st = stream::move::complete(who.c, ResumeCause::fork, 0, &ch);
+    if (st != 0) return st == 1;
+  }
+  return false;
+}
+
+void fail_over(REnd& who) {
+  std::lock_guard<std::mutex> l(who.c->mu);
+  if (who.c->resumed.load() || who.c->ch == nullptr) return;
+  stream::engine::mark_failed(who.ch, ResumeCause::fork);
+  stream::resume::start(who.c, ResumeCause::fork);
+}
+
+void drain(RPair& p, REnd& a, REnd& b, uint64_t total, unsigned seed) {
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 200000 && (a.got < total || b.got < total) && !a.reset && !b.reset; ++i)
+    step_pair(p, a, b, rng, total);
+}
+
+} // namespace
+
+TEST_CASE("move: a stream moves to TCP at any step; bytes once, in order; the other stays") {
+  stream::set_resume_hook(capture);
+  int moved = 0, failed_over = 0;
+  for (unsigned seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    g_moves.clear();
+    RPair p;
+    // No keepalive: the checks below say the channel never failed, and a
+    // slow (sanitized, loaded) run can leave 30 ms between two polls.
+    stream::engine::g().p.keepalive_ms = 0;
+    Second q(p);
+    const uint64_t total = 600000 + seed * 977;
+    std::mt19937 rng(seed);
+    const int at = static_cast<int>(seed * 37 % 200);
+    bool clean = false, hit = false;
+    for (int i = 0; i < 200000 && (p.a.got < total || p.b.got < total); ++i) {
+      if (i == at) {
+        hit = true;
+        REnd& who = seed % 2 ? p.a : p.b;
+        // As for_fork: a stream whose switches are still crossing settles
+        // first (its engine and the peer's run meanwhile).
+        for (int k = 0; k < 50 && !stream::move::candidate(who.c); ++k)
+          step_pair(p, p.a, p.b, rng, total);
+        clean = move_now(p, who);
+        for (int k = 0; k < 50 && !clean && !who.c->resumed.load(); ++k) {
+          step_pair(p, p.a, p.b, rng, total);
+          clean = move_now(p, who);
+        }
+        if (!clean) fail_over(who);
+      }
+      if (p.a.reset || p.b.reset) break;
+      step_pair(p, p.a, p.b, rng, total);
+      step_pair(p, q.a, q.b, rng, total / 4);
+    }
+    drain(p, q.a, q.b, total / 4, seed + 500);
+    CHECK(hit);
+    CHECK_FALSE(p.a.reset);
+    CHECK_FALSE(p.b.reset);
+    CHECK(p.a.got == total);
+    CHECK(p.b.got == total);
+    CHECK(p.a.bad == 0);
+    CHECK(p.b.bad == 0);
+    CHECK(q.a.got == total / 4);
+    CHECK(q.b.got == total / 4);
+    CHECK(q.a.bad + q.b.bad == 0);
+    if (clean) {
+      ++moved;
+      // Both ends moved, the channel and its other stream carry on.
+      CHECK(p.a.c->resumed.load());
+      CHECK(p.b.c->resumed.load());
+      CAPTURE(int(p.a.ch->fail_cause.load()));
+      CAPTURE(int(p.b.ch->fail_cause.load()));
+      CHECK_FALSE(p.a.ch->failed.load());
+      CHECK_FALSE(p.b.ch->failed.load());
+      CHECK_FALSE(q.a.c->resumed.load());
+      CHECK(q.a.c->tx_rdma.load());
+      CHECK(count(ResumeCause::fork) == 1);
+      CHECK(count(ResumeCause::peer_moved) == 1);
+      // Once the buffers are read, the kernel serves both ends again.
+      CHECK(p.a.c->phase.load() == stream::Phase::tcp);
+      CHECK(p.b.c->phase.load() == stream::Phase::tcp);
+    } else {
+      ++failed_over;
+      MESSAGE("failed over at step " << at);
+    }
+  }
+  MESSAGE("moved cleanly " << moved << ", failed over " << failed_over << " of 40");
+  CHECK(moved == 40);
+  stream::set_resume_hook(nullptr);
+}
+
+TEST_CASE("move: unread bytes and bytes in flight at the move are delivered once") {
+  RPair p;
+  rdrive(p, 60000, 11, -1, [] {});
+  settle_switches(p);
+  // a's receive buffer holds b's bytes the program has not read; a's own
+  // bytes are on their way to b (not yet polled there).
+  rput(p.b, 70000);
+  stream::engine::progress(p.a.ch);
+  rput(p.a, 90000);
+  REQUIRE(move_now(p, p.a));
+  CHECK(p.a.c->rs->buf.size() > 0);
+  CHECK(p.a.c->phase.load() != stream::Phase::tcp); // not before those are read
+  rdrive(p, 400000, 12, -1, [] {});
+  CHECK(p.a.got == 400000);
+  CHECK(p.b.got == 400000);
+  CHECK(p.a.bad + p.b.bad == 0);
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+}
+
+TEST_CASE("move: both ends move at once") {
+  RPair p;
+  rdrive(p, 80000, 21, -1, [] {});
+  settle_switches(p);
+  rput(p.a, 20000);
+  rput(p.b, 20000);
+  stream::engine::Changes ch;
+  for (REnd* e : {&p.a, &p.b}) {
+    std::lock_guard<std::mutex> l(e->c->mu);
+    REQUIRE(stream::move::begin(e->c, &ch));
+  }
+  int done = 0;
+  for (int i = 0; i < 100 && done < 2; ++i) {
+    done = 0;
+    for (REnd* e : {&p.a, &p.b}) {
+      std::lock_guard<std::mutex> l(e->c->mu);
+      done += stream::move::complete(e->c, ResumeCause::fork, 0, &ch) == 1;
+    }
+  }
+  REQUIRE(done == 2);
+  rdrive(p, 300000, 22, -1, [] {});
+  CHECK(p.a.got == 300000);
+  CHECK(p.b.got == 300000);
+  CHECK(p.a.bad + p.b.bad == 0);
+  CHECK_FALSE(p.a.ch->failed.load());
+}
+
+TEST_CASE("move: malformed MOVE records fail the channel over, nothing lost") {
+  SUBCASE("wrong length") {
+    RPair p;
+    rdrive(p, 50000, 31, -1, [] {});
+    settle_switches(p);
+    uint8_t junk[5] = {1, 2, 3, 4, 5};
+    {
+      std::lock_guard<std::mutex> l(p.a.ch->mu);
+      REQUIRE(p.a.ch->mux->channel().send_control(flow::RecordType::move_, 0, 0, junk, 5) ==
+              Status::ok);
+    }
+    engine_step(p);
+    CHECK(p.b.ch->failed.load());
+    rdrive(p, 300000, 32, -1, [] {});
+    CHECK(p.a.got == 300000);
+    CHECK(p.b.got == 300000);
+    CHECK(p.a.bad + p.b.bad == 0);
+  }
+  SUBCASE("a MOVE for a stream the peer does not hold is answered once, not echoed") {
+    RPair p;
+    rdrive(p, 50000, 33, -1, [] {});
+    settle_switches(p);
+    uint8_t m[stream::move::kPayloadBytes] = {};
+    {
+      std::lock_guard<std::mutex> l(p.a.ch->mu);
+      REQUIRE(p.a.ch->mux->channel().send_control(flow::RecordType::move_, 9, 0, m, sizeof m) ==
+              Status::ok);
+    }
+    for (int i = 0; i < 20; ++i)
+      engine_step(p);
+    CHECK_FALSE(p.a.ch->failed.load());
+    CHECK_FALSE(p.b.ch->failed.load());
+    rdrive(p, 200000, 34, -1, [] {});
+    CHECK(p.a.got == 200000);
+    CHECK(p.b.c->tx_rdma.load()); // still on RDMA
+  }
+}
+
+TEST_CASE("move: a call blocked in another thread goes on with the moved stream") {
+  RPair p;
+  rdrive(p, 40000, 51, -1, [] {});
+  settle_switches(p);
+  timeval tv{10, 0}; // a failure ends the test instead of hanging it
+  setsockopt(p.fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const uint64_t want = 200000;
+  std::atomic<uint64_t> got{0};
+  std::atomic<bool> bad{false}, err{false};
+  const uint64_t base = p.a.got;
+  std::thread reader([&] {
+    std::vector<uint8_t> buf(7000);
+    while (got < want) {
+      iovec v{buf.data(), buf.size()};
+      bool kernel = false;
+      ssize_t r = stream::io::recv(p.a.c, &v, 1, 0, &kernel); // blocking
+      if (kernel) r = ::recv(p.fds[0], buf.data(), buf.size(), 0);
+      if (r <= 0) {
+        MESSAGE("reader: " << r << " errno " << errno << " kernel " << kernel << " at " << got);
+        err = true;
+        return;
+      }
+      for (ssize_t k = 0; k < r; ++k)
+        bad = bad || buf[static_cast<size_t>(k)] != rpat(1, base + got + static_cast<uint64_t>(k));
+      got += static_cast<uint64_t>(r);
+    }
+  });
+  usleep(30000);    // the reader sleeps on the stream by now
+  rput(p.b, 30000); // some over RDMA, before the move
+  REQUIRE(move_now(p, p.a));
+  const uint64_t end = base + want; // b's sequence once `want` more bytes went
+  while (p.b.sent < end && !err) {  // the rest on TCP
+    rput(p.b, end - p.b.sent < 20000 ? end - p.b.sent : 20000);
+    usleep(1000);
+  }
+  reader.join();
+  CHECK_FALSE(err.load());
+  CHECK_FALSE(bad.load());
+  CHECK(got.load() == want);
+}
+
+namespace {
+
+// After a's stream moved: fork; `child_uses` says which process goes on
+// with a's socket, the other closes its copy (or exits).  b (this process)
+// drives its end to the totals either way.
+void fork_case(bool child_uses) {
+  RPair p;
+  rdrive(p, 70000, 41, -1, [] {});
+  settle_switches(p);
+  rput(p.b, 50000); // unread at a when it forks: the user of the socket must get them
+  stream::engine::progress(p.a.ch);
+  REQUIRE(move_now(p, p.a));
+  REQUIRE(p.a.c->rs->buf.size() > 0);
+  const uint64_t total = 600000;
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int rc = 0;
+    if (child_uses) {
+      std::mt19937 rng(43);
+      for (int i = 0; i < 400000 && (p.a.got < total || p.a.sent < total) && !p.a.reset; ++i) {
+        if (p.a.sent < total) rput(p.a, std::min<uint64_t>(total - p.a.sent, 1 + rng() % 30000));
+        rtake(p.a, 65536, 1);
+      }
+      rc = p.a.got == total && p.a.sent == total && p.a.bad == 0 && !p.a.reset ? 0 : 1;
+    }
+    _exit(rc); // the child's copy of the socket closes with it
+  }
+  if (child_uses) { // the parent closes its copy: nothing reaches the peer
+    stream::engine::on_close(p.a.c);
+    close(p.fds[0]);
+    p.fds[0] = -1;
+    std::mt19937 rng(44);
+    for (int i = 0; i < 400000 && (p.b.got < total || p.b.sent < total) && !p.b.reset; ++i) {
+      if (p.b.sent < total) rput(p.b, std::min<uint64_t>(total - p.b.sent, 1 + rng() % 30000));
+      rtake(p.b, 65536, 0);
+      if (i % 64 == 0) engine_step(p);
+    }
+  } else {
+    rdrive(p, total, 45, -1, [] {});
+    CHECK(p.a.got == total);
+    CHECK(p.a.bad == 0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(p.b.got == total);
+  CHECK(p.b.bad == 0);
+  CHECK_FALSE(p.b.reset);
+}
+
+} // namespace
+
+TEST_CASE("move: after a fork the child uses the moved stream, the parent closed its copy") {
+  fork_case(true);
+}
+
+TEST_CASE("move: after a fork the parent goes on, the child exits") {
+  fork_case(false);
+}
+
+TEST_CASE("fork: a child never reads as plain TCP a stream whose peer switched during the fork") {
+  // The peer's SWITCH arrived after the streams moved (between
+  // before_fork and the fork itself): the parent resumes that stream by
+  // the failure path, with frames on TCP, so the child's copy must not
+  // become a plain TCP connection (it would deliver frames as data).
+  RPair p;
+  rput(p.a, 10);
+  rtake(p.b, 10, 0); // upgrading: nothing switched at b
+  REQUIRE(p.b.c->phase.load() == stream::Phase::upgrading);
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    REQUIRE(p.b.c->st->set_rx_start(10) == Status::ok); // a's SWITCH just arrived
+  }
+  REQUIRE_FALSE(p.b.c->tx_rdma.load());
+  REQUIRE_FALSE(p.b.c->rx_rdma.load());
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    stream::engine::g().conns.push_back(p.b.c); // as the engine's table has it
+    stream::engine::on_fork_child();
+    bool plain = p.b.c->phase.load() == stream::Phase::tcp;
+    _exit(!plain && p.b.c->dead.load() ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
