@@ -136,6 +136,7 @@ void* take_locked(Shard& sh, int si, int cls, bool* zeroed) {
     }
     pthread_mutex_unlock(&g.mu);
     if (idx == kNil) return nullptr;
+    if (auto hook = g_test_after_take_chunk) hook(idx);
     list_push_tail(sh.chunks, idx);
     at = 0;
   }

@@ -250,13 +250,9 @@ TEST_CASE("alloc: malloc_usable_size, zero-size and huge requests, calloc") {
 TEST_CASE("alloc: a chunk a size class took is never free material for another thread") {
   // Between taking a chunk from the empty pool and serving from it, another
   // thread's large allocation scans the chunks under the global lock: the
-  // chunk must already read as a class chunk there, or it gets two owners
-  // (the churn test below saw one block overwritten, 1 run in ~12).
+  // chunk must already read as taken there, or it gets two owners (the
+  // churn test below saw one block overwritten, 1 run in ~12).
   enable();
-  arena::flush_thread_cache();
-  void* warm = heap::malloc(2 << 20); // a class chunk, then back to the empty pool
-  REQUIRE(warm);
-  heap::free(warm);
   arena::flush_thread_cache();
   static uint8_t seen_state = 0xff;
   arena::g_test_after_take_chunk = [](uint32_t idx) {
@@ -264,12 +260,19 @@ TEST_CASE("alloc: a chunk a size class took is never free material for another t
     seen_state = arena::g.info[idx].state;
     pthread_mutex_unlock(&arena::g.mu);
   };
-  void* p = heap::malloc(2 << 20);
+  for (size_t size : {size_t{100} << 10, size_t{2} << 20}) { // a slab class, a page-run class
+    seen_state = 0xff;
+    std::vector<void*> held;
+    for (int i = 0; i < 64 && seen_state == 0xff; ++i) { // until one takes a new chunk
+      held.push_back(heap::malloc(size));
+      REQUIRE(held.back());
+    }
+    CHECK((seen_state == arena::kClass || seen_state == arena::kRun));
+    for (void* p : held)
+      heap::free(p);
+    arena::flush_thread_cache();
+  }
   arena::g_test_after_take_chunk = nullptr;
-  REQUIRE(p);
-  CHECK(seen_state == arena::kClass);
-  heap::free(p);
-  arena::flush_thread_cache();
 }
 
 TEST_CASE("alloc: multi-threaded churn returns every byte and stays bounded") {
