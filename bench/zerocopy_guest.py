@@ -24,8 +24,15 @@ def cpu(pid):
 
 
 def stat(pid):
-    out = subprocess.run([XSTAT, "--json", str(pid)], capture_output=True, text=True).stdout
-    return json.loads(out)
+    # The live file can be briefly unreadable (seen under TCG load): retry.
+    err = ""
+    for _ in range(10):
+        p = subprocess.run([XSTAT, "--json", str(pid)], capture_output=True, text=True)
+        if p.returncode == 0 and p.stdout.strip():
+            return json.loads(p.stdout)
+        err = p.stderr.strip()
+        time.sleep(0.2)
+    raise RuntimeError("xpress-stat %d: %s" % (pid, err))
 
 
 def one(size, zc, zc_min_kb, warm, measure, port):
