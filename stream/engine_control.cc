@@ -385,8 +385,14 @@ void channel_failed(Channel* ch, ResumeCause why) {
     std::lock_guard<std::mutex> l(ch->mu);
     if (!ch->fail_logged) {
       ch->fail_logged = true;
-      XP_SLOG(XP_SLOG_WARN, "RDMA channel failed (%s): its %zu stream(s) resume on TCP",
-              resume_cause_name(static_cast<ResumeCause>(ch->fail_cause.load())), ch->conns.size());
+      // A channel without streams that the peer closed (its process
+      // exited, its idle channel was reaped) is routine: not a warning.
+      const char* cause = resume_cause_name(static_cast<ResumeCause>(ch->fail_cause.load()));
+      if (ch->conns.empty())
+        XP_SLOG(XP_SLOG_DEBUG, "RDMA channel without streams ended (%s)", cause);
+      else
+        XP_SLOG(XP_SLOG_WARN, "RDMA channel failed (%s): its %zu stream(s) resume on TCP", cause,
+                ch->conns.size());
     }
     for (Conn* c : ch->conns) {
       c->ref();
