@@ -129,8 +129,9 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
     if (r) {
       if (s->rx_started()) {
         // The peer's bytes over RDMA the program has not read: delivered
-        // after the TCP bytes below its S, before the TCP bytes after it.
+        // after the TCP bytes below its S, before what follows its RESUME.
         r->rx_cont = true;
+        r->rx_framed = true; // its RESUME (moved, or not) comes first
         r->raw_left = c->sess.rx_tcp_remaining();
         uint8_t tmp[16384];
         size_t got = 0;
@@ -178,6 +179,19 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
           static_cast<unsigned long long>(r->tx_next), r->rx_cont ? "switched" : "tcp",
           static_cast<unsigned long long>(r->rx_next), r->buf.size(),
           static_cast<unsigned long long>(r->raw_left));
+  if (sw && r->tx == Resume::Tx::raw) {
+    // Our RESUME with the moved flag, then our bytes raw: the peer can tell
+    // this from the failure path's frames (a move that crossed a failure).
+    recover::ResumeInfo ri;
+    ri.knows_start = r->rx_framed;
+    ri.moved = true;
+    ri.from = r->tx_next;
+    ri.received = r->rx_framed ? r->rx_next : 0;
+    uint8_t f[recover::kResumeFrameBytes];
+    recover::encode_resume(r->key, r->dir, ri, f);
+    r->out.put(f, sizeof f);
+    resume::flush_out(c, r);
+  }
   c->gen.fetch_add(1);
   resume::settle(c, r, true);
   wake::notify();
