@@ -384,7 +384,7 @@ void refresh_bits(Conn* c, Resume* r) {
 }
 
 // A moved stream whose buffers are empty is a plain TCP connection again
-// (both directions unframed from here): the kernel serves it, readiness
+// (raw in both directions from here): the kernel serves it, readiness
 // included (the engine's watch goes, the epoll registrations come back).
 static void hand_back(Conn* c, Resume* r) {
   if (!r->moved || c->phase.load() == Phase::tcp) return;
