@@ -349,9 +349,9 @@ void for_fork() {
     c->mu.unlock();
   changed.wake();
   wake::notify();
-  // 5. Bytes owed to the kernel get there before the fork (else both
-  // processes would write them): the failed-over streams' queues and
-  // RESUMEs.  The raw bytes below the peer's S of a moved stream should be
+  // 4. Bytes owed to the kernel get there before the fork (else both
+  // processes would write them): the RESUMEs, the failed-over streams'
+  // queues.  The raw bytes below the peer's S of a moved stream should be
   // in the kernel too, so that its readiness needs no engine in the child.
   const uint64_t flush_end = engine::now_ms() + kFlushMs;
   while (true) {
@@ -361,14 +361,16 @@ void for_fork() {
       Resume* r = c->rs;
       if (r == nullptr || c->closed.load() || c->phase.load() == Phase::tcp) continue;
       if (r->moved) {
+        resume::flush_out(c, r); // our RESUME (moved), written once
+        c->fork_unsafe = r->out.size() > 0;
         int avail = 0;
         if (r->raw_left > 0 && (syscall(SYS_ioctl, c->sock(), FIONREAD, &avail) != 0 ||
                                 static_cast<uint64_t>(avail) < r->raw_left))
           clean = false;
-        continue;
+      } else {
+        resume::pump(c);
+        c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
       }
-      resume::pump(c);
-      c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
       clean = clean && !c->fork_unsafe;
     }
     if (clean || engine::now_ms() >= flush_end) break;

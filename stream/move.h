@@ -4,9 +4,9 @@
 // where the other's bytes over RDMA end; every switched direction then
 // continues on TCP from there: one RESUME frame flagged "moved" (which
 // tells the peer this from the failure path's frames), then raw bytes.  No
-// byte needs re-sending and the channel's other streams go on.  Used when a process forks (a fork child
-// cannot use the parent's queue pairs, and parent and child share the kernel
-// socket): afterwards whichever process uses the socket has a working stream.
+// byte needs re-sending and the channel's other streams go on.  Used when a process forks (a fork
+// child cannot use the parent's queue pairs, and parent and child share the kernel socket):
+// afterwards whichever process uses the socket has a working stream.
 #pragma once
 #include <cstdint>
 

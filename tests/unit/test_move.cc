@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <thread>
 
+#include "recover/resume_wire.h"
 #include "resume_pair.h"
 #include "stream/move.h"
 #include "stream/resume.h"
@@ -529,4 +530,34 @@ TEST_CASE("move: a move crossed by a failure: one end moved, the other resumed; 
     CHECK(p.a.got == 400000);
     CHECK(p.b.got == 400000);
   }
+}
+
+TEST_CASE("move: the moved flag of RESUME is authenticated, other flag bits are refused") {
+  uint8_t key[recover::kNonceBytes];
+  for (size_t i = 0; i < sizeof key; ++i)
+    key[i] = static_cast<uint8_t>(i * 7 + 1);
+  recover::ResumeInfo in;
+  in.moved = true;
+  in.knows_start = true;
+  in.from = 123456;
+  in.received = 789;
+  uint8_t f[recover::kResumeFrameBytes];
+  recover::encode_resume(key, recover::Dir::s2c, in, f);
+  recover::FrameHeader h;
+  REQUIRE(recover::parse_frame_header(f, &h) == Status::ok);
+  recover::ResumeInfo out;
+  REQUIRE(recover::parse_resume(key, recover::Dir::s2c, h, f + recover::kFrameHeaderBytes, &out) ==
+          Status::ok);
+  CHECK(out.moved);
+  CHECK(out.knows_start);
+  CHECK(out.from == 123456);
+  CHECK(out.received == 789);
+  // Clearing the flag (a failure-path RESUME forged from a move's) breaks
+  // the tag; an unknown flag bit is refused at the header.
+  f[3] &= static_cast<uint8_t>(~recover::kResumeMoved);
+  REQUIRE(recover::parse_frame_header(f, &h) == Status::ok);
+  CHECK(recover::parse_resume(key, recover::Dir::s2c, h, f + recover::kFrameHeaderBytes, &out) ==
+        Status::invalid);
+  f[3] |= 4;
+  CHECK(recover::parse_frame_header(f, &h) == Status::invalid);
 }
