@@ -47,7 +47,8 @@ Status parse_frame_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* out)
   h.len = static_cast<uint32_t>(get_le(in + 4, 4));
   h.seq = get_le(in + 8, 8);
   if (h.type == kFrameResume) {
-    if (h.len != kResumePayloadBytes || (h.flags & ~kResumeKnowsStart) != 0) return Status::invalid;
+    if (h.len != kResumePayloadBytes || (h.flags & ~(kResumeKnowsStart | kResumeMoved)) != 0)
+      return Status::invalid;
   } else if (h.type == kFrameData) {
     if (h.len == 0 || h.len > kMaxFrameData || h.flags != 0) return Status::invalid;
     if (h.seq + h.len < h.seq) return Status::invalid; // wraps
@@ -62,7 +63,8 @@ void encode_resume(const uint8_t key[kNonceBytes], Dir sender, const ResumeInfo&
                    uint8_t out[kResumeFrameBytes]) {
   FrameHeader h;
   h.type = kFrameResume;
-  h.flags = in.knows_start ? kResumeKnowsStart : 0;
+  h.flags = static_cast<uint8_t>((in.knows_start ? kResumeKnowsStart : 0) |
+                                 (in.moved ? kResumeMoved : 0));
   h.len = kResumePayloadBytes;
   h.seq = in.from;
   encode_frame_header(h, out);
@@ -81,6 +83,7 @@ Status parse_resume(const uint8_t key[kNonceBytes], Dir sender, const FrameHeade
   if (zero != 0) return Status::invalid;
   ResumeInfo r;
   r.knows_start = h.flags & kResumeKnowsStart;
+  r.moved = h.flags & kResumeMoved;
   r.from = h.seq;
   r.received = get_le(payload, 8);
   uint8_t want[kTagBytes];

@@ -4,7 +4,8 @@
 //   header (16 bytes): 'X' 'F' | type (1) | flags (1) | len (4, LE) | seq (8, LE)
 //   RESUME (type 1, len 32, seq = first sequence its sender re-sends from;
 //     flags bit 0: the sender verified the receiver's SWITCH, i.e. it knows
-//     where the receiver's own TCP bytes end): received (8, LE: the stream
+//     where the receiver's own TCP bytes end; bit 1: the sender moved the
+//     stream, raw bytes from seq follow instead of frames): received (8, LE: the stream
 //     bytes of the other direction the sender holds) | 8 zero | tag (16)
 //   DATA (type 2, len 1..kMaxFrameData, seq = sequence of its first byte)
 // tag = SipHash-2-4-128(key = nonce_c XOR nonce_s, "XPRS" | dir | flags |
@@ -25,6 +26,9 @@ constexpr size_t kResumePayloadBytes = 32;
 constexpr uint32_t kMaxFrameData = 1u << 20;
 constexpr uint8_t kFrameResume = 1, kFrameData = 2;
 constexpr uint8_t kResumeKnowsStart = 1;
+// flags bit 1: the sender moved the stream over a working channel
+// (stream/move.cc): the bytes after this frame are raw, from `seq` on.
+constexpr uint8_t kResumeMoved = 2;
 
 struct FrameHeader {
   uint8_t type = 0;
@@ -39,6 +43,7 @@ Status parse_frame_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* out)
 
 struct ResumeInfo {
   bool knows_start = false; // flags bit 0
+  bool moved = false;       // flags bit 1
   uint64_t from = 0;        // header seq
   uint64_t received = 0;
 };

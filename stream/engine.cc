@@ -516,7 +516,7 @@ void engine::on_fork_child() {
       // A resumed stream whose bytes for the kernel were still queued at
       // the fork: the parent sends them; a second copy would duplicate
       // them, so the child's is reset (never shared with the parent).
-      if (c->fork_unsafe && !(c->rs && c->rs->moved)) {
+      if (c->fork_unsafe) {
         c->dead.store(true);
         c->err_pending.store(true);
         if (c->rs) {

@@ -129,8 +129,9 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
     if (r) {
       if (s->rx_started()) {
         // The peer's bytes over RDMA the program has not read: delivered
-        // after the TCP bytes below its S, before the TCP bytes after it.
+        // after the TCP bytes below its S, before what follows its RESUME.
         r->rx_cont = true;
+        r->rx_framed = true; // its RESUME (moved, or not) comes first
         r->raw_left = c->sess.rx_tcp_remaining();
         uint8_t tmp[16384];
         size_t got = 0;
@@ -178,6 +179,19 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
           static_cast<unsigned long long>(r->tx_next), r->rx_cont ? "switched" : "tcp",
           static_cast<unsigned long long>(r->rx_next), r->buf.size(),
           static_cast<unsigned long long>(r->raw_left));
+  if (sw && r->tx == Resume::Tx::raw) {
+    // Our RESUME with the moved flag, then our bytes raw: the peer can tell
+    // this from the failure path's frames (a move that crossed a failure).
+    recover::ResumeInfo ri;
+    ri.knows_start = r->rx_framed;
+    ri.moved = true;
+    ri.from = r->tx_next;
+    ri.received = r->rx_framed ? r->rx_next : 0;
+    uint8_t f[recover::kResumeFrameBytes];
+    recover::encode_resume(r->key, r->dir, ri, f);
+    r->out.put(f, sizeof f);
+    resume::flush_out(c, r);
+  }
   c->gen.fetch_add(1);
   resume::settle(c, r, true);
   wake::notify();
@@ -333,11 +347,12 @@ void for_fork() {
   }
   for (Conn* c : cs)
     c->mu.unlock();
+  const uint64_t moved_us = mono_us() - t0;
   changed.wake();
   wake::notify();
-  // 5. Bytes owed to the kernel get there before the fork (else both
-  // processes would write them): the failed-over streams' queues and
-  // RESUMEs.  The raw bytes below the peer's S of a moved stream should be
+  // 4. Bytes owed to the kernel get there before the fork (else both
+  // processes would write them): the RESUMEs, the failed-over streams'
+  // queues.  The raw bytes below the peer's S of a moved stream should be
   // in the kernel too, so that its readiness needs no engine in the child.
   const uint64_t flush_end = engine::now_ms() + kFlushMs;
   while (true) {
@@ -347,14 +362,16 @@ void for_fork() {
       Resume* r = c->rs;
       if (r == nullptr || c->closed.load() || c->phase.load() == Phase::tcp) continue;
       if (r->moved) {
+        resume::flush_out(c, r); // our RESUME (moved), written once
+        c->fork_unsafe = r->out.size() > 0;
         int avail = 0;
         if (r->raw_left > 0 && (syscall(SYS_ioctl, c->sock(), FIONREAD, &avail) != 0 ||
                                 static_cast<uint64_t>(avail) < r->raw_left))
           clean = false;
-        continue;
+      } else {
+        resume::pump(c);
+        c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
       }
-      resume::pump(c);
-      c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
       clean = clean && !c->fork_unsafe;
     }
     if (clean || engine::now_ms() >= flush_end) break;
@@ -363,8 +380,11 @@ void for_fork() {
   for (Conn* c : cs)
     c->unref();
   if (moved > 0 || !fallback.empty())
-    XP_SLOG(XP_SLOG_INFO, "fork: %d stream(s) moved to TCP, %zu failed over, in %llu us", moved,
-            fallback.size(), static_cast<unsigned long long>(mono_us() - t0));
+    XP_SLOG(XP_SLOG_INFO,
+            "fork: %d stream(s) moved to TCP, %zu failed over, in %llu us (%llu us with the "
+            "bytes owed to the kernel)",
+            moved, fallback.size(), static_cast<unsigned long long>(moved_us),
+            static_cast<unsigned long long>(mono_us() - t0));
 }
 
 } // namespace xp::stream::move

@@ -2,10 +2,11 @@
 // §7, "Moving a stream"): both ends exchange MOVE records over the channel,
 // each after the last record of the stream it sends, so each knows exactly
 // where the other's bytes over RDMA end; every switched direction then
-// continues on TCP, unframed, from there.  No byte needs re-sending and the
-// channel's other streams go on.  Used when a process forks (a fork child
-// cannot use the parent's queue pairs, and parent and child share the kernel
-// socket): afterwards whichever process uses the socket has a working stream.
+// continues on TCP from there: one RESUME frame flagged "moved" (which
+// tells the peer this from the failure path's frames), then raw bytes.  No
+// byte needs re-sending and the channel's other streams go on.  Used when a process forks (a fork
+// child cannot use the parent's queue pairs, and parent and child share the kernel socket):
+// afterwards whichever process uses the socket has a working stream.
 #pragma once
 #include <cstdint>
 

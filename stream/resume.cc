@@ -201,9 +201,20 @@ void on_peer_resume(Conn* c, Resume* r, const recover::ResumeInfo& ri) {
     give_up(c, r, "the peer acknowledged our SWITCH but says it never saw it");
 }
 
+// Raw bytes after the peer's moved RESUME (their sequence follows on).
+void raw_in(Resume* r, const uint8_t* p, size_t n) {
+  size_t skip = r->rx_skip < n ? static_cast<size_t>(r->rx_skip) : n;
+  r->rx_skip -= skip;
+  if (n > skip) {
+    r->buf.put(p + skip, n - skip); // fits: reads never exceed buf's room
+    r->rx_next += n - skip;
+  }
+}
+
 // Bytes from the kernel, in frames after the peer's S.
 void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
   while (n > 0 && !r->broken) {
+    if (r->rx_raw) return raw_in(r, p, n);
     if (!r->in_frame) {
       size_t take = recover::kFrameHeaderBytes - r->hdr_have;
       if (take > n) take = n;
@@ -241,6 +252,14 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
         return give_up(c, r, "RESUME does not verify");
       if (ri.from > r->rx_next) return give_up(c, r, "the peer re-sends from beyond our bytes");
       on_peer_resume(c, r, ri);
+      if (ri.moved) { // raw bytes from ri.from on (stream/move.cc)
+        r->rx_raw = true;
+        r->rx_skip = r->rx_next - ri.from;
+      } else if (r->moved) {
+        // The peer took the failure path (the move crossed a failure):
+        // frames follow, and this is a resumed stream like any other.
+        r->moved = false;
+      }
       continue;
     }
     size_t take = r->frame.len < n ? r->frame.len : n;
@@ -267,9 +286,15 @@ bool fill_rx(Conn* c, Resume* r) {
   while (!r->eof && !r->broken) {
     size_t room;
     bool to_pre = (r->rx_framed || r->rx_cont) && r->raw_left > 0;
-    // A moved stream reads only the raw bytes below the peer's S ahead: the
-    // rest is the kernel's to hand out once our buffers are empty.
-    if (r->moved && !to_pre) break;
+    // A moved stream reads ahead only the raw bytes below the peer's S and
+    // the peer's RESUME after them: the rest is the kernel's to hand out
+    // once our buffers are empty.
+    size_t limit = SIZE_MAX;
+    if (r->moved && !to_pre) {
+      if (!r->rx_framed || r->rx_raw || r->peer_resumed) break;
+      limit = r->in_frame ? recover::kResumePayloadBytes - r->rpay_have
+                          : recover::kResumeFrameBytes - r->hdr_have;
+    }
     if (to_pre) {
       room = r->pre.space();
       if (room > r->raw_left) room = r->raw_left;
@@ -277,6 +302,7 @@ bool fill_rx(Conn* c, Resume* r) {
       room = r->buf.space();
     }
     if (room > sizeof tmp) room = sizeof tmp;
+    if (room > limit) room = limit;
     if (room == 0) break;
     long got = syscall(SYS_recvfrom, c->sock(), tmp, room, MSG_DONTWAIT, nullptr, nullptr);
     if (got == 0) {
@@ -358,12 +384,13 @@ void refresh_bits(Conn* c, Resume* r) {
 }
 
 // A moved stream whose buffers are empty is a plain TCP connection again
-// (both directions unframed from here): the kernel serves it, readiness
+// (raw in both directions from here): the kernel serves it, readiness
 // included (the engine's watch goes, the epoll registrations come back).
 static void hand_back(Conn* c, Resume* r) {
   if (!r->moved || c->phase.load() == Phase::tcp) return;
   if (r->pre.size() > 0 || r->buf.size() > 0 || r->raw_left > 0 || r->out.size() > 0 ||
-      r->shut_pending || r->broken || (r->tx != Resume::Tx::raw && r->tx != Resume::Tx::shut))
+      r->shut_pending || r->broken || (r->tx != Resume::Tx::raw && r->tx != Resume::Tx::shut) ||
+      (r->rx_framed && !r->rx_raw && !r->fin))
     return;
   c->phase.store(Phase::tcp, std::memory_order_release);
   if (engine::g().epfd >= 0)
@@ -375,7 +402,7 @@ static void hand_back(Conn* c, Resume* r) {
 
 void settle(Conn* c, Resume* r, bool moved) {
   if (!r->reported && r->tx != Resume::Tx::wait &&
-      (!r->rx_framed || r->peer_resumed || r->eof || r->fin || r->broken))
+      (r->moved || !r->rx_framed || r->peer_resumed || r->eof || r->fin || r->broken))
     report(c, r, !r->broken);
   uint32_t before = c->stream_bits.load(std::memory_order_relaxed);
   refresh_bits(c, r);

@@ -90,12 +90,17 @@ struct Resume {
   bool err_reported = false;
 
   // ---- moved over a working channel (stream/move.cc): each switched
-  // direction continues on TCP unframed from where RDMA ended (both ends
-  // agreed on it), so once the buffers here are empty the kernel serves
-  // the socket again (Phase::tcp).  Only the program's data calls read the
-  // kernel socket then (never the engine: a fork child may share it).
+  // direction's TCP bytes after S are one RESUME frame with the *moved*
+  // flag (from = where RDMA ended), then raw bytes, so once the buffers
+  // here are empty and the peer's frame was read the kernel serves the
+  // socket again (Phase::tcp).  A plain RESUME instead says the peer took
+  // the failure path: frames follow, as for any resumed stream.  Only the
+  // program's data calls read a moved stream's socket (never the engine:
+  // a fork child may be the one using it).
   bool moved = false;
-  bool rx_cont = false; // the peer's direction had switched: pre, buf, then raw TCP
+  bool rx_cont = false; // the peer's direction had switched: pre, buf, then its frame
+  bool rx_raw = false;  // the peer's moved RESUME was read: raw bytes follow
+  uint64_t rx_skip = 0; // ... of which this many we hold already
 
   // ---- bookkeeping
   ResumeCause cause = ResumeCause::none;

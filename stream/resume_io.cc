@@ -233,7 +233,8 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
         errno = EBADF;
         return sent > 0 ? static_cast<ssize_t>(sent) : -1;
       }
-      // A moved stream's bytes go on unframed: the kernel's call, exactly.
+      // A moved stream's bytes go on raw (after its RESUME): the kernel's
+      // call, exactly.
       if (r->moved && r->tx != Resume::Tx::dead && r->out.size() == 0) {
         *done = sent;
         return kToKernel;

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <thread>
 
+#include "recover/resume_wire.h"
 #include "resume_pair.h"
 #include "stream/move.h"
 #include "stream/resume.h"
@@ -420,4 +421,143 @@ TEST_CASE("fork: a child never reads as plain TCP a stream whose peer switched d
   REQUIRE(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+namespace {
+
+// for_fork over p: a's connection in the engine's table, as at a real
+// fork; `peer_runs`: b's engine answers from another thread meanwhile.
+void fork_move(RPair& p, bool peer_runs) {
+  {
+    std::lock_guard<std::mutex> l(stream::engine::g().mu);
+    p.a.c->ref(); // the table's (on_close drops it)
+    stream::engine::g().conns.push_back(p.a.c);
+  }
+  std::atomic<bool> stop{false};
+  std::thread peer([&] {
+    while (peer_runs && !stop.load()) {
+      stream::engine::progress(p.b.ch);
+      usleep(100);
+    }
+  });
+  stream::engine::g().forking.store(true);
+  stream::move::for_fork();
+  stream::engine::g().forking.store(false);
+  stop = true;
+  peer.join();
+}
+
+} // namespace
+
+TEST_CASE("fork: for_fork moves the streams, the peer answering from its engine") {
+  stream::set_resume_hook(capture);
+  g_moves.clear();
+  RPair p;
+  stream::engine::g().p.keepalive_ms = 0;
+  rdrive(p, 60000, 81, -1, [] {});
+  settle_switches(p);
+  rput(p.a, 50000); // in flight both ways
+  rput(p.b, 50000);
+  fork_move(p, true);
+  CHECK(p.a.c->resumed.load());
+  CHECK(p.a.c->rs->moved);
+  CHECK(p.b.c->resumed.load());
+  CHECK_FALSE(p.a.ch->failed.load());
+  CHECK(count(ResumeCause::fork) == 1);
+  CHECK(count(ResumeCause::peer_moved) == 1);
+  rdrive(p, 400000, 82, -1, [] {});
+  CHECK(p.a.got == 400000);
+  CHECK(p.b.got == 400000);
+  CHECK(p.a.bad + p.b.bad == 0);
+  stream::set_resume_hook(nullptr);
+}
+
+TEST_CASE("fork: a peer that does not answer: the channel fails over, nothing lost") {
+  RPair p;
+  stream::engine::g().p.keepalive_ms = 0;
+  rdrive(p, 60000, 83, -1, [] {});
+  settle_switches(p);
+  rput(p.a, 50000);
+  rput(p.b, 50000);
+  uint64_t t0 = stream::engine::now_ms();
+  fork_move(p, false); // b's engine is stopped (as a SIGSTOPed process)
+  uint64_t took = stream::engine::now_ms() - t0;
+  MESSAGE("for_fork with a silent peer took " << took << " ms");
+  CHECK(took < 2500);
+  CHECK(p.a.c->resumed.load());
+  CHECK_FALSE(p.a.c->rs->moved); // the failure path (frames on TCP)
+  CHECK(p.a.ch->failed.load());
+  rdrive(p, 400000, 84, -1, [] {}); // b learns from the frames
+  CHECK(p.a.got == 400000);
+  CHECK(p.b.got == 400000);
+  CHECK(p.a.bad + p.b.bad == 0);
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+}
+
+TEST_CASE("move: a move crossed by a failure: one end moved, the other resumed; bytes intact") {
+  // The peer answered and moved (its RESUME says "moved", raw bytes
+  // follow), but our channel failed before its answer was read: we take
+  // the failure path (a plain RESUME, frames).  Each end reads the
+  // other's first frame and follows it.
+  for (int lost = 0; lost < 2; ++lost) {
+    CAPTURE(lost);
+    RPair p;
+    stream::engine::g().p.keepalive_ms = 0;
+    rdrive(p, 60000, 91 + static_cast<unsigned>(lost), -1, [] {});
+    settle_switches(p);
+    rput(p.a, 40000); // a's bytes on their way to b
+    stream::engine::Changes ch;
+    {
+      std::lock_guard<std::mutex> l(p.a.c->mu);
+      REQUIRE(stream::move::begin(p.a.c, &ch));
+    }
+    stream::engine::progress(p.b.ch); // b answers and moves
+    REQUIRE(p.b.c->resumed.load());
+    REQUIRE(p.b.c->rs->moved);
+    if (lost) p.la.drop_in_flight(); // b's answer never reaches a
+    p.la.force_error();
+    {
+      std::lock_guard<std::mutex> l(p.a.c->mu);
+      CHECK(stream::move::complete(p.a.c, ResumeCause::fork, 0, &ch) == -1);
+      stream::engine::mark_failed(p.a.ch, ResumeCause::fork);
+      stream::resume::start(p.a.c, ResumeCause::fork);
+    }
+    rdrive(p, 400000, 93, -1, [] {});
+    CHECK(p.a.bad + p.b.bad == 0);
+    CHECK_FALSE(p.a.reset);
+    CHECK_FALSE(p.b.reset);
+    CHECK(p.a.got == 400000);
+    CHECK(p.b.got == 400000);
+  }
+}
+
+TEST_CASE("move: the moved flag of RESUME is authenticated, other flag bits are refused") {
+  uint8_t key[recover::kNonceBytes];
+  for (size_t i = 0; i < sizeof key; ++i)
+    key[i] = static_cast<uint8_t>(i * 7 + 1);
+  recover::ResumeInfo in;
+  in.moved = true;
+  in.knows_start = true;
+  in.from = 123456;
+  in.received = 789;
+  uint8_t f[recover::kResumeFrameBytes];
+  recover::encode_resume(key, recover::Dir::s2c, in, f);
+  recover::FrameHeader h;
+  REQUIRE(recover::parse_frame_header(f, &h) == Status::ok);
+  recover::ResumeInfo out;
+  REQUIRE(recover::parse_resume(key, recover::Dir::s2c, h, f + recover::kFrameHeaderBytes, &out) ==
+          Status::ok);
+  CHECK(out.moved);
+  CHECK(out.knows_start);
+  CHECK(out.from == 123456);
+  CHECK(out.received == 789);
+  // Clearing the flag (a failure-path RESUME forged from a move's) breaks
+  // the tag; an unknown flag bit is refused at the header.
+  f[3] &= static_cast<uint8_t>(~recover::kResumeMoved);
+  REQUIRE(recover::parse_frame_header(f, &h) == Status::ok);
+  CHECK(recover::parse_resume(key, recover::Dir::s2c, h, f + recover::kFrameHeaderBytes, &out) ==
+        Status::invalid);
+  f[3] |= 4;
+  CHECK(recover::parse_frame_header(f, &h) == Status::invalid);
 }

@@ -61,7 +61,7 @@ fork_one() {
     "fork ($who): the client's stream was never on RDMA: $S_DESC" test "$S_RDMA" -ge 1 -a "$S_RRX" -gt 0
   local tf mv
   tf=$(sed -n 's/^fork at //p' "$CD/$name-srv.err" | head -n 1)
-  mv=$(grep -ho 'fork: .* in [0-9]* us' "$CD"/xpress."$name"-srv.*.log 2>/dev/null | head -n 1)
+  mv=$(grep -ho 'fork: .* in [0-9]* us.*)' "$CD"/xpress."$name"-srv.*.log 2>/dev/null | head -n 1)
   if [ -n "$tf" ] && [ -s "$CD/$name.progress" ]; then
     note "fork ($who): ${mv:-no move logged}; echo $(rate "$CD/$name.progress" 0 "$tf") Mbit/s before the fork (RDMA), $(rate "$CD/$name.progress" "$(awk -v t="$tf" 'BEGIN { printf "%.3f", t + 0.5 }')" 9999999999) Mbit/s after it (TCP)"
   fi
