@@ -148,9 +148,9 @@ DomainRegistrar* domain_registrar(int slot);
 // turns resident memory into page faults (system time), a larger one into
 // resident set.
 constexpr size_t kDirtyMinBytes = 4 << 20;
-constexpr unsigned kDirtyShareShift = 2; // in use / 2
-constexpr size_t kRoomPerUse = 4;
-constexpr unsigned kHighDecayShift = 3; // per second: 1/8 of the gap
+constexpr unsigned kDirtyShareShift = 2; // in use / 4
+constexpr size_t kRoomPerUse = 4;        // room at most 4x in use
+constexpr unsigned kHighDecayShift = 3;  // per second: 1/8 of the gap
 size_t dirty_budget();
 // The bytes in use (mem_stats: blocks held by the program or a thread
 // cache; a large block counts the pages asked for) and their high-water mark.
