@@ -622,6 +622,10 @@ size_t usable_size(const void* p) {
   return class_size(ch.state == kRun ? run_class(p) : ch.cls);
 }
 
+bool grow_in_place(void* p, size_t size) {
+  return g.info[chunk_of(p)].state == kRun && run_grow(p, size);
+}
+
 void flush_thread_cache() {
   flush_all(t_cache);
 }

@@ -58,6 +58,9 @@ void* allocate(size_t size, size_t align, bool* zeroed);
 void release(void* p);
 // The block's capacity (>= the size asked for).
 size_t usable_size(const void* p);
+// realloc: makes block p (allocate()'s) at least size bytes without moving
+// it, when the pages after it are free (page runs only); false otherwise.
+bool grow_in_place(void* p, size_t size);
 
 // Size classes (exposed for tests).
 int class_of(size_t size);

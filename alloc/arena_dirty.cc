@@ -4,6 +4,7 @@
 // otherwise (arena_internal.h).
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc/arena_internal.h"
@@ -96,9 +97,17 @@ void purge_pages(uint32_t idx, uint32_t k) {
 // registered ones over theirs (hysteresis: a chunk emptied and refilled
 // keeps its registration).
 void trim_retained(size_t extra) {
-  size_t use = in_use_bytes(), high = g.in_use_high.load(std::memory_order_relaxed);
-  if (high > use)
-    g.in_use_high.store(high - ((high - use) >> kHighDecayShift), std::memory_order_relaxed);
+  // The high-water mark decays towards what is in use by a fraction of the
+  // gap per second (not per event: a busy churn would otherwise forget its
+  // peak within a fraction of a second and fault its memory in again).
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  if (now.tv_sec != g.decayed_at) {
+    g.decayed_at = now.tv_sec;
+    size_t use = in_use_bytes(), high = g.in_use_high.load(std::memory_order_relaxed);
+    if (high > use)
+      g.in_use_high.store(high - ((high - use) >> kHighDecayShift), std::memory_order_relaxed);
+  }
   for (uint32_t i = g.empty.tail; i != kNil && over_budget(extra); i = g.info[i].prev) {
     if (g.info[i].registered || g.info[i].dirty == 0) continue;
     size_t need =
@@ -147,7 +156,7 @@ size_t dirty_budget() {
   size_t use = st.arena_in_use_bytes.load(std::memory_order_relaxed);
   size_t high = g.in_use_high.load(std::memory_order_relaxed);
   size_t room = high > use ? high - use : 0;
-  if (room > use) room = use;
+  if (room > use * kRoomPerUse) room = use * kRoomPerUse;
   return kDirtyMinBytes + (use >> kDirtyShareShift) + room +
          st.arena_registered_bytes.load(std::memory_order_relaxed);
 }

@@ -45,6 +45,7 @@ struct ChunkInfo {
   bool fresh;      // untouched since committed: reads as zero (kRun: its clean pages)
   bool registered; // (head) registered with at least one domain
   bool run_meta;   // its RunMeta.dirty tells its dirty pages (a run chunk, maybe pooled since)
+  bool run_zero;   // run_meta, and its pages not marked dirty read as zero
   uint32_t group;  // head: chunks in the unit; kLargeTail: the head's index
   uint32_t live;   // kClass: blocks out of the central lists; kRun: pages in use
   uint32_t bump;   // kClass: blocks carved so far; kLarge: pages asked for
@@ -83,6 +84,7 @@ struct Global {
   // High-water mark of the bytes in use, decaying towards the current value
   // (dirty_budget).  Relaxed: a heuristic, updated without g.mu.
   std::atomic<size_t> in_use_high{0};
+  long decayed_at = 0; // second of the last decay (CLOCK_MONOTONIC_COARSE)
   DomainRegistrar* domains[kMaxDomains] = {};
 };
 extern Global g;
@@ -141,16 +143,18 @@ DomainRegistrar* domain_registrar(int slot);
 
 // The dirty bytes allowed before free memory is purged or decommitted: a
 // floor and a quarter of what is in use, plus what in use has recently been
-// above its current value (at most as much as is in use: free memory that
-// the next rise reuses without page faults, so the resident set stays near
-// the high-water mark of what is in use), plus everything registered
+// above its current value (free memory that the next rise reuses without
+// page faults, so the resident set stays near the high-water mark of what
+// is in use; at most four times what is in use, so that it goes when use
+// ends, and the mark decays), plus everything registered
 // (pinned pages are resident whatever we do, so their free blocks must not
 // push the others out).  Measured with bench/alloc-churn: a smaller budget
 // turns resident memory into page faults (system time), a larger one into
 // resident set.
 constexpr size_t kDirtyMinBytes = 4 << 20;
 constexpr unsigned kDirtyShareShift = 2; // in use / 4
-constexpr unsigned kHighDecayShift = 12; // per trim: 1/4096 of the gap
+constexpr size_t kRoomPerUse = 4;        // room at most 4x in use
+constexpr unsigned kHighDecayShift = 3;  // per second: 1/8 of the gap
 size_t dirty_budget();
 // The bytes in use (mem_stats: blocks held by the program or a thread
 // cache; a large block counts the pages asked for) and their high-water mark.
@@ -189,6 +193,9 @@ bool is_run_class(int cls);
 // extra[] (*got of them).  Null when the arena is exhausted.
 void* run_take(int cls, int shard, void** extra, uint32_t want, uint32_t* got, bool* zeroed);
 void run_give(void* p);
+// Grows run block p in place to the class of size when the pages after it
+// are free.
+bool run_grow(void* p, size_t size);
 int run_class(const void* p);
 void runs_before_fork();
 void runs_after_fork_parent();

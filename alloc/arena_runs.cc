@@ -15,7 +15,8 @@
 // Dirty pages: a freed block's pages are marked dirty (resident, not zero)
 // and counted against the budget, unless the budget is exhausted: then the
 // block is purged (reclaim: MADV_DONTNEED of an unregistered chunk) and its
-// pages stay clean.  A clean page of a chunk that was fresh reads as zero.
+// pages stay clean.  A clean page of a chunk that was fresh reads as zero
+// (run_zero, kept while the chunk is pooled: calloc skips the memset).
 #include <pthread.h>
 
 #include "alloc/arena_internal.h"
@@ -46,6 +47,20 @@ uint32_t set_bits(uint64_t* w, uint32_t at, uint32_t n, bool on) {
     n -= k;
   }
   return was;
+}
+
+// How many of bits [at, at+n) are set.
+uint32_t count_bits(const uint64_t* w, uint32_t at, uint32_t n) {
+  uint32_t set = 0;
+  while (n > 0) {
+    uint32_t i = at / 64, b = at % 64;
+    uint32_t k = n < 64 - b ? n : 64 - b;
+    uint64_t mask = (k == 64 ? ~uint64_t{0} : ((uint64_t{1} << k) - 1)) << b;
+    set += static_cast<uint32_t>(__builtin_popcountll(w[i] & mask));
+    at += k;
+    n -= k;
+  }
+  return set;
 }
 
 // The first run of n clear bits of used, or -1.
@@ -91,6 +106,9 @@ uint32_t class_pages(int cls) {
 void init_chunk(uint32_t idx, int si) {
   ChunkInfo& ch = g.info[idx];
   bool fresh = ch.fresh, registered = ch.registered, meta = ch.run_meta;
+  // Clean pages read as zero in a chunk committed for runs (and kept so in
+  // the pool), not in one a class or large block wrote (a prefix is a guess).
+  bool zero = meta ? ch.run_zero : fresh;
   uint32_t dirty = ch.dirty;
   ch = ChunkInfo{};
   ch.state = kRun;
@@ -99,6 +117,7 @@ void init_chunk(uint32_t idx, int si) {
   ch.fresh = fresh;
   ch.registered = registered;
   ch.run_meta = true;
+  ch.run_zero = zero;
   ch.dirty = dirty;
   RunMeta& m = g.runs[idx];
   for (int w = 0; w < kWords; ++w)
@@ -149,7 +168,7 @@ void* take_locked(Shard& sh, int si, int cls, bool* zeroed) {
   dirty_sub(dirty);
   ch.live += n;
   m.cls[page] = static_cast<uint8_t>(cls);
-  *zeroed = ch.fresh && dirty == 0;
+  *zeroed = ch.run_zero && dirty == 0;
   MemStats& st = mem_stats();
   in_use_add(class_size(cls));
   st.arena_allocs.fetch_add(1, std::memory_order_relaxed);
@@ -207,6 +226,34 @@ void run_give(void* p) {
     pthread_mutex_unlock(&g.mu);
   }
   pthread_mutex_unlock(&sh.mu);
+}
+
+bool run_grow(void* p, size_t size) {
+  if (size > kMaxClass) return false;
+  int to = class_of(size);
+  uintptr_t off = reinterpret_cast<uintptr_t>(p) - g.base;
+  uint32_t idx = static_cast<uint32_t>(off >> kChunkShift);
+  uint32_t page = static_cast<uint32_t>((off & (kChunk - 1)) / kPage);
+  ChunkInfo& ch = g.info[idx];
+  Shard& sh = g_shards[ch.cls]; // fixed while the caller owns a block of it
+  pthread_mutex_lock(&sh.mu);
+  RunMeta& m = g.runs[idx];
+  int from = m.cls[page];
+  uint32_t have = class_pages(from), want = class_pages(to);
+  // The pages after the block must all be free.
+  bool ok = want > have && page + want <= kChunkPages &&
+            count_bits(m.used, page + have, want - have) == 0;
+  if (ok) {
+    set_bits(m.used, page + have, want - have, true);
+    uint32_t dirty = set_bits(m.dirty, page + have, want - have, false);
+    ch.dirty -= dirty;
+    dirty_sub(dirty);
+    ch.live += want - have;
+    m.cls[page] = static_cast<uint8_t>(to);
+    in_use_add(class_size(to) - class_size(from));
+  }
+  pthread_mutex_unlock(&sh.mu);
+  return ok;
 }
 
 int run_class(const void* p) {

@@ -186,6 +186,8 @@ void* realloc(void* p, size_t n) {
   size_t cap = arena::usable_size(p);
   // Stay in place unless the block would waste more than half of itself.
   if (n <= cap && n >= min && n > cap / 2) return p;
+  // Growing: the free pages after it, if any, save the copy.
+  if (n > cap && arena::grow_in_place(p, n)) return p;
   void* q = heap::malloc(n); // below the threshold: back to glibc
   if (q == nullptr) return nullptr;
   memcpy(q, p, cap < n ? cap : n);

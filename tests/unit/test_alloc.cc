@@ -534,3 +534,38 @@ TEST_CASE(
   CHECK(mem_stats().arena_dirty_bytes.load() <= arena::dirty_budget() + (8u << 20));
   CHECK(mem_stats().arena_dirty_bytes.load() <= (32u << 20));
 }
+
+TEST_CASE("alloc: realloc grows a page run in place when the pages after it are free") {
+  enable();
+  std::thread([] {
+    constexpr size_t kSmall = 256 << 10;
+    REQUIRE(arena::class_size(arena::class_of(2 * kSmall)) == 2 * kSmall);
+    // Two neighbours (first fit hands out neighbouring runs): free the
+    // second, grow the first over it.
+    std::vector<void*> v;
+    void *a = nullptr, *b = nullptr;
+    for (int i = 0; i < 64 && a == nullptr; ++i) {
+      v.push_back(heap::malloc(kSmall));
+      for (void* x : v)
+        if (v.back() == static_cast<char*>(x) + kSmall)
+          a = x, b = v.back();
+        else if (x == static_cast<char*>(v.back()) + kSmall)
+          a = v.back(), b = x;
+    }
+    REQUIRE(a != nullptr);
+    fill(a, kSmall, 9);
+    for (void* x : v)
+      if (x != a) heap::free(x);
+    arena::flush_thread_cache();
+    uint64_t use = in_use();
+    void* q = heap::realloc(a, 2 * kSmall);
+    REQUIRE(q);
+    CHECK(check(q, kSmall, 9));
+    CHECK(q == a); // no copy: b's pages were free
+    CHECK(heap::malloc_usable_size(q) == 2 * kSmall);
+    CHECK(in_use() == use + kSmall);
+    fill(q, 2 * kSmall, 3);
+    heap::free(q);
+    (void)b;
+  }).join();
+}
