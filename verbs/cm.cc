@@ -60,6 +60,16 @@ Cm* Cm::create() {
   // next() must never block the engine thread.
   int fl = static_cast<int>(syscall(SYS_fcntl, cm->impl_->ec->fd, F_GETFL));
   syscall(SYS_fcntl, cm->impl_->ec->fd, F_SETFL, fl | O_NONBLOCK);
+  // librdmacm asks the ibacm service for an IB route once per process, the
+  // first time rdma_resolve_route() runs (acm.c ucma_ib_init: it opens
+  // /run/ibacm.port and a socket, kept while ibacm runs): that would be in
+  // the engine thread, behind the program's back (an fd made between its
+  // close(n) and its next call takes the number n).  A route-only query
+  // here, in the application's call that starts the engine, does it now.
+  rdma_addrinfo hints{};
+  hints.ai_family = AF_INET;
+  rdma_addrinfo* rai = nullptr;
+  if (rdma_getaddrinfo(nullptr, nullptr, &hints, &rai) == 0) rdma_freeaddrinfo(rai);
   return cm;
 }
 
