@@ -19,3 +19,13 @@ $(BUILD)/bench/alloc-churn: bench/alloc-churn.cc
 .PHONY: bench-alloc
 bench-alloc: $(BUILD)/bench/alloc-churn $(if $(filter $(abspath $(LIB)),$(abspath $(XPRESS_LIB))),$(LIB))
 	XPRESS_LIB=$(abspath $(XPRESS_LIB)) bash bench/alloc-churn.sh
+
+# Ping-pong with the client waiting in recv, poll, epoll_wait or select, kernel
+# TCP vs xpress builds in one VM boot (bench/readiness-pingpong.sh).  Reports only.
+$(BUILD)/bench/readiness-pingpong: bench/readiness-pingpong.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -Werror -o $@ $<
+
+.PHONY: bench-readiness
+bench-readiness: $(BUILD)/bench/readiness-pingpong $(LIB) softroce-kernel
+	bash bench/readiness-pingpong.sh
