@@ -100,8 +100,10 @@ int main(int argc, char** argv) {
     while (got < sizeof buf) {
       if (!blocking) wait_readable(mode, s, ep);
       ssize_t r = recv(s, buf + got, sizeof buf - got, blocking ? 0 : MSG_DONTWAIT);
-      if (r > 0) got += (size_t)r;
-      else if (r == 0) return 1;
+      if (r > 0)
+        got += (size_t)r;
+      else if (r == 0)
+        return 1;
     }
     if (i >= 0) lat[i] = now_us() - t;
   }
