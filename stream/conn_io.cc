@@ -143,10 +143,27 @@ struct Waiter {
   int64_t deadline_ms = -1;
   Channel* spinning = nullptr; // the channel this call busy-polls (channel_events.cc)
   Conn* conn = nullptr;
+  // From the first sleep on, the call runs with asynchronous signals held
+  // and lets them in only inside ppoll (the pselect idiom): a signal that
+  // came while the call was between two sleeps (woken by the upgrade, say)
+  // would otherwise run its handler in user space and the next sleep would
+  // never see it, where the kernel's call returns EINTR (found by the RDMA
+  // semantics run: eintr_restart hung).  Calls that only spin pay nothing.
+  bool masked = false;
+  sigset_t saved{};
   ~Waiter() {
     if (registered) wake::remove(efd);
     stop_spinning();
     if (conn) note_wait(conn, now_ns() - began_ns);
+    if (masked) pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  }
+  void hold_signals() {
+    sigset_t all;
+    sigfillset(&all);
+    // Faults must reach their handlers (or kill) at once.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS})
+      sigdelset(&all, sig);
+    masked = pthread_sigmask(SIG_BLOCK, &all, &saved) == 0;
   }
   void stop_spinning() {
     if (spinning) engine::spin_leave(spinning);
@@ -173,6 +190,7 @@ struct Waiter {
     }
     stop_spinning();
     if (!registered) {
+      hold_signals();
       efd = wake::thread_fd();
       registered = efd >= 0 && wake::add(efd, c);
       if (ch) engine::progress(ch);
@@ -199,7 +217,13 @@ struct Waiter {
     pollfd p[3] = {{efd, POLLIN, 0}, {cfd, POLLIN, 0}, {tcp_fd, tcp_events, 0}};
     int n = tcp_fd >= 0 ? 3 : 2;
     if (!registered) p[0].fd = -1;
-    long r = syscall(SYS_poll, p, n, timeout);
+    long r;
+    if (masked) {
+      timespec ts = {timeout / 1000, (timeout % 1000) * 1000000L};
+      r = syscall(SYS_ppoll, p, n, timeout < 0 ? nullptr : &ts, &saved, _NSIG / 8);
+    } else {
+      r = syscall(SYS_poll, p, n, timeout);
+    }
     if (r < 0 && errno == EINTR && (deadline_ms >= 0 || !restartable())) return -1;
     if (registered) wake::drain(efd);
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);
