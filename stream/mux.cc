@@ -34,27 +34,34 @@ bool Stream::writable() const {
   return window_.unacked() < window_size_ && mux_->channel_.can_send(1);
 }
 
+size_t Stream::reserve_record(size_t want, uint64_t* seq) {
+  size_t chunk = want;
+  size_t max = mux_->channel_.max_payload();
+  if (chunk > max) chunk = max;
+  if (!mux_->channel_.can_send(chunk)) {
+    // A smaller record may still fit the credit left.
+    while (chunk > 1 && !mux_->channel_.can_send(chunk))
+      chunk /= 2;
+    if (!mux_->channel_.can_send(chunk)) return 0;
+  }
+  uint64_t allowed = 0;
+  if (window_.reserve(chunk, &allowed) != Status::ok) {
+    ++mux_->counters_.window_stalls;
+    return 0;
+  }
+  *seq = window_.next() - allowed;
+  return static_cast<size_t>(allowed);
+}
+
 Status Stream::write(const void* buf, size_t len, size_t* done) {
   *done = 0;
   if (reset_ || fin_sent_ || mux_->failed_) return Status::closed;
   if (frozen_) return Status::no_resource; // moving to TCP: the caller waits
   const auto* p = static_cast<const uint8_t*>(buf);
   while (*done < len) {
-    size_t chunk = len - *done;
-    size_t max = mux_->channel_.max_payload();
-    if (chunk > max) chunk = max;
-    if (!mux_->channel_.can_send(chunk)) {
-      // A smaller record may still fit the credit left.
-      while (chunk > 1 && !mux_->channel_.can_send(chunk))
-        chunk /= 2;
-      if (!mux_->channel_.can_send(chunk)) break;
-    }
-    uint64_t allowed = 0;
-    if (window_.reserve(chunk, &allowed) != Status::ok) {
-      ++mux_->counters_.window_stalls;
-      break;
-    }
-    uint64_t seq = window_.next() - allowed;
+    uint64_t seq = 0;
+    size_t allowed = reserve_record(len - *done, &seq);
+    if (allowed == 0) break;
     Status st = mux_->channel_.send(id_, seq, p + *done, allowed);
     if (st != Status::ok) {
       // can_send() said yes, so only a failed link gets here.  The bytes
@@ -80,20 +87,9 @@ Status Stream::write_zero_copy(const void* buf, size_t len, uint32_t lkey, size_
       (zc_active_ && (window_.next() != zc_hi_ || p != zc_src_ + (zc_hi_ - zc_lo_))))
     return Status::unsupported;
   while (*done < len) {
-    size_t chunk = len - *done;
-    size_t max = mux_->channel_.max_payload();
-    if (chunk > max) chunk = max;
-    if (!mux_->channel_.can_send(chunk)) {
-      while (chunk > 1 && !mux_->channel_.can_send(chunk))
-        chunk /= 2;
-      if (!mux_->channel_.can_send(chunk)) break;
-    }
-    uint64_t allowed = 0;
-    if (window_.reserve(chunk, &allowed) != Status::ok) {
-      ++mux_->counters_.window_stalls;
-      break;
-    }
-    uint64_t seq = window_.next() - allowed, wr = 0;
+    uint64_t seq = 0, wr = 0;
+    size_t allowed = reserve_record(len - *done, &seq);
+    if (allowed == 0) break;
     Status st = mux_->channel_.send_zero_copy(id_, seq, p + *done, allowed, lkey, &wr);
     if (st != Status::ok) {
       window_.unreserve(allowed); // not accepted: recovery must not re-send it

@@ -115,6 +115,10 @@ public:
   PeerMove peer_move;
 
 private:
+  // The next record of at most want bytes the channel's credit and the
+  // window allow: its length (0: none now) and first sequence.
+  size_t reserve_record(size_t want, uint64_t* seq);
+
   friend class Mux;
   Stream(Mux* mux, uint32_t id, uint64_t tx_start, uint64_t rx_start, size_t window,
          flow::WindowBudget* channel_budget);
