@@ -385,6 +385,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
   }
   size_t done_total = 0, zc_bytes = 0;
   Status st = Status::ok;
+  bool mux_failed = false; // the link failed under us (ch->failed may come later)
   Changes changed;
   {
     std::lock_guard<std::mutex> l(ch->mu);
@@ -417,6 +418,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
       engine::progress_locked(ch, c, &changed);
     }
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
+    mux_failed = ch->mux->failed();
     if (engine::refresh(c)) changed.add(c);
   }
   if (ch->inbox_pending.load(std::memory_order_acquire)) engine::drain_inbox(ch);
@@ -430,7 +432,10 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
     errno = EPIPE; // after shutdown(SHUT_WR)
     return -1;
   }
-  if ((st == Status::io_error || ch->failed.load()) && !c->dead.load()) {
+  // Stream::write says closed once the mux saw a failed completion, which
+  // may be before the channel is marked failed: resume too, not EPIPE
+  // (CI: a recovery injection's sender got BrokenPipeError).
+  if ((st == Status::io_error || mux_failed || ch->failed.load()) && !c->dead.load()) {
     engine::channel_failed(ch); // the stream resumes on TCP (stream/resume.h)
     if (c->resumed.load(std::memory_order_acquire)) return -2;
   }
