@@ -206,6 +206,12 @@ done
 cp "$RESULTS" "$LOG/results.tsv" 2>/dev/null
 echo "---- summary ($((SECONDS - t_all)) s in the VM)"
 printf '  %s\n' "${summary[@]}"
+# CI keeps only the head and the tail of a long log: repeat the failed
+# checks here, after the summary, so the tail alone names them.
+if grep -q '^FAIL' "$RESULTS"; then
+  echo "---- failed checks"
+  grep '^FAIL' "$RESULTS" | cut -f2- | cut -c1-400 | sed 's/^/  FAIL  /'
+fi
 passed=$(grep -c '^PASS' "$RESULTS")
 failed=$(grep -c '^FAIL' "$RESULTS")
 echo "$passed passed, $failed failed"

@@ -392,3 +392,25 @@ TEST_CASE("recovery: a stream leaves its channel only once its connection says r
   stream::resume::set_detach_hook(nullptr);
   finish(p, 300000, 71);
 }
+
+TEST_CASE("recovery: a send that finds the mux failed before its channel resumes, never EPIPE") {
+  // Between a failed completion (the mux marks itself failed while some
+  // thread polls it) and channel_failed() marking the channel, a send sees
+  // Stream::write say closed.  That is the link, not a shutdown: the stream
+  // must resume on TCP (CI: a recovery injection's sender got EPIPE).
+  RPair p;
+  rdrive(p, 30000, 80, -1, [] {});
+  settle_switches(p);
+  p.la.force_error();
+  p.lb.force_error();
+  {
+    std::lock_guard<std::mutex> l(p.a.ch->mu);
+    p.a.ch->mux->fail(); // the poller's view: the channel is not marked yet
+  }
+  REQUIRE_FALSE(p.a.ch->failed.load());
+  size_t n = rput(p.a, 5000);
+  CHECK_FALSE(p.a.reset); // no EPIPE
+  CHECK(n == 5000);
+  CHECK(p.a.ch->failed.load());
+  finish(p, 300000, 81);
+}
