@@ -40,7 +40,8 @@ void UpgradeSession::on_tcp_sent(const void* data, size_t len) {
   if (state_ == State::failed) return;
   // The receiver reads exactly S bytes from TCP, so a byte written after the
   // switch would never be delivered: a caller bug that ends the upgrade.
-  if (tx_switched_ && len > 0) return fail_internal(Reason::handshake_failed, true);
+  if (tx_switched_ && len > 0)
+    return fail_internal(Reason::handshake_failed, true, "TCP bytes written after our switch");
   maybe_prove();
 }
 
@@ -52,7 +53,9 @@ void UpgradeSession::on_tcp_received(const void* data, size_t len) {
   // The peer announced it stops writing TCP at S: more is a violation.
   const bool limit = rx_switched_ || peer_switch_.present;
   const uint64_t s = rx_switched_ ? rx_offset_ : peer_switch_.offset;
-  if (limit && count_[d] > s) return fail_internal(Reason::handshake_failed, true);
+  if (limit && count_[d] > s)
+    return fail_internal(Reason::handshake_failed, true,
+                         "peer wrote TCP bytes beyond its switch offset");
   verify_pending();
   maybe_prove();
 }
@@ -101,7 +104,8 @@ Status UpgradeSession::on_attach(uint32_t stream_id, uint64_t seq, const uint8_t
   }
   if (st != Status::ok) {
     *reply = make_nak(stream_id, why);
-    fail_internal(Reason::handshake_failed, false); // the reply already tells the sender
+    fail_internal(Reason::handshake_failed, false,
+                  "bad ATTACH"); // the reply already tells the sender
     return Status::invalid;
   }
   bind(stream_id, nc);
@@ -136,14 +140,16 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
                                   const uint8_t* payload, size_t len) {
   if (state_ == State::failed) return Status::closed;
   if ((payload == nullptr && len > 0) || len > kMaxControlPayload)
-    return reject(Reason::handshake_failed);
+    return reject(Reason::handshake_failed, "control payload too long");
   // Idle or refused: the peer knows no stream of ours, so nothing may come.
-  if (state_ != State::attaching && state_ != State::bound) return reject(Reason::handshake_failed);
-  if (stream != stream_id_) return reject(Reason::handshake_failed);
+  if (state_ != State::attaching && state_ != State::bound)
+    return reject(Reason::handshake_failed, "control record while not attached");
+  if (stream != stream_id_)
+    return reject(Reason::handshake_failed, "control record for another stream id");
   switch (type) {
   case msg::attach_ack:
     if (state_ != State::attaching || seq != 0 || len != kAttachAckBytes)
-      return reject(Reason::handshake_failed);
+      return reject(Reason::handshake_failed, "bad ATTACH_ACK");
     {
       Nonce ns;
       memcpy(ns.b, payload, kNonceBytes);
@@ -151,7 +157,7 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
     }
     return Status::ok;
   case msg::attach_nak:
-    if (len != 0) return reject(Reason::handshake_failed);
+    if (len != 0) return reject(Reason::handshake_failed, "NAK with a payload");
     if (state_ == State::attaching && (seq == static_cast<uint64_t>(NakCode::unknown_stream) ||
                                        seq == static_cast<uint64_t>(NakCode::busy))) {
       // The protocol's answer is another try through UPGRADE_REQ (another
@@ -162,22 +168,23 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
       timer_armed_ = false;
       return Status::ok;
     }
-    fail_internal(nak_reason(seq), false); // the peer already knows
+    fail_internal(nak_reason(seq), false, "the peer refused (NAK)"); // the peer already knows
     return Status::ok;
   case msg::keepalive:
-    return len == 0 ? Status::ok : reject(Reason::handshake_failed);
+    return len == 0 ? Status::ok : reject(Reason::handshake_failed, "KEEPALIVE with a payload");
   case msg::proof:
   case msg::switch_:
-    if (state_ != State::bound) return reject(Reason::handshake_failed);
+    if (state_ != State::bound)
+      return reject(Reason::handshake_failed, "PROOF/SWITCH before binding");
     return on_proof_record(type, seq, payload, len);
   default: // ATTACH comes through on_attach; anything else is unknown
-    return reject(Reason::handshake_failed);
+    return reject(Reason::handshake_failed, "unknown control record type");
   }
 }
 
 Status UpgradeSession::on_proof_record(uint8_t type, uint64_t seq, const uint8_t* payload,
                                        size_t len) {
-  if (len != kProofBytes) return reject(Reason::handshake_failed);
+  if (len != kProofBytes) return reject(Reason::handshake_failed, "PROOF/SWITCH of a wrong length");
   Pending p;
   p.present = true;
   decode_proof(payload, p.tag, p.count);
@@ -185,16 +192,16 @@ Status UpgradeSession::on_proof_record(uint8_t type, uint64_t seq, const uint8_t
   // No byte crossed: there is nothing a proof could cover.  The peer cannot
   // have seen more of our direction than we sent.
   if ((p.count[0] | p.count[1]) == 0 || p.count[tx] > count_[tx])
-    return reject(Reason::handshake_failed);
+    return reject(Reason::handshake_failed, "proof claims bytes never sent");
   if (type == msg::proof) {
-    if (peer_proof_seen_ || seq != 0) return reject(Reason::handshake_failed);
+    if (peer_proof_seen_ || seq != 0) return reject(Reason::handshake_failed, "second PROOF");
     peer_proof_seen_ = true;
     peer_proof_ = p;
   } else {
     // S is the count of the peer's direction the proof covers, and it can
     // only be at or beyond what TCP already delivered here.
     if (peer_switch_seen_ || p.count[rx] != seq || count_[rx] > seq)
-      return reject(Reason::handshake_failed);
+      return reject(Reason::handshake_failed, "second SWITCH or bad switch offset");
     peer_switch_seen_ = true;
     p.offset = seq;
     peer_switch_ = p;
@@ -228,7 +235,8 @@ UpgradeSession::Check UpgradeSession::check(uint8_t kind, const Pending& p) cons
 void UpgradeSession::verify_pending() {
   if (peer_proof_.present) {
     const Check c = check(kProofKindProof, peer_proof_);
-    if (c == Check::bad) return fail_internal(Reason::handshake_failed, true);
+    if (c == Check::bad)
+      return fail_internal(Reason::handshake_failed, true, "PROOF tag does not verify");
     if (c == Check::good) {
       peer_proof_.present = false;
       peer_proven_ = true;
@@ -236,7 +244,8 @@ void UpgradeSession::verify_pending() {
   }
   if (peer_switch_.present) {
     const Check c = check(kProofKindSwitch, peer_switch_);
-    if (c == Check::bad) return fail_internal(Reason::handshake_failed, true);
+    if (c == Check::bad)
+      return fail_internal(Reason::handshake_failed, true, "SWITCH tag does not verify");
     if (c == Check::good) {
       peer_switch_.present = false;
       peer_proven_ = true; // a SWITCH proves as much as a PROOF
@@ -272,7 +281,7 @@ void UpgradeSession::maybe_prove() {
   Message m;
   make_proof(kProofKindProof, 0, &m);
   m.type = msg::proof;
-  if (!push(m)) return fail_internal(Reason::handshake_failed, false);
+  if (!push(m)) return fail_internal(Reason::handshake_failed, false, "PROOF not queued");
   proof_sent_ = true;
 }
 
@@ -289,7 +298,7 @@ Status UpgradeSession::try_switch_tx() {
   m.type = msg::switch_;
   m.seq = s;
   if (!push(m)) {
-    fail_internal(Reason::handshake_failed, false);
+    fail_internal(Reason::handshake_failed, false, "SWITCH not queued");
     return Status::unsupported;
   }
   tx_switched_ = true;
@@ -318,20 +327,21 @@ void UpgradeSession::tick(uint64_t now_ms) {
     deadline_ms_ = now_ms + timeout_ms_;
     return;
   }
-  if (now_ms >= deadline_ms_) fail_internal(Reason::handshake_timeout, true);
+  if (now_ms >= deadline_ms_) fail_internal(Reason::handshake_timeout, true, "timeout");
 }
 
 void UpgradeSession::fail(Reason why) {
-  fail_internal(why == Reason::none ? Reason::handshake_failed : why, true);
+  fail_internal(why == Reason::none ? Reason::handshake_failed : why, true, "caller");
 }
 
-Status UpgradeSession::reject(Reason why) {
-  fail_internal(why, true);
+Status UpgradeSession::reject(Reason why, const char* detail) {
+  fail_internal(why, true, detail);
   return Status::invalid;
 }
 
-void UpgradeSession::fail_internal(Reason why, bool tell_peer) {
+void UpgradeSession::fail_internal(Reason why, bool tell_peer, const char* detail) {
   if (state_ == State::failed) return;
+  detail_ = detail;
   const bool peer_knows = state_ == State::attaching || state_ == State::bound;
   state_ = State::failed;
   reason_ = why;

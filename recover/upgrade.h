@@ -94,6 +94,8 @@ public:
   // ---- State for the preload and stream layers.
   State state() const { return state_; }
   Reason fallback_reason() const { return reason_; } // none unless refused or failed
+  // What ended the upgrade, for the log ("" while it has not failed).
+  const char* fail_detail() const { return detail_; }
   uint32_t stream_id() const { return stream_id_; }
   bool peer_proven() const { return peer_proven_; }
   Mode tx_mode() const { return tx_switched_ ? Mode::rdma : Mode::tcp; }
@@ -133,8 +135,8 @@ private:
   bool waiting_for_peer() const;
   void record(int d, const void* data, size_t len);
 
-  Status reject(Reason why); // fail and return invalid
-  void fail_internal(Reason why, bool tell_peer);
+  Status reject(Reason why, const char* detail); // fail and return invalid
+  void fail_internal(Reason why, bool tell_peer, const char* detail);
   void bind(uint32_t stream_id, const Nonce& peer_nonce);
   bool push(const Message& m);
   void maybe_prove();
@@ -146,6 +148,7 @@ private:
   Role role_;
   State state_ = State::idle;
   Reason reason_ = Reason::none;
+  const char* detail_ = "";
   TcpTuple tuple_;
   Nonce nonce_, peer_nonce_{};
   uint32_t timeout_ms_;

@@ -43,6 +43,11 @@ struct Channel {
   std::atomic<bool> armed{true};
   std::atomic<int> spinners{0};
   std::atomic<uint64_t> last_spin_ns{0};
+  // Threads sleeping in the kernel on the completion fd themselves (a
+  // blocked call): while there are any, the engine's epoll does not watch
+  // it, so an event wakes one thread, not two (stream/channel_events.cc).
+  std::mutex sleep_mu;
+  int sleepers = 0;            // guarded by sleep_mu
   uint64_t idle_since_ms = 0;  // client side: no streams since then (torn down when idle)
   uint64_t dying_since_ms = 0; // unlinked; freed after a grace period
   bool fail_logged = false;

@@ -18,6 +18,9 @@
 // and never while a thread sleeps waiting for it.
 #include <atomic>
 #include <ctime>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <vector>
 
 #include "stream/engine_internal.h"
@@ -38,6 +41,10 @@ uint64_t mono_ns() {
 
 void disarm(Channel* ch) {
   ch->armed.store(false, std::memory_order_seq_cst);
+}
+// Only a channel left unarmed makes the engine tick (wait_ms): one re-armed
+// at once (nobody spins on it) costs the engine nothing.
+void note_unarmed() {
   g_maybe_unarmed.store(true, std::memory_order_seq_cst);
 }
 
@@ -67,7 +74,10 @@ void take_event(Channel* ch) {
     // later (the engine re-arms after the idle time), or this load sees the
     // spinner gone.  A channel spun on lately stays unarmed: its thread is
     // likely back within microseconds (a request/response loop).
-    if (!spun_lately(ch)) rearm(ch);
+    if (spun_lately(ch))
+      note_unarmed();
+    else
+      rearm(ch);
   }
   progress(ch);
 }
@@ -79,6 +89,31 @@ void spin_enter(Channel* ch) {
 void spin_leave(Channel* ch) {
   ch->last_spin_ns.store(mono_ns(), std::memory_order_relaxed);
   ch->spinners.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+namespace {
+// Point the engine's registration of ch's completion fd at `events` (0: no
+// wake-ups).  Re-enabling makes epoll look at the fd again, so an event the
+// sleeper did not take (it woke for something else) still reaches the
+// engine.  ENOENT (not watched yet, or no more) is fine.
+void engine_watch(Channel* ch, uint32_t events) {
+  int epfd = g().epfd, fd = ch->link->wait_fd();
+  if (epfd < 0 || fd < 0) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = reinterpret_cast<uintptr_t>(ch);
+  syscall(SYS_epoll_ctl, epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+} // namespace
+
+void sleep_enter(Channel* ch) {
+  std::lock_guard<std::mutex> l(ch->sleep_mu);
+  if (ch->sleepers++ == 0) engine_watch(ch, 0);
+}
+
+void sleep_leave(Channel* ch) {
+  std::lock_guard<std::mutex> l(ch->sleep_mu);
+  if (--ch->sleepers == 0) engine_watch(ch, EPOLLIN);
 }
 
 bool maybe_unarmed() {

@@ -151,6 +151,12 @@ struct Waiter {
   // semantics run: eintr_restart hung).  Calls that only spin pay nothing.
   bool masked = false;
   sigset_t saved{};
+  // Once registered, whatever this thread changes while it runs (polling
+  // the channel) is followed by the caller's re-check before the next
+  // sleep: it need not write its own eventfd (and read it back after a
+  // spurious wake-up).
+  wake::SelfAwake awake;
+  explicit Waiter(int o) : opt(o) {}
   ~Waiter() {
     if (registered) wake::remove(efd);
     stop_spinning();
@@ -193,6 +199,7 @@ struct Waiter {
       hold_signals();
       efd = wake::thread_fd();
       registered = efd >= 0 && wake::add(efd, c);
+      if (registered) awake.start();
       if (ch) engine::progress(ch);
       return 0; // check once more now that a change would wake us
     }
@@ -218,15 +225,23 @@ struct Waiter {
     int n = tcp_fd >= 0 ? 3 : 2;
     if (!registered) p[0].fd = -1;
     long r;
+    if (cfd >= 0) engine::sleep_enter(ch);
     if (masked) {
       timespec ts = {timeout / 1000, (timeout % 1000) * 1000000L};
       r = syscall(SYS_ppoll, p, n, timeout < 0 ? nullptr : &ts, &saved, _NSIG / 8);
     } else {
       r = syscall(SYS_poll, p, n, timeout);
     }
-    if (r < 0 && errno == EINTR && (deadline_ms >= 0 || !restartable())) return -1;
-    if (registered) wake::drain(efd);
+    int saved_errno = errno;
+    // The event first, then the engine's watch again: re-enabling a watch
+    // on a readable fd would wake the engine for an event this thread takes.
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);
+    if (cfd >= 0) engine::sleep_leave(ch);
+    if (r < 0 && saved_errno == EINTR && (deadline_ms >= 0 || !restartable())) {
+      errno = EINTR;
+      return -1;
+    }
+    if (registered && r > 0 && (p[0].revents & POLLIN)) wake::drain(efd);
     return 0;
   }
 };

@@ -149,7 +149,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
           g().start_queue.push_back(c);
           kick();
         } else {
-          fail(c, Reason::handshake_failed);
+          fail(c, Reason::handshake_failed, "attach refused, and rdma_cm tried already");
         }
       } else {
         advance(c);
@@ -179,6 +179,8 @@ void flush(Conn* c) {
   recover::Message m;
   while (c->sess.pop_output(&m)) {
     if (c->ch == nullptr || !send_msg(c->ch, m)) {
+      XP_SLOG(XP_SLOG_DEBUG, "fd %d: control record type %u not sent (%s)", c->sock(),
+              static_cast<unsigned>(m.type), c->ch == nullptr ? "no channel" : "channel full");
       c->sess.fail(Reason::handshake_failed);
       break;
     }
@@ -244,10 +246,12 @@ void advance(Conn* c) {
   }
 }
 
-void fail(Conn* c, Reason why) {
+void fail(Conn* c, Reason why, const char* detail) {
   if (c->resumed.load()) return; // on TCP already
-  XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s (tx %s, rx %s)", c->sock(), reason_name(why),
-          c->tx_rdma.load() ? "rdma" : "tcp", c->rx_rdma.load() ? "rdma" : "tcp");
+  if (detail == nullptr) detail = c->sess.fail_detail();
+  XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s%s%s (tx %s, rx %s)", c->sock(), reason_name(why),
+          *detail ? ": " : "", detail, c->tx_rdma.load() ? "rdma" : "tcp",
+          c->rx_rdma.load() ? "rdma" : "tcp");
   if (c->sess.state() != recover::State::failed) {
     c->sess.fail(why);
     recover::Message m;

@@ -116,7 +116,7 @@ void detach(Conn* c, Channel* ch);
 void advance(Conn* c);
 // The engine's edge-triggered watch of c's socket reported `events`.
 void tcp_event(Conn* c, uint32_t events);
-void fail(Conn* c, Reason why);
+void fail(Conn* c, Reason why, const char* detail = nullptr); // detail: for the debug log
 // ch->mu held: recompute c's stream readiness; true if it changed.
 bool refresh(Conn* c);
 // Poll a channel, update its streams, handle control records.  No lock
@@ -172,6 +172,10 @@ void take_event(Channel* ch);
 // A blocked call busy-polls ch / stops doing so.
 void spin_enter(Channel* ch);
 void spin_leave(Channel* ch);
+// A blocked call sleeps on ch's completion fd itself / woke up: the engine
+// stops / resumes watching that fd.
+void sleep_enter(Channel* ch);
+void sleep_leave(Channel* ch);
 // Arm ch if it is unarmed; true if this call armed it (poll it then).
 bool rearm(Channel* ch);
 bool maybe_unarmed();

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/wake.h"
 
@@ -99,7 +100,7 @@ void cm_connect(Conn* c, uint16_t port) {
     g().inflight.pop_back();
     delete u;
     c->unref();
-    fail(c, Reason::handshake_failed);
+    fail(c, Reason::handshake_failed, "rdma_cm connect failed");
   }
 }
 
@@ -206,7 +207,8 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
   c->ch = ch;
   c->st = st;
   c->sid = sid;
-  if (c->sess.adopt(sid, peer_nonce) != Status::ok) return fail(c, Reason::handshake_failed);
+  if (c->sess.adopt(sid, peer_nonce) != Status::ok)
+    return fail(c, Reason::handshake_failed, "session cannot adopt the stream");
   advance(c);
 }
 
@@ -465,7 +467,9 @@ void on_cm_event(const verbs::CmEvent& ev) {
         remember_negative(c->tuple.server_addr, c->tuple.server_port);
         fail(c, Reason::peer_not_accelerated);
       } else {
-        fail(c, Reason::handshake_failed);
+        XP_SLOG(XP_SLOG_DEBUG, "fd %d: rendezvous answer: code %u, event %d", c->sock(),
+                static_cast<unsigned>(r.code), static_cast<int>(ev.kind));
+        fail(c, Reason::handshake_failed, "rendezvous refused");
       }
     }
     c->unref();

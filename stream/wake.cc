@@ -45,6 +45,7 @@ struct ThreadFd {
   }
 };
 thread_local ThreadFd t_fd;
+thread_local bool t_self_awake = false;
 
 } // namespace
 
@@ -110,11 +111,20 @@ void notify(const void* key) {
   std::lock_guard<std::mutex> g(g_mu);
   int n = g_count.load(std::memory_order_relaxed);
   uint64_t one = 1;
+  int self = t_self_awake ? t_fd.fd : -1;
   for (int i = 0; i < n; ++i) {
     if (key != nullptr && g_keys[i] != nullptr && g_keys[i] != key) continue;
+    if (g_fds[i] == self) continue;
     long r = syscall(SYS_write, g_fds[i], &one, sizeof one);
     (void)r; // EAGAIN: the counter is saturated, the sleeper wakes anyway
   }
+}
+
+void SelfAwake::start() {
+  on = t_self_awake = true;
+}
+SelfAwake::~SelfAwake() {
+  if (on) t_self_awake = false;
 }
 
 void drain(int efd) {

@@ -20,6 +20,14 @@ void remove(int efd);
 // Wake the sleepers waiting for key and those waiting for anything (key
 // null: every sleeper).  One relaxed load when nobody sleeps.
 void notify(const void* key = nullptr);
+// While one lives, notify() in this thread skips this thread's own eventfd:
+// a sleeper that woke and polls before it re-checks its condition need not
+// wake itself (a write now, a read later).  Only where that re-check follows.
+struct SelfAwake {
+  bool on = false;
+  void start();
+  ~SelfAwake();
+};
 // Consume pending wake-ups of efd (non-blocking read).
 void drain(int efd);
 // Called by add() after registering, before the sleeper's final check: the
