@@ -512,8 +512,11 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     if (c->rd_shut.load()) return static_cast<ssize_t>(got);
-    if (c->resumed.load(std::memory_order_acquire)) { // on TCP (stream/resume.h)
+    // On TCP (stream/resume.h), unless this direction went back onto RDMA
+    // (stream/reattach.h).
+    if (c->resumed.load(std::memory_order_acquire) && !c->rx_rdma.load(std::memory_order_acquire)) {
       ssize_t r = resume::recv(c, iov, iovcnt, flags, &got);
+      if (r == resume::kRetry) continue;
       if (r != resume::kToKernel) return r;
       continue; // handed back to the kernel
     }
@@ -609,9 +612,13 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       errno = EBADF;
       return -1;
     }
-    if (c->resumed.load(std::memory_order_acquire)) { // on TCP (stream/resume.h)
+    if (c->resumed.load(std::memory_order_acquire) && !c->tx_rdma.load(std::memory_order_acquire)) {
       zc::finish(c, &zcs); // first: what resume::send queues follows our records
       ssize_t r = resume::send(c, iov, iovcnt, flags, &sent);
+      if (r == resume::kRetry) {
+        if (sent >= want && want > 0) return static_cast<ssize_t>(sent);
+        continue; // our direction is back on RDMA (stream/reattach.h)
+      }
       if (r != resume::kToKernel) return r;
       if (sent > 0) return kernel_rest(c, iov, iovcnt, sent, flags, true);
       *kernel = true; // a moved stream: its sends are the kernel's

@@ -41,6 +41,7 @@ namespace engine {
 
 struct PendingReq {
   verbs::CmRequest* req;
+  bool reattach;      // a channel only: the stream binds with REATTACH over it
   ListenShare* share; // null: our private listener
   uint8_t key[12];
   uint16_t sid;
@@ -66,7 +67,8 @@ struct CmUser {
   enum class Kind : uint8_t { client, server, listener_share, listener_private } kind;
   Conn* conn;
   ListenShare* share;
-  uint16_t port; // client: the port this attempt went to
+  uint16_t port;         // client: the port this attempt went to
+  bool reattach = false; // a channel for a resumed stream going back (stream/reattach.cc)
 };
 
 struct State {
@@ -190,6 +192,10 @@ void pack_key(const recover::TcpTuple& t, uint8_t key[12]);
 Conn* find_by_key(const uint8_t key[12]);
 bool recently_closed(const uint8_t key[12]);
 void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt
+// A channel for a resumed stream going back (stream/reattach.cc): rdma_cm to
+// the server at port, the request naming the stream's 4-tuple only so that
+// the right process answers; false when it could not even start.
+bool cm_reattach(Conn* c, uint16_t port);
 
 } // namespace engine
 } // namespace xp::stream
