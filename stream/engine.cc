@@ -242,6 +242,7 @@ void* engine_main(void*) {
       tick_conns(now);
       std::lock_guard<std::mutex> l(s.mu);
       retry_pending(now);
+      relisten(now);
       reap_channels(now);
     }
   }

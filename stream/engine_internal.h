@@ -60,7 +60,8 @@ struct Negative {
 };
 struct OwnedListener {
   ListenShare* share;
-  verbs::CmListener* l;
+  verbs::CmListener* l; // null: its device went away, listening again (relisten)
+  void* user;
 };
 // What the user pointer of an rdma_cm operation names.
 struct CmUser {
@@ -101,6 +102,9 @@ struct State {
   std::vector<std::array<uint8_t, 12>> closed_keys;
   verbs::CmListener* private_l = nullptr;
   uint16_t private_port = 0;
+  bool private_lost = false; // its device went away: listen again (relisten)
+  sockaddr_storage private_addr{};
+  uint64_t relisten_ms = 0;
   CmUser private_user{CmUser::Kind::listener_private, nullptr, nullptr, 0};
   uint64_t now_ms = 0;
   std::atomic<bool> forking{false}; // between before_fork and after_fork_parent
@@ -187,6 +191,9 @@ void start_client(Conn* c);
 void serve_share(ListenShare* s);
 void on_cm_event(const verbs::CmEvent& ev);
 void retry_pending(uint64_t now);
+// Listeners whose device went away listen again once it is back (a
+// resumed stream's client then finds us for its return to RDMA).
+void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
 void pack_key(const recover::TcpTuple& t, uint8_t key[12]);
 Conn* find_by_key(const uint8_t key[12]);

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/reattach.h"
 #include "stream/wake.h"
@@ -401,7 +402,7 @@ void serve_share(ListenShare* sh) {
       verbs::CmListener* l = nullptr;
       uint16_t port = 0;
       if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u, &l, &port) == Status::ok) {
-        g().listeners.push_back(OwnedListener{sh, l});
+        g().listeners.push_back(OwnedListener{sh, l, u});
         sh->owner_state.store(1);
       } else {
         delete u;
@@ -419,6 +420,8 @@ void serve_share(ListenShare* sh) {
     if (g().cm->listen(reinterpret_cast<sockaddr*>(&a), &g().private_user, &g().private_l,
                        &g().private_port) != Status::ok)
       return;
+    a.sin_port = htons(g().private_port);
+    memcpy(&g().private_addr, &a, sizeof a);
   }
   for (Conn* c : g().conns) {
     if (c->share != sh || c->slot_written || c->closed.load()) continue;
@@ -557,6 +560,21 @@ void on_cm_event(const verbs::CmEvent& ev) {
     delete u;
     return;
   }
+  case K::listener_lost: {
+    // Its device went away: listen again once one has the address.
+    for (OwnedListener& o : g().listeners)
+      if (o.user == ev.user && o.l) {
+        g().cm->close_listener(o.l);
+        o.l = nullptr;
+      }
+    if (ev.user == &g().private_user && g().private_l) {
+      g().cm->close_listener(g().private_l);
+      g().private_l = nullptr;
+      g().private_lost = true;
+    }
+    XP_SLOG(XP_SLOG_INFO, "rdma_cm listener lost its device: listening again when it is back");
+    return;
+  }
   case K::disconnected: {
     for (Channel* ch : g().channels) {
       if (ch->link == ev.link) {
@@ -615,6 +633,24 @@ void reap_channels(uint64_t now) {
     delete ch;
     dy[i] = dy.back();
     dy.pop_back();
+  }
+}
+
+void relisten(uint64_t now) {
+  if (now < g().relisten_ms) return;
+  g().relisten_ms = now + 500; // a device comes back in seconds: no hurry
+  for (OwnedListener& o : g().listeners) {
+    if (o.l) continue;
+    uint16_t port = 0;
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&o.share->addr), o.user, &o.l, &port) ==
+        Status::ok)
+      XP_SLOG(XP_SLOG_INFO, "rdma_cm listener back on port %u", port);
+  }
+  if (g().private_lost) {
+    uint16_t port = 0;
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&g().private_addr), &g().private_user,
+                       &g().private_l, &port) == Status::ok)
+      g().private_lost = false;
   }
 }
 
