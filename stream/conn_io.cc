@@ -235,7 +235,10 @@ struct Waiter {
 // 0 end of stream, -1 errno (EAGAIN: none now), -2 try again (state moved).
 ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->rx_rdma.load() || c->phase.load() == Phase::tcp) return -2;
+  // resumed: checked again under the lock (resume::start holds it): the
+  // caller's lock-free look may predate the resume, and the kernel's
+  // bytes are frames now.
+  if (c->rx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load()) return -2;
   bool limited = c->sess.rx_mode() == Mode::rdma;
   uint64_t room = c->sess.rx_tcp_remaining();
   if (limited && room == 0) {
@@ -336,7 +339,12 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
 
 ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->tx_rdma.load() || c->phase.load() == Phase::tcp) return -2;
+  // resumed: see recv_tcp.  A caller that saw the connection not resumed
+  // (or resumed with its direction still on the stream) and then our
+  // direction off the stream must not write raw bytes among the frames
+  // (VM recovery case, inject run: the peer reset the stream on a
+  // "malformed frame").
+  if (c->tx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load()) return -2;
   if (c->ch) {
     engine::advance(c); // switches now if the peer has proven itself
     if (c->tx_rdma.load()) return -2;
