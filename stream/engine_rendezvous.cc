@@ -510,6 +510,9 @@ void on_cm_event(const verbs::CmEvent& ev) {
         if (ev.kind == K::rejected && ev.consumer_reject && ev.priv_len >= sizeof r)
           memcpy(&r, ev.priv, sizeof r);
         bool again = false;
+        XP_SLOG(XP_SLOG_DEBUG, "back to RDMA: rdma_cm %s (status %d, %s, code %u)",
+                ev.kind == K::rejected ? "rejected" : "failed", ev.status,
+                ev.consumer_reject ? "by the peer" : "no listener", r.code);
         {
           std::lock_guard<std::mutex> l(c->mu);
           // A sibling process holds the connection: once, to its port.
