@@ -215,6 +215,9 @@ TEST_CASE("back to RDMA: the new channel fails too; the second resume goes on fr
     RPair& p = q.p;
     resume_pair(q, 10 * seed);
     q.link_up();
+    // A maximum far above the stay on RDMA below (a slow, sanitized build
+    // takes longer than the 8 ms of the other cases): a short stay.
+    stream::engine::g().p.reupgrade_max_ms = 60000;
     const uint64_t total = 1500000;
     drive(q, total, 20 * seed, [&] { return on_rdma(p); });
     REQUIRE(on_rdma(p));
