@@ -31,7 +31,10 @@ enum class RecordType : uint8_t {
   keepalive = 10,
   proof = 11, // payload: binding proof (recover/upgrade_wire.h)
   move_ = 12, // stream leaves the channel for its TCP connection (stream/move.cc)
-  last = move_,
+  // A resumed stream comes back (stream/reattach.cc, recover/reattach_wire.h).
+  reattach = 13,     // `stream` proposes the id, `seq`: attempt counter; payload: tuple, tag
+  reattach_ack = 14, // `seq`: the counter; payload: tag
+  last = reattach_ack,
 };
 constexpr size_t kMaxControlPayload = 128;
 

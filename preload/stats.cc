@@ -289,8 +289,11 @@ void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem)
       fprintf(out, "%s\"%s\":%lu", r == 1 ? "" : ",",
               stream::resume_cause_name(static_cast<stream::ResumeCause>(r)), get(c.resumed[r]));
     fprintf(out,
-            "},\"failed\":%lu,\"resent_bytes\":%lu,\"recover_us\":%lu,\"recover_us_max\":%lu},",
-            get(c.resume_failed), get(c.resent_bytes), get(c.recover_us), get(c.recover_us_max));
+            "},\"failed\":%lu,\"resent_bytes\":%lu,\"recover_us\":%lu,\"recover_us_max\":%lu,"
+            "\"back_to_rdma\":{\"returned\":%lu,\"attempts\":%lu,\"failed_attempts\":%lu,"
+            "\"tcp_us\":%lu}},",
+            get(c.resume_failed), get(c.resent_bytes), get(c.recover_us), get(c.recover_us_max),
+            get(c.reup_returned), get(c.reup_attempts), get(c.reup_failed), get(c.reup_tcp_us));
     if (mem != nullptr) dump_mem_json(out, *mem);
     fprintf(out, "\"open_connections\":[");
     first = true;
@@ -340,6 +343,10 @@ void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem)
     fprintf(out, "; failed %lu; re-sent %lu bytes; %lu us recovering (max %lu)\n",
             get(c.resume_failed), get(c.resent_bytes), get(c.recover_us), get(c.recover_us_max));
   }
+  if (get(c.reup_attempts) + get(c.reup_returned) > 0)
+    fprintf(out, "  %-22s %lu streams; %lu attempts, %lu failed; %lu us on tcp before\n",
+            "back to rdma", get(c.reup_returned), get(c.reup_attempts), get(c.reup_failed),
+            get(c.reup_tcp_us));
   if (mem != nullptr) dump_mem_text(out, *mem);
   bool header = false;
   for (const ConnSlot& s : b.slots) {

@@ -15,8 +15,9 @@ namespace xp {
 
 constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
 // 3: the live file carries the registered-memory page (alloc::MemStats) at
-// kMemStatsOffset, after the block's pages.  4: recovery counters.
-constexpr uint32_t kStatsVersion = 4;
+// kMemStatsOffset, after the block's pages.  4: recovery counters.  5: back
+// to RDMA after a resume.
+constexpr uint32_t kStatsVersion = 5;
 // stream::ResumeCause::count (stream/resume.h; checked in track.cc).
 constexpr int kResumeCauses = 9;
 
@@ -39,6 +40,10 @@ struct Counters {
   Counter resume_failed;
   Counter resent_bytes;
   Counter recover_us, recover_us_max;
+  // Back to RDMA after a resume (stream/reattach.h): streams that returned
+  // (either end), attempts and failed attempts (the client end drives),
+  // time the returned streams spent on TCP (sum).
+  Counter reup_returned, reup_attempts, reup_failed, reup_tcp_us;
 };
 
 // One row per open connection (for xpress-stat, like smcss).  The data

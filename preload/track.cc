@@ -13,6 +13,7 @@
 #include "stream/conn.h"
 #include "stream/engine.h"
 #include "stream/ready_source.h"
+#include "stream/reattach.h"
 #include "stream/upgrade_policy.h"
 
 namespace xp::track {
@@ -102,6 +103,23 @@ void on_resume(const stream::ResumeEvent& e) {
   }
 }
 
+// Back to RDMA after a resume (stream/reattach.h).
+void on_reattach(const stream::reattach::Event& e) {
+  Counters& c = stats::c();
+  switch (e.kind) {
+  case stream::reattach::Event::attempt:
+    c.reup_attempts.fetch_add(1, std::memory_order_relaxed);
+    break;
+  case stream::reattach::Event::failed:
+    c.reup_failed.fetch_add(1, std::memory_order_relaxed);
+    break;
+  case stream::reattach::Event::returned:
+    c.reup_returned.fetch_add(1, std::memory_order_relaxed);
+    c.reup_tcp_us.fetch_add(e.tcp_us, std::memory_order_relaxed);
+    break;
+  }
+}
+
 void stream_log(int level, const char* fmt, va_list ap) {
   log::vwrite(static_cast<LogLevel>(level), fmt, ap);
 }
@@ -113,6 +131,7 @@ void engine_config_once() {
   stream::engine::configure(config().engine);
   stream::engine::set_outcome_hook(on_outcome);
   stream::set_resume_hook(on_resume);
+  stream::reattach::set_hook(on_reattach);
   stream::set_mode_hook(on_mode);
 }
 

@@ -49,6 +49,8 @@ Status parse_frame_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* out)
   if (h.type == kFrameResume) {
     if (h.len != kResumePayloadBytes || (h.flags & ~(kResumeKnowsStart | kResumeMoved)) != 0)
       return Status::invalid;
+  } else if (h.type == 3) { // SWITCHBACK (recover/reattach_wire.h)
+    if (h.len != 32 || h.flags != 0) return Status::invalid;
   } else if (h.type == kFrameData) {
     if (h.len == 0 || h.len > kMaxFrameData || h.flags != 0) return Status::invalid;
     if (h.seq + h.len < h.seq) return Status::invalid; // wraps

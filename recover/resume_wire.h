@@ -8,6 +8,8 @@
 //     stream, raw bytes from seq follow instead of frames): received (8, LE: the stream
 //     bytes of the other direction the sender holds) | 8 zero | tag (16)
 //   DATA (type 2, len 1..kMaxFrameData, seq = sequence of its first byte)
+//   SWITCHBACK (type 3, len 32: the direction goes back to RDMA at seq;
+//     recover/reattach_wire.h)
 // tag = SipHash-2-4-128(key = nonce_c XOR nonce_s, "XPRS" | dir | flags |
 //   seq | received), dir being the sender's direction (0 client->server).
 // Pure functions over bytes: every malformed input is rejected (invalid),

@@ -72,6 +72,24 @@ public:
   // data calls go to resume::, rs holds the state (under mu).
   std::atomic<bool> resumed{false};
   Resume* rs = nullptr;
+  // Back to RDMA after a resume (stream/reattach.h), under mu.
+  struct Reup {
+    uint8_t state = 0;           // reattach::St
+    bool never = false;          // moved at fork, or the process forked: stays on TCP
+    bool returned = false;       // came back once: its TCP directions stay framed for good
+    bool use_cm = false;         // next attempt: rdma_cm (an existing channel refused it)
+    bool redirected = false;     // this attempt followed a redirect already
+    bool peer_switch = false;    // the peer's SWITCH {S'} came over the new channel
+    uint32_t delay_ms = 0;       // back-off before the next attempt
+    uint64_t at_ms = 0;          // next attempt (engine clock; 0: not scheduled)
+    uint64_t counter = 0;        // client: the attempt's counter; server: highest accepted
+    uint64_t deadline_ms = 0;    // the attempt gives up then
+    uint64_t back_ms = 0;        // when it last came back onto RDMA
+    uint64_t tcp_since_us = 0;   // when it last went onto TCP (the return's log line)
+    uint64_t peer_switch_at = 0; // that SWITCH's S'
+  } reup;
+  // r->moved of a resumed stream, for lock-free readiness (resume.cc).
+  std::atomic<bool> moved_stream{false};
   // At fork: a resumed stream still owed bytes to the kernel (or waited for
   // the peer's RESUME); the child must not send them a second time.
   bool fork_unsafe = false;
@@ -85,6 +103,7 @@ public:
   // Readiness, as the engine and data calls last saw it.
   std::atomic<uint32_t> tcp_bits{0};    // EPOLL* of the kernel socket (engine's ET watch)
   std::atomic<uint32_t> stream_bits{0}; // kIn/kOut/kFin/kReset below
+  std::atomic<uint32_t> resume_bits{0}; // the same for a resumed connection's TCP side (resume.cc)
   std::atomic<uint32_t> gen{0};         // edges for everyone (reset, close, mode, HUP/ERR)
   std::atomic<uint32_t> gen_in{0};      // edges for readers: bytes, end of stream
   std::atomic<uint32_t> gen_out{0};     // edges for writers: room appeared

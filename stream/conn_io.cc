@@ -250,7 +250,10 @@ struct Waiter {
 // 0 end of stream, -1 errno (EAGAIN: none now), -2 try again (state moved).
 ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->rx_rdma.load() || c->phase.load() == Phase::tcp) return -2;
+  // resumed: checked again under the lock (resume::start holds it): the
+  // caller's lock-free look may predate the resume, and the kernel's
+  // bytes are frames now.
+  if (c->rx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load()) return -2;
   bool limited = c->sess.rx_mode() == Mode::rdma;
   uint64_t room = c->sess.rx_tcp_remaining();
   if (limited && room == 0) {
@@ -351,7 +354,12 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
 
 ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->tx_rdma.load() || c->phase.load() == Phase::tcp) return -2;
+  // resumed: see recv_tcp.  A caller that saw the connection not resumed
+  // (or resumed with its direction still on the stream) and then our
+  // direction off the stream must not write raw bytes among the frames
+  // (VM recovery case, inject run: the peer reset the stream on a
+  // "malformed frame").
+  if (c->tx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load()) return -2;
   if (c->ch) {
     engine::advance(c); // switches now if the peer has proven itself
     if (c->tx_rdma.load()) return -2;
@@ -527,8 +535,11 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     if (c->rd_shut.load()) return static_cast<ssize_t>(got);
-    if (c->resumed.load(std::memory_order_acquire)) { // on TCP (stream/resume.h)
+    // On TCP (stream/resume.h), unless this direction went back onto RDMA
+    // (stream/reattach.h).
+    if (c->resumed.load(std::memory_order_acquire) && !c->rx_rdma.load(std::memory_order_acquire)) {
       ssize_t r = resume::recv(c, iov, iovcnt, flags, &got);
+      if (r == resume::kRetry) continue;
       if (r != resume::kToKernel) return r;
       continue; // handed back to the kernel
     }
@@ -624,9 +635,13 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       errno = EBADF;
       return -1;
     }
-    if (c->resumed.load(std::memory_order_acquire)) { // on TCP (stream/resume.h)
+    if (c->resumed.load(std::memory_order_acquire) && !c->tx_rdma.load(std::memory_order_acquire)) {
       zc::finish(c, &zcs); // first: what resume::send queues follows our records
       ssize_t r = resume::send(c, iov, iovcnt, flags, &sent);
+      if (r == resume::kRetry) {
+        if (sent >= want && want > 0) return static_cast<ssize_t>(sent);
+        continue; // our direction is back on RDMA (stream/reattach.h)
+      }
       if (r != resume::kToKernel) return r;
       if (sent > 0) return kernel_rest(c, iov, iovcnt, sent, flags, true);
       *kernel = true; // a moved stream: its sends are the kernel's

@@ -21,6 +21,7 @@
 #include "stream/fault.h"
 #include "stream/move.h"
 #include "stream/ready_source.h"
+#include "stream/reattach.h"
 #include "stream/wake.h"
 #include "verbs/device.h"
 
@@ -132,7 +133,7 @@ void tcp_event(Conn* c, uint32_t events) {
   if (c->resumed.load(std::memory_order_acquire)) { // stream/resume.cc moves the bytes
     std::lock_guard<std::mutex> l(c->mu);
     if (c->closed.load()) return;
-    if (c->rs && c->rs->moved) {
+    if (c->rs && c->rs->moved && c->ch == nullptr) {
       // Only the program's calls read a moved stream's socket (a fork
       // child may be the one using it): readiness changed, nothing more.
       c->note_ready(nb & EPOLLIN);
@@ -140,6 +141,7 @@ void tcp_event(Conn* c, uint32_t events) {
       return;
     }
     resume::pump(c);
+    reattach::advance(c); // back to RDMA: frames drained, SWITCHBACK read
     return;
   }
   if ((nb & EPOLLIN) && c->rx_rdma.load() && tcp_after_switch(c)) return;
@@ -240,6 +242,7 @@ void* engine_main(void*) {
       tick_conns(now);
       std::lock_guard<std::mutex> l(s.mu);
       retry_pending(now);
+      relisten(now);
       reap_channels(now);
     }
   }
@@ -410,6 +413,12 @@ void engine::on_close(Conn* c) {
     syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
     if (Channel* ch = c->ch) {
       std::lock_guard<std::mutex> chl(ch->mu);
+      // Going back to RDMA, our direction still on TCP: nothing of ours is
+      // on the channel, so no FIN there (the kernel's ends our frames).
+      if (c->resumed.load() && !c->tx_rdma.load() && c->st) {
+        ch->mux->forget(c->st);
+        c->st = nullptr;
+      }
       // Unread bytes make the kernel answer close with a reset; so do we.
       // Otherwise FIN, after everything written (already posted).
       if (c->st && c->st->readable_bytes() > 0) c->st->reset();
@@ -459,6 +468,23 @@ void engine::before_fork() {
   State& s = g_state;
   if (!s.started || s.cm == nullptr) return;
   s.forking.store(true, std::memory_order_release);
+  // No stream that exists at the fork goes back onto RDMA afterwards (the
+  // socket is shared: the child may be the one using it); one going back
+  // right now gives its new channel up and goes on over TCP.
+  std::vector<Channel*> folding;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : s.conns) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      c->reup.never = true;
+      if (c->resumed.load() && c->ch) {
+        mark_failed(c->ch, ResumeCause::local);
+        folding.push_back(c->ch);
+      }
+    }
+  }
+  for (Channel* ch : folding)
+    channel_failed(ch);
   // Streams on RDMA move to TCP first: the child cannot use our queue
   // pairs, and whichever process uses the shared socket afterwards must
   // find the stream there (bounded wait: one round trip to each peer).

@@ -12,6 +12,7 @@
 #include "stream/engine_internal.h"
 #include "stream/move.h"
 #include "stream/ready_source.h"
+#include "stream/reattach.h"
 #include "stream/wake.h"
 
 namespace xp::stream::engine {
@@ -121,6 +122,11 @@ void handle_record(Channel* ch, const ControlRecord& r) {
     }
     return;
   }
+  if (r.h.type == static_cast<uint8_t>(RecordType::reattach)) {
+    std::lock_guard<std::mutex> gl(g().mu);
+    reattach::on_reattach(ch, r); // a resumed stream comes back (stream/reattach.cc)
+    return;
+  }
   Conn* c = nullptr;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
@@ -130,7 +136,9 @@ void handle_record(Channel* ch, const ControlRecord& r) {
   if (c == nullptr) return; // a stream closed here meanwhile
   {
     std::lock_guard<std::mutex> l(c->mu);
-    if (r.h.type == static_cast<uint8_t>(RecordType::move_)) {
+    if (c->resumed.load()) {
+      reattach::on_record(c, ch, r); // going back to RDMA (stream/reattach.cc)
+    } else if (r.h.type == static_cast<uint8_t>(RecordType::move_)) {
       move::on_peer_move(c, ch); // the peer moves the stream to TCP (it forks)
     } else if (c->ch == ch && !c->closed.load()) {
       c->sess.on_message(r.h.type, r.h.stream, r.h.seq, r.payload, r.h.len);
@@ -247,7 +255,10 @@ void advance(Conn* c) {
 }
 
 void fail(Conn* c, Reason why, const char* detail) {
-  if (c->resumed.load()) return; // on TCP already
+  if (c->resumed.load()) { // on TCP already; going back to RDMA: on TCP again
+    if (c->ch) reattach::fold(c);
+    return;
+  }
   if (detail == nullptr) detail = c->sess.fail_detail();
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s%s%s (tx %s, rx %s)", c->sock(), reason_name(why),
           *detail ? ": " : "", detail, c->tx_rdma.load() ? "rdma" : "tcp",

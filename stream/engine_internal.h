@@ -41,6 +41,7 @@ namespace engine {
 
 struct PendingReq {
   verbs::CmRequest* req;
+  bool reattach;      // a channel only: the stream binds with REATTACH over it
   ListenShare* share; // null: our private listener
   uint8_t key[12];
   uint16_t sid;
@@ -59,14 +60,16 @@ struct Negative {
 };
 struct OwnedListener {
   ListenShare* share;
-  verbs::CmListener* l;
+  verbs::CmListener* l; // null: its device went away, listening again (relisten)
+  void* user;
 };
 // What the user pointer of an rdma_cm operation names.
 struct CmUser {
   enum class Kind : uint8_t { client, server, listener_share, listener_private } kind;
   Conn* conn;
   ListenShare* share;
-  uint16_t port; // client: the port this attempt went to
+  uint16_t port;         // client: the port this attempt went to
+  bool reattach = false; // a channel for a resumed stream going back (stream/reattach.cc)
 };
 
 struct State {
@@ -99,6 +102,9 @@ struct State {
   std::vector<std::array<uint8_t, 12>> closed_keys;
   verbs::CmListener* private_l = nullptr;
   uint16_t private_port = 0;
+  bool private_lost = false; // its device went away: listen again (relisten)
+  sockaddr_storage private_addr{};
+  uint64_t relisten_ms = 0;
   CmUser private_user{CmUser::Kind::listener_private, nullptr, nullptr, 0};
   uint64_t now_ms = 0;
   std::atomic<bool> forking{false}; // between before_fork and after_fork_parent
@@ -189,11 +195,18 @@ void start_client(Conn* c);
 void serve_share(ListenShare* s);
 void on_cm_event(const verbs::CmEvent& ev);
 void retry_pending(uint64_t now);
+// Listeners whose device went away listen again once it is back (a
+// resumed stream's client then finds us for its return to RDMA).
+void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
 void pack_key(const recover::TcpTuple& t, uint8_t key[12]);
 Conn* find_by_key(const uint8_t key[12]);
 bool recently_closed(const uint8_t key[12]);
 void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt
+// A channel for a resumed stream going back (stream/reattach.cc): rdma_cm to
+// the server at port, the request naming the stream's 4-tuple only so that
+// the right process answers; false when it could not even start.
+bool cm_reattach(Conn* c, uint16_t port);
 
 } // namespace engine
 } // namespace xp::stream

@@ -27,6 +27,11 @@ struct EngineParams {
   uint64_t fault_qp_error_at = 0;
   // XPRESS_ZEROCOPY / XPRESS_ZEROCOPY_MIN_KB: blocking sends of at least
   // this many bytes from registered memory go out without a copy.
+  // XPRESS_REUPGRADE_MS / XPRESS_REUPGRADE_MAX_MS: a stream that resumed on
+  // TCP tries to go back onto RDMA after this long, the delay doubling per
+  // failed attempt up to the maximum (stream/reattach.cc).  0: never.
+  uint32_t reupgrade_ms = 1000;
+  uint32_t reupgrade_max_ms = 60000;
   bool zerocopy = true;
   size_t zerocopy_min = 256u << 10;
 };

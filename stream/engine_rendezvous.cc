@@ -14,13 +14,16 @@
 
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
+#include "stream/reattach.h"
 #include "stream/wake.h"
 
 namespace xp::stream::engine {
 namespace {
 
 constexpr uint8_t kWireVersion = 1;
-constexpr uint8_t kKindRequest = 1, kKindAccept = 2;
+// kKindReattach: a channel for a resumed stream of this 4-tuple (nonce
+// zero); the stream binds over it with an authenticated REATTACH.
+constexpr uint8_t kKindRequest = 1, kKindAccept = 2, kKindReattach = 3;
 enum RejectCode : uint8_t { rej_redirect = 1, rej_unknown = 2, rej_busy = 3, rej_version = 4 };
 
 // rdma_cm private data of a request: exactly verbs::kAppPrivateMax bytes.
@@ -131,6 +134,23 @@ void send_reject(verbs::CmRequest* req, RejectCode code, uint16_t port = 0) {
   g().cm->reject(req, &r, sizeof r);
 }
 
+// A resumed stream's client wants a channel to us: accepted without
+// binding anything (REATTACH over it proves who asks).
+void accept_channel(Conn* c, verbs::CmRequest* req) {
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->closed.load() || !c->resumed.load() || c->ch != nullptr) return send_reject(req, rej_busy);
+  AcceptWire a{};
+  a.kind = kKindAccept;
+  a.version = kWireVersion;
+  auto* u = new (std::nothrow) CmUser{CmUser::Kind::server, c, nullptr, 0, true};
+  if (u == nullptr) return send_reject(req, rej_busy);
+  c->ref();
+  if (g().cm->accept(req, link_params(), &a, sizeof a, u) != Status::ok) {
+    delete u;
+    c->unref();
+  }
+}
+
 void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Nonce& nonce_c) {
   c->heard_from_peer.store(true);
   std::lock_guard<std::mutex> l(c->mu);
@@ -172,9 +192,16 @@ bool lookup_slot(ListenShare* sh, const uint8_t key[12], uint16_t* port) {
 
 // A request we cannot answer yet waits; true when it was answered.
 bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12], uint16_t sid,
-                    const recover::Nonce& nonce) {
+                    const recover::Nonce& nonce, bool reattach) {
   if (Conn* c = find_by_key(key)) {
-    accept_for(c, req, sid, nonce);
+    if (reattach)
+      accept_channel(c, req);
+    else
+      accept_for(c, req, sid, nonce);
+    return true;
+  }
+  if (reattach && !sh) { // our private port: nobody else to ask
+    send_reject(req, rej_unknown);
     return true;
   }
   if (recently_closed(key)) {
@@ -273,7 +300,31 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
   return ch;
 }
 
+bool cm_reattach(Conn* c, uint16_t port) {
+  if (g().cm == nullptr) return false; // rdma_cm not running (no device, unit tests)
+  ReqWire w{};
+  w.kind = kKindReattach;
+  w.version = kWireVersion;
+  pack_key(c->tuple, w.key);
+  sockaddr_in src = in4(c->tuple.client_addr, 0);
+  sockaddr_in dst = in4(c->tuple.server_addr, port);
+  auto* u = new (std::nothrow) CmUser{CmUser::Kind::client, c, nullptr, port, true};
+  if (u == nullptr) return false;
+  c->ref();
+  g().inflight.push_back(u);
+  Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                              link_params(), &w, sizeof w, u);
+  if (st != Status::ok) {
+    attempt_done(u);
+    delete u;
+    c->unref();
+    return false;
+  }
+  return true;
+}
+
 void start_client(Conn* c) {
+  if (c->resumed.load()) return reattach::start(c); // back to RDMA (stream/reattach.cc)
   std::lock_guard<std::mutex> l(c->mu);
   if (c->closed.load() || c->phase.load() != Phase::upgrading ||
       c->sess.state() == recover::State::failed)
@@ -352,7 +403,7 @@ void serve_share(ListenShare* sh) {
       verbs::CmListener* l = nullptr;
       uint16_t port = 0;
       if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u, &l, &port) == Status::ok) {
-        g().listeners.push_back(OwnedListener{sh, l});
+        g().listeners.push_back(OwnedListener{sh, l, u});
         sh->owner_state.store(1);
       } else {
         delete u;
@@ -370,6 +421,8 @@ void serve_share(ListenShare* sh) {
     if (g().cm->listen(reinterpret_cast<sockaddr*>(&a), &g().private_user, &g().private_l,
                        &g().private_port) != Status::ok)
       return;
+    a.sin_port = htons(g().private_port);
+    memcpy(&g().private_addr, &a, sizeof a);
   }
   for (Conn* c : g().conns) {
     if (c->share != sh || c->slot_written || c->closed.load()) continue;
@@ -395,13 +448,15 @@ void on_cm_event(const verbs::CmEvent& ev) {
     ReqWire w{};
     if (ev.priv_len != sizeof w) return send_reject(ev.req, rej_version);
     memcpy(&w, ev.priv, sizeof w);
-    if (w.kind != kKindRequest || w.version != kWireVersion)
+    if ((w.kind != kKindRequest && w.kind != kKindReattach) || w.version != kWireVersion)
       return send_reject(ev.req, rej_version);
     recover::Nonce n;
     memcpy(n.b, w.nonce, 16);
+    const bool re = w.kind == kKindReattach;
     ListenShare* sh = u && u->kind == CmUser::Kind::listener_share ? u->share : nullptr;
-    if (answer_request(ev.req, sh, w.key, w.sid, n)) return;
+    if (answer_request(ev.req, sh, w.key, w.sid, n, re)) return;
     PendingReq p{};
+    p.reattach = re;
     p.req = ev.req;
     p.share = sh;
     memcpy(p.key, w.key, 12);
@@ -414,7 +469,17 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::established: {
     if (u->kind == CmUser::Kind::client) attempt_done(u);
     Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
-    if (ch == nullptr) {
+    if (u->reattach) {
+      // A channel for a resumed stream: the stream binds over it with
+      // REATTACH (client); the server waits for that.
+      if (ch == nullptr) {
+        g().cm->destroy(ev.link);
+      } else if (u->kind == CmUser::Kind::client) {
+        memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
+        ch->peer_port = u->conn->tuple.server_port;
+      }
+      if (u->kind == CmUser::Kind::client) reattach::over_channel(u->conn, ch);
+    } else if (ch == nullptr) {
       g().cm->destroy(ev.link);
     } else if (u->kind == CmUser::Kind::client) {
       memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
@@ -439,6 +504,31 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::rejected:
   case K::failed: {
     Conn* c = u->conn;
+    if (u->reattach) {
+      if (u->kind == CmUser::Kind::client) {
+        attempt_done(u);
+        RejectWire r{};
+        if (ev.kind == K::rejected && ev.consumer_reject && ev.priv_len >= sizeof r)
+          memcpy(&r, ev.priv, sizeof r);
+        bool again = false;
+        XP_SLOG(XP_SLOG_DEBUG, "back to RDMA: rdma_cm %s (status %d, %s, code %u)",
+                ev.kind == K::rejected ? "rejected" : "failed", ev.status,
+                ev.consumer_reject ? "by the peer" : "no listener", r.code);
+        {
+          std::lock_guard<std::mutex> l(c->mu);
+          // A sibling process holds the connection: once, to its port.
+          if (r.code == rej_redirect && !c->reup.redirected && !c->closed.load() &&
+              c->reup.state == reattach::connecting) {
+            c->reup.redirected = true;
+            again = cm_reattach(c, ntohs(r.port));
+          }
+        }
+        if (!again) reattach::over_channel(c, nullptr);
+      }
+      c->unref();
+      delete u;
+      return;
+    }
     // A connection that will try again (below) keeps the others to this
     // host parked: they learn the outcome from its second attempt.
     bool will_retry = ev.kind == K::rejected && !ev.consumer_reject &&
@@ -474,6 +564,21 @@ void on_cm_event(const verbs::CmEvent& ev) {
     }
     c->unref();
     delete u;
+    return;
+  }
+  case K::listener_lost: {
+    // Its device went away: listen again once one has the address.
+    for (OwnedListener& o : g().listeners)
+      if (o.user == ev.user && o.l) {
+        g().cm->close_listener(o.l);
+        o.l = nullptr;
+      }
+    if (ev.user == &g().private_user && g().private_l) {
+      g().cm->close_listener(g().private_l);
+      g().private_l = nullptr;
+      g().private_lost = true;
+    }
+    XP_SLOG(XP_SLOG_INFO, "rdma_cm listener lost its device: listening again when it is back");
     return;
   }
   case K::disconnected: {
@@ -537,11 +642,29 @@ void reap_channels(uint64_t now) {
   }
 }
 
+void relisten(uint64_t now) {
+  if (now < g().relisten_ms) return;
+  g().relisten_ms = now + 500; // a device comes back in seconds: no hurry
+  for (OwnedListener& o : g().listeners) {
+    if (o.l) continue;
+    uint16_t port = 0;
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&o.share->addr), o.user, &o.l, &port) ==
+        Status::ok)
+      XP_SLOG(XP_SLOG_INFO, "rdma_cm listener back on port %u", port);
+  }
+  if (g().private_lost) {
+    uint16_t port = 0;
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&g().private_addr), &g().private_user,
+                       &g().private_l, &port) == Status::ok)
+      g().private_lost = false;
+  }
+}
+
 void retry_pending(uint64_t now) {
   auto& reqs = g().reqs;
   for (size_t i = 0; i < reqs.size();) {
     PendingReq& p = reqs[i];
-    bool done = answer_request(p.req, p.share, p.key, p.sid, p.nonce_c);
+    bool done = answer_request(p.req, p.share, p.key, p.sid, p.nonce_c, p.reattach);
     if (!done && now >= p.deadline_ms) {
       send_reject(p.req, rej_unknown);
       done = true;

@@ -115,6 +115,8 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
   const bool sw = tx_switched(c);
   if (r) {
     r->moved = true;
+    c->moved_stream.store(true, std::memory_order_release);
+    c->reup.never = true; // moved streams never go back (docs/protocol.md §7)
     r->cause = why;
     r->started_us = t0_us;
     r->started_ms = engine::now_ms();

@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include "common/logsink.h"
+#include "recover/reattach_wire.h"
 #include "stream/engine_internal.h"
+#include "stream/reattach.h"
 #include "stream/resume_internal.h"
 #include "stream/wake.h"
 
@@ -107,6 +109,7 @@ void set_detach_hook(DetachHook h) {
 
 void release(Resume* r) {
   if (r->resend) munmap(r->resend, r->resend_cap);
+  if (r->ahead) munmap(r->ahead, r->ahead_cap);
   delete r;
 }
 
@@ -129,8 +132,6 @@ void queue_data(Resume* r, const uint8_t* p, size_t n, uint64_t seq, bool framed
   }
 }
 
-namespace {
-
 // Our RESUME and the bytes the peer may lack, from `from` on.
 void go_framed(Conn* c, Resume* r, uint64_t from) {
   recover::ResumeInfo ri;
@@ -147,6 +148,8 @@ void go_framed(Conn* c, Resume* r, uint64_t from) {
   r->resent += n;
   r->tx = Resume::Tx::framed;
 }
+
+namespace {
 
 void report(Conn* c, Resume* r, bool ok) {
   if (r->reported) return;
@@ -229,6 +232,9 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
       if (r->frame.type == recover::kFrameResume) {
         if (r->peer_resumed) return give_up(c, r, "a second RESUME");
         r->rpay_have = 0;
+      } else if (r->frame.type == recover::kFrameSwitchback) {
+        if (!r->peer_resumed) return give_up(c, r, "SWITCHBACK before RESUME");
+        r->rpay_have = 0;
       } else {
         // DATA follows the RESUME, and starts at or before what we hold.
         if (!r->peer_resumed) return give_up(c, r, "DATA before RESUME");
@@ -236,6 +242,22 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
       }
       r->in_frame = true;
       continue;
+    }
+    if (r->frame.type == recover::kFrameSwitchback) {
+      static_assert(recover::kSwitchbackPayloadBytes == recover::kResumePayloadBytes);
+      size_t take = recover::kSwitchbackPayloadBytes - r->rpay_have;
+      if (take > n) take = n;
+      memcpy(r->rpay + r->rpay_have, p, take);
+      r->rpay_have = static_cast<uint8_t>(r->rpay_have + take);
+      p += take;
+      n -= take;
+      if (r->rpay_have < recover::kSwitchbackPayloadBytes) return;
+      r->in_frame = false;
+      // The peer's direction goes back to RDMA here (stream/reattach.cc);
+      // fill_rx reads no further than this frame, so nothing follows in p.
+      if (!reattach::on_switchback(c, r)) return give_up(c, r, "SWITCHBACK does not verify");
+      if (n > 0) return give_up(c, r, "bytes after SWITCHBACK");
+      return;
     }
     if (r->frame.type == recover::kFrameResume) {
       size_t take = recover::kResumePayloadBytes - r->rpay_have;
@@ -254,11 +276,13 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
       on_peer_resume(c, r, ri);
       if (ri.moved) { // raw bytes from ri.from on (stream/move.cc)
         r->rx_raw = true;
+        c->reup.never = true; // a moved stream never goes back
         r->rx_skip = r->rx_next - ri.from;
       } else if (r->moved) {
         // The peer took the failure path (the move crossed a failure):
         // frames follow, and this is a resumed stream like any other.
         r->moved = false;
+        c->moved_stream.store(false, std::memory_order_release);
       }
       continue;
     }
@@ -284,6 +308,10 @@ bool fill_rx(Conn* c, Resume* r) {
   bool moved = false;
   uint8_t tmp[16384];
   while (!r->eof && !r->broken) {
+    // The peer's SWITCHBACK was read: its bytes after it come over the
+    // channel (not read here), or, when that channel failed, they follow
+    // as a RESUME and frames (stream/reattach.cc).
+    if (r->rx_back && !reattach::after_switchback(c, r)) break;
     size_t room;
     bool to_pre = (r->rx_framed || r->rx_cont) && r->raw_left > 0;
     // A moved stream reads ahead only the raw bytes below the peer's S and
@@ -302,6 +330,12 @@ bool fill_rx(Conn* c, Resume* r) {
       room = r->buf.space();
     }
     if (room > sizeof tmp) room = sizeof tmp;
+    // A stream that tried to go back onto RDMA may find a SWITCHBACK among
+    // the frames: read up to frame boundaries then, never past one.
+    if (!to_pre && r->rx_framed && !r->rx_raw && !r->moved && c->reup.counter != 0)
+      limit = !r->in_frame                           ? recover::kFrameHeaderBytes - r->hdr_have
+              : r->frame.type == recover::kFrameData ? r->frame.len
+                                                     : recover::kResumePayloadBytes - r->rpay_have;
     if (room > limit) room = limit;
     if (room == 0) break;
     long got = syscall(SYS_recvfrom, c->sock(), tmp, room, MSG_DONTWAIT, nullptr, nullptr);
@@ -380,7 +414,7 @@ void refresh_bits(Conn* c, Resume* r) {
                    r->out.space() > recover::kFrameHeaderBytes;
   if (can_write) b |= Conn::kOut;
   if (r->tx == Resume::Tx::shut || r->app_shut || r->tx_eof) b |= Conn::kWriteShut;
-  c->stream_bits.store(b, std::memory_order_release);
+  c->resume_bits.store(b, std::memory_order_release);
 }
 
 // A moved stream whose buffers are empty is a plain TCP connection again
@@ -404,11 +438,11 @@ void settle(Conn* c, Resume* r, bool moved) {
   if (!r->reported && r->tx != Resume::Tx::wait &&
       (r->moved || !r->rx_framed || r->peer_resumed || r->eof || r->fin || r->broken))
     report(c, r, !r->broken);
-  uint32_t before = c->stream_bits.load(std::memory_order_relaxed);
+  uint32_t before = c->resume_bits.load(std::memory_order_relaxed);
   refresh_bits(c, r);
   uint32_t gen = c->gen.load(std::memory_order_relaxed);
   hand_back(c, r);
-  if (moved || before != c->stream_bits.load(std::memory_order_relaxed) ||
+  if (moved || before != c->resume_bits.load(std::memory_order_relaxed) ||
       gen != c->gen.load(std::memory_order_relaxed)) {
     c->note_ready(moved);
     wake::notify(c);
@@ -432,6 +466,39 @@ void tick(Conn* c, uint64_t now_ms) {
   if (r->tx == Resume::Tx::wait && now_ms > r->deadline_ms)
     give_up(c, r, "no RESUME from the peer in time");
   pump(c);
+  reattach::tick(c, now_ms); // back to RDMA: schedule, time out, advance
+}
+
+bool collect_resend(Channel* ch, Stream* s, Resume* r, uint64_t* first) {
+  // Every byte the peer may lack is in a record it has not credited
+  // (docs/protocol.md §7); [acked, next) bounds them.
+  const uint64_t acked = s->send_acked(), next = s->send_next();
+  r->tx_next = next;
+  r->resend_seq = next;
+  *first = next;
+  if (next <= acked) return true;
+  if (r->resend) munmap(r->resend, r->resend_cap); // a second resume: the old copy is sent
+  r->resend_cap = next - acked;
+  void* m =
+      mmap(nullptr, r->resend_cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  r->resend = m == MAP_FAILED ? nullptr : static_cast<uint8_t*>(m);
+  Collect k{s->id(), s->open_cursor(), acked, next, r->resend};
+  if (r->resend == nullptr) {
+    r->resend_cap = 0;
+    return false;
+  }
+  if (ch->mux->channel().walk_uncredited(collect, &k) != Status::ok || k.gap ||
+      (k.first != UINT64_MAX && k.end != next))
+    return false;
+  // A zero-copy write still in send(): its records' staged payloads are
+  // empty, its buffer is still the program's (send() lets it go only under
+  // this lock, after zero_copy_release()).
+  s->zero_copy_overlay(acked, next, r->resend);
+  // The bytes before `first` were credited: the peer holds them.
+  *first = k.first == UINT64_MAX ? next : k.first;
+  memmove(r->resend, r->resend + (*first - acked), next - *first);
+  r->resend_seq = *first;
+  return true;
 }
 
 void start(Conn* c, ResumeCause why) {
@@ -463,40 +530,10 @@ void start(Conn* c, ResumeCause why) {
         reset = s->was_reset();
       }
       write_shut = s->write_shut();
-      peer_knows = s->peer_knows_tx_start();
-      if (tx_switched) {
-        // Every byte the peer may lack is in a record it has not credited
-        // (docs/protocol.md §7); [acked, next) bounds them.
-        const uint64_t acked = s->send_acked(), next = s->send_next();
-        r->tx_next = next;
-        r->resend_seq = next;
-        if (next > acked) {
-          r->resend_cap = next - acked;
-          void* m = mmap(nullptr, r->resend_cap, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-          r->resend = m == MAP_FAILED ? nullptr : static_cast<uint8_t*>(m);
-          Collect k{s->id(), s->open_cursor(), acked, next, r->resend};
-          if (r->resend == nullptr) {
-            r->resend_cap = 0;
-            gap = true;
-          } else if (ch->mux->channel().walk_uncredited(collect, &k) != Status::ok || k.gap ||
-                     (k.first != UINT64_MAX && k.end != next)) {
-            gap = true;
-          } else {
-            // A zero-copy write still in send(): its records' staged
-            // payloads are empty, its buffer is still the program's
-            // (send() lets it go only under this lock, after
-            // zero_copy_release()).
-            s->zero_copy_overlay(acked, next, r->resend);
-            // The bytes before `first` were credited: the peer holds them.
-            first = k.first == UINT64_MAX ? next : k.first;
-            memmove(r->resend, r->resend + (first - acked), next - first);
-            r->resend_seq = first;
-          }
-        } else {
-          first = next;
-        }
-      }
+      // A stream that came back onto RDMA wrote its SWITCHBACK in its
+      // frames: the peer reads frames after it whatever it saw over RDMA.
+      peer_knows = s->peer_knows_tx_start() || c->reup.returned;
+      if (tx_switched) gap = !collect_resend(ch, s, r, &first);
     }
     if (r) {
       // Published before the stream leaves the channel: a data call in
@@ -562,6 +599,7 @@ void start(Conn* c, ResumeCause why) {
   if (r->tx == Resume::Tx::wait && !rx_known)
     give_up(c, r, "the channel failed while the switches were crossing");
   if (reset) give_up(c, r, "the peer had reset the stream");
+  reattach::on_resumed(c);
   c->gen.fetch_add(1);
   pump(c);
   wake::notify();
@@ -573,20 +611,32 @@ uint32_t ready_events(const Conn* c) {
   pollfd p{c->sock(), POLLIN | POLLOUT | POLLRDHUP | POLLPRI, 0};
   uint32_t kb = 0;
   if (syscall(SYS_poll, &p, 1, 0) == 1) kb = static_cast<uint16_t>(p.revents);
-  const uint32_t sb = c->stream_bits.load(std::memory_order_acquire);
-  uint32_t out = kb & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP | EPOLLPRI | EPOLLHUP | EPOLLERR);
-  if (sb & (Conn::kIn | Conn::kFin)) out |= EPOLLIN | EPOLLRDNORM;
-  if (sb & Conn::kFin) out |= EPOLLRDHUP;
-  // `moved` is set before `resumed` is published and never changes.
-  if (c->rs != nullptr && c->rs->moved) {
+  const uint32_t rb = c->resume_bits.load(std::memory_order_acquire);
+  // A direction that went back onto RDMA (stream/reattach.cc) answers from
+  // the stream, the other from here.
+  const bool rx_stream = c->rx_rdma.load(std::memory_order_acquire);
+  const bool tx_stream = c->tx_rdma.load(std::memory_order_acquire);
+  const uint32_t sb = rx_stream || tx_stream ? c->stream_bits.load(std::memory_order_acquire) : 0;
+  uint32_t out = kb & (EPOLLPRI | EPOLLHUP | EPOLLERR);
+  if (!rx_stream) {
+    out |= kb & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP);
+    if (rb & (Conn::kIn | Conn::kFin)) out |= EPOLLIN | EPOLLRDNORM;
+    if (rb & Conn::kFin) out |= EPOLLRDHUP;
+  } else {
+    if (sb & (Conn::kIn | Conn::kFin | Conn::kReset)) out |= EPOLLIN | EPOLLRDNORM;
+    if (sb & (Conn::kFin | Conn::kReset)) out |= EPOLLRDHUP;
+  }
+  if (c->moved_stream.load(std::memory_order_acquire)) {
     out |= kb & (EPOLLOUT | EPOLLWRNORM); // its sends go straight to the kernel
+  } else if (tx_stream) {
+    if (sb & (Conn::kOut | Conn::kReset | Conn::kWriteShut)) out |= EPOLLOUT | EPOLLWRNORM;
   } else {
     // Writable while `out` has room: a send queues there (the engine drains
     // it on the kernel's EPOLLOUT edges and wakes us when room appears).
-    if (sb & Conn::kOut) out |= EPOLLOUT | EPOLLWRNORM;
-    if (sb & Conn::kWriteShut) out |= EPOLLOUT | EPOLLWRNORM; // a write reports the error
+    if (rb & Conn::kOut) out |= EPOLLOUT | EPOLLWRNORM;
+    if (rb & Conn::kWriteShut) out |= EPOLLOUT | EPOLLWRNORM; // a write reports the error
   }
-  if (sb & Conn::kReset) {
+  if (rb & Conn::kReset) {
     out |= EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM | EPOLLRDHUP | EPOLLHUP;
     if (c->err_pending.load(std::memory_order_acquire)) out |= EPOLLERR;
   }

@@ -58,6 +58,7 @@ struct Resume {
     framed, // frames (RESUME, then DATA) after S
     shut,   // we had shut our direction (FIN) before the failure
     dead,   // given up
+    back,   // SWITCHBACK queued at S': bytes from S' go to the stream (stream/reattach.cc)
   };
   Tx tx = Tx::raw;
   ByteRing out;              // bytes for the kernel, framed as tx says
@@ -102,6 +103,17 @@ struct Resume {
   bool rx_raw = false;  // the peer's moved RESUME was read: raw bytes follow
   uint64_t rx_skip = 0; // ... of which this many we hold already
 
+  // ---- back to RDMA (stream/reattach.cc).  The peer's SWITCHBACK ends
+  // its frames on TCP: the bytes after it come over the new channel, or,
+  // when that failed too (again), in a RESUME and frames that follow it.
+  bool rx_back = false;    // the peer's SWITCHBACK was read (at rx_next): TCP is not read on
+  uint64_t sb_counter = 0; // ... the attempt it belonged to
+  bool again = false;      // an attempt's channel failed after we were bound to it
+  uint64_t again_counter = 0;
+  uint8_t* ahead = nullptr; // bytes from the peer's S' that came over that channel
+  size_t ahead_len = 0, ahead_cap = 0;
+  uint64_t ahead_seq = 0, ahead_counter = 0;
+
   // ---- bookkeeping
   ResumeCause cause = ResumeCause::none;
   uint8_t key[recover::kNonceBytes] = {};
@@ -143,6 +155,9 @@ bool peer_frames_waiting(int fd);
 // bytes being moved already (recv: the connection is Phase::tcp again;
 // send: its sends go to the kernel).
 constexpr ssize_t kToKernel = -4;
+// kRetry: a direction went back to the stream (stream/reattach.cc) or the
+// stream is no longer resumed: the caller starts over, *done bytes moved.
+constexpr ssize_t kRetry = -5;
 ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
 ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
 int shutdown(Conn* c, int how); // c->mu held

@@ -21,5 +21,11 @@ void flush_out(Conn* c, Resume* r);
 void settle(Conn* c, Resume* r, bool moved);
 // The stream cannot go on: reset it (and the TCP connection).
 void give_up(Conn* c, Resume* r, const char* why);
+// ch->mu held: the bytes of s the peer may lack ([acked, next) of its
+// window) from the staging ring into r->resend; *first: where they start.
+// false: not all there (a gap), nothing re-sendable.
+bool collect_resend(Channel* ch, Stream* s, Resume* r, uint64_t* first);
+// Our RESUME and the re-sent bytes from `from` on into r->out (framed).
+void go_framed(Conn* c, Resume* r, uint64_t from);
 
 } // namespace xp::stream::resume

@@ -15,6 +15,7 @@
 #include "common/logsink.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
+#include "stream/reattach.h"
 #include "stream/resume_internal.h"
 #include "stream/wake.h"
 
@@ -173,8 +174,13 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
     {
       std::lock_guard<std::mutex> l(c->mu);
       Resume* r = c->rs;
-      if (r == nullptr) { // closed under us
-        errno = EBADF;
+      if (r == nullptr || c->rx_rdma.load()) {
+        // Back on RDMA (stream/reattach.cc): the stream serves the rest.
+        if (!c->closed.load() && (r != nullptr || !c->resumed.load())) {
+          *done = got;
+          return kRetry;
+        }
+        errno = EBADF; // closed under us
         return got > 0 ? static_cast<ssize_t>(got) : -1;
       }
       if (c->phase.load() == Phase::tcp) { // a moved stream, handed back
@@ -191,6 +197,15 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
       if (n == 0) end = at_end(c, r);
       settle(c, r, moved);
       to_kernel = n == 0 && end < 0 && c->phase.load() == Phase::tcp;
+      if (n == 0 && end < 0 && !to_kernel) {
+        // Everything before the peer's SWITCHBACK read: its direction may
+        // go back to the stream now (r may be gone after this).
+        reattach::advance(c);
+        if (c->rs != r || c->rx_rdma.load()) {
+          *done = got;
+          return kRetry;
+        }
+      }
     }
     if (to_kernel) {
       *done = got;
@@ -229,7 +244,13 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
     {
       std::lock_guard<std::mutex> l(c->mu);
       Resume* r = c->rs;
-      if (r == nullptr) {
+      if (r == nullptr || r->tx == Resume::Tx::back) {
+        // Our direction is back on RDMA (stream/reattach.cc): the stream
+        // takes the rest.
+        if (!c->closed.load() && (r != nullptr || !c->resumed.load())) {
+          *done = sent;
+          return kRetry;
+        }
         errno = EBADF;
         return sent > 0 ? static_cast<ssize_t>(sent) : -1;
       }
@@ -265,6 +286,7 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
       }
       empty = r->out.size() == 0;
       settle(c, r, false);
+      reattach::advance(c); // our frames left: our direction may go back (r may be gone)
     }
     if (err != 0) {
       if (sent > 0) return static_cast<ssize_t>(sent);
@@ -300,6 +322,18 @@ int shutdown(Conn* c, int how) {
     wake::notify();
     return 0;
   }
+  if (r != nullptr && how != SHUT_RD && !r->app_shut && r->tx == Resume::Tx::back) {
+    // Back on RDMA: the FIN goes over the channel after our bytes there,
+    // the kernel's once the frames before our SWITCHBACK left.
+    r->app_shut = true;
+    if (Channel* ch = c->ch) {
+      std::lock_guard<std::mutex> chl(ch->mu);
+      if (c->st) c->st->shutdown_write();
+      engine::refresh(c);
+    }
+    r->shut_pending = true;
+    flush_out(c, r);
+  }
   if (r != nullptr && how != SHUT_RD && !r->app_shut) {
     r->app_shut = true;
     if (r->tx == Resume::Tx::raw || r->tx == Resume::Tx::framed || r->tx == Resume::Tx::wait) {
@@ -319,7 +353,12 @@ int readable_bytes(Conn* c, int* out) {
   std::lock_guard<std::mutex> l(c->mu);
   Resume* r = c->rs;
   size_t n = 0;
-  if (r) {
+  if (r && c->rx_rdma.load()) { // back on RDMA (stream/reattach.cc)
+    if (Channel* ch = c->ch) {
+      std::lock_guard<std::mutex> chl(ch->mu);
+      n = c->st ? c->st->readable_bytes() : 0;
+    }
+  } else if (r) {
     bool moved = fill_rx(c, r);
     n = r->pre.size() + (r->raw_left == 0 ? r->buf.size() : 0);
     int k = 0; // a moved stream's kernel bytes come after ours

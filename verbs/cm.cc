@@ -342,7 +342,12 @@ bool Cm::next(CmEvent* out) {
       continue;
     case RDMA_CM_EVENT_DISCONNECTED:
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
-      if (c->kind == CtxKind::listener) continue;
+      if (c->kind == CtxKind::listener) {
+        if (type == RDMA_CM_EVENT_DISCONNECTED) continue;
+        out->kind = CmEvent::Kind::listener_lost;
+        out->user = c->user;
+        return true;
+      }
       out->kind = CmEvent::Kind::disconnected;
       out->user = c->user;
       out->link = c->link;

@@ -23,6 +23,9 @@ struct CmEvent {
     rejected,     // the peer rejected our request (priv: its reject data, if any)
     failed,       // our request failed (no route, no answer, unreachable, ...)
     disconnected, // an established link's peer went away
+    // A listener's device went away (Soft-RoCE device removed): it hears
+    // nothing any more; close_listener() it and listen again later.
+    listener_lost,
   };
   Kind kind;
   void* user;           // listener's (request) or connection's user pointer

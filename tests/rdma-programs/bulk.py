@@ -8,6 +8,9 @@
   bulk.py send --host ADDR --port PORT --bytes N
       send N bytes of pseudo-random data, shut down the write side, wait for
       the receiver to close, print "bytes N sha256 HEX"
+      (--rate MIB: at most MIB MiB/s before --hold-at; --hold-at N
+      --hold-file F: after N bytes, wait until F exists, at most
+      --hold-timeout seconds, then send the rest at full speed)
 
 The data: one random 1 MiB block, every 64 KiB piece of it stamped with a
 running counter before it is sent, so a lost, duplicated or reordered piece
@@ -83,11 +86,24 @@ def send(args):
     sent = 0
     counter = 0
     settle = args.settle
+    hold = size(args.hold_at) if args.hold_at else None
+    t0 = time.monotonic()
     while sent < total:
+        if hold is not None and sent >= hold:  # the test lets us go on
+            t = time.monotonic() + args.hold_timeout
+            while not os.path.exists(args.hold_file) and time.monotonic() < t:
+                time.sleep(0.05)
+            hold = None
+        elif hold is not None and args.rate > 0:
+            ahead = sent / (args.rate * (1 << 20)) - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
         for off in range(0, BLOCK, PIECE):
             struct.pack_into("<Q", block, off, counter)
             counter += 1
         k = min(BLOCK, total - sent)
+        if hold is not None and args.rate > 0:
+            k = min(k, PIECE)  # paced in small steps
         if settle > 0:  # a first piece, then time for the upgrade to finish
             first = min(k, 4096)
             s.sendall(view[:first])
@@ -123,6 +139,10 @@ def main():
     s.add_argument("--timeout", type=float, default=60)
     s.add_argument("--settle", type=float, default=0,
                    help="send 4 KiB, then wait this long (the upgrade finishes) before the rest")
+    s.add_argument("--rate", type=float, default=0, help="MiB/s before --hold-at (0: no limit)")
+    s.add_argument("--hold-at", help="after this many bytes, wait for --hold-file")
+    s.add_argument("--hold-file")
+    s.add_argument("--hold-timeout", type=float, default=30)
     args = p.parse_args()
     try:
         recv(args) if args.cmd == "recv" else send(args)

@@ -153,3 +153,35 @@ TEST_CASE("log: %p expands to the pid") {
   CHECK(std::string(out) == "plain");
   CHECK(!log::expand_path("/a/very/long/path/%p", 123456, out, 12));
 }
+
+TEST_CASE("config: back to RDMA after a resume (XPRESS_REUPGRADE_MS, _MAX_MS)") {
+  Env d;
+  CHECK(d.parse());
+  CHECK(d.cfg.engine.reupgrade_ms == 1000);
+  CHECK(d.cfg.engine.reupgrade_max_ms == 60000);
+  Env e;
+  e.vars = {{"XPRESS_REUPGRADE_MS", "0"}, {"XPRESS_REUPGRADE_MAX_MS", "5000"}};
+  CHECK(e.parse());
+  CHECK(e.cfg.engine.reupgrade_ms == 0); // never
+  CHECK(e.cfg.engine.reupgrade_max_ms == 5000);
+  CHECK(e.errors.empty());
+  for (const char* bad : {"-1", "1s", "3600001", ""}) {
+    Env b;
+    b.vars = {{"XPRESS_REUPGRADE_MS", bad}};
+    bool ok = b.parse();
+    if (*bad == '\0') { // unset: the default
+      CHECK(ok);
+      continue;
+    }
+    CHECK(!ok);
+    REQUIRE(b.errors.size() == 1);
+    CHECK(b.errors[0].find("XPRESS_REUPGRADE_MS") != std::string::npos);
+    CHECK(b.cfg.engine.reupgrade_ms == 1000);
+  }
+  Env m;
+  m.vars = {{"XPRESS_REUPGRADE_MAX_MS", "0"}};
+  CHECK(!m.parse());
+  REQUIRE(m.errors.size() == 1);
+  CHECK(m.errors[0].find("XPRESS_REUPGRADE_MAX_MS") != std::string::npos);
+  CHECK(m.cfg.engine.reupgrade_max_ms == 60000);
+}

@@ -1,0 +1,143 @@
+#include "recover/reattach_wire.h"
+
+#include <cstring>
+
+#include "recover/siphash.h"
+
+namespace xp::recover {
+namespace {
+
+void put_le(uint8_t* p, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i)
+    p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+// client addr | server addr | client port | server port (network order).
+void tuple_bytes(const TcpTuple& t, uint8_t out[12]) {
+  memcpy(out, t.client_addr, 4);
+  memcpy(out + 4, t.server_addr, 4);
+  out[8] = static_cast<uint8_t>(t.client_port >> 8);
+  out[9] = static_cast<uint8_t>(t.client_port);
+  out[10] = static_cast<uint8_t>(t.server_port >> 8);
+  out[11] = static_cast<uint8_t>(t.server_port);
+}
+
+void bind_tag(const uint8_t key[kNonceBytes], char kind, const uint8_t tb[12], uint32_t id,
+              uint64_t counter, uint8_t out[kTagBytes]) {
+  uint8_t in[4 + 12 + 4 + 8] = {'X', 'P', 'R', static_cast<uint8_t>(kind)};
+  memcpy(in + 4, tb, 12);
+  put_le(in + 16, id, 4);
+  put_le(in + 20, counter, 8);
+  siphash24_128(key, in, sizeof in, out);
+}
+
+bool same(const uint8_t* a, const uint8_t* b, size_t n) {
+  uint8_t d = 0; // constant time: a tag is a secret until it verified
+  for (size_t i = 0; i < n; ++i)
+    d |= static_cast<uint8_t>(a[i] ^ b[i]);
+  return d == 0;
+}
+
+void switchback_tag(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t counter,
+                    uint8_t out[kTagBytes]) {
+  uint8_t in[4 + 1 + 8 + 8] = {'X', 'P', 'R', 'B'};
+  in[4] = static_cast<uint8_t>(sender);
+  put_le(in + 5, at, 8);
+  put_le(in + 13, counter, 8);
+  siphash24_128(key, in, sizeof in, out);
+}
+
+} // namespace
+
+bool encode_reattach(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
+                     uint64_t counter, uint8_t out[kReattachBytes]) {
+  if (t.family != 4) return false;
+  memset(out, 0, kReattachBytes);
+  out[0] = kReattachVersion;
+  tuple_bytes(t, out + 4);
+  bind_tag(key, 'A', out + 4, id, counter, out + 16);
+  return true;
+}
+
+Status parse_reattach_tuple(const uint8_t* p, size_t len, TcpTuple* t, NakCode* nak) {
+  *nak = NakCode::failed;
+  if (len != kReattachBytes) return Status::invalid;
+  if (p[0] != kReattachVersion) {
+    *nak = NakCode::version;
+    return Status::invalid;
+  }
+  if ((p[1] | p[2] | p[3]) != 0) return Status::invalid;
+  TcpTuple r;
+  r.family = 4;
+  memcpy(r.client_addr, p + 4, 4);
+  memcpy(r.server_addr, p + 8, 4);
+  r.client_port = static_cast<uint16_t>(p[12] << 8 | p[13]);
+  r.server_port = static_cast<uint16_t>(p[14] << 8 | p[15]);
+  *t = r;
+  return Status::ok;
+}
+
+Status check_reattach(const uint8_t key[kNonceBytes], const uint8_t* p, size_t len, uint32_t id,
+                      uint64_t counter) {
+  if (len != kReattachBytes) return Status::invalid;
+  uint8_t want[kTagBytes];
+  bind_tag(key, 'A', p + 4, id, counter, want);
+  return same(want, p + 16, kTagBytes) ? Status::ok : Status::invalid;
+}
+
+void encode_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
+                         uint64_t counter, uint8_t out[kReattachAckBytes]) {
+  uint8_t tb[12];
+  tuple_bytes(t, tb);
+  bind_tag(key, 'K', tb, id, counter, out);
+}
+
+Status check_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
+                          uint64_t counter, const uint8_t* p, size_t len) {
+  if (len != kReattachAckBytes) return Status::invalid;
+  uint8_t want[kTagBytes];
+  encode_reattach_ack(key, t, id, counter, want);
+  return same(want, p, kTagBytes) ? Status::ok : Status::invalid;
+}
+
+void encode_switchback(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t counter,
+                       uint8_t out[kSwitchbackFrameBytes]) {
+  FrameHeader h;
+  h.type = kFrameSwitchback;
+  h.len = kSwitchbackPayloadBytes;
+  h.seq = at;
+  encode_frame_header(h, out);
+  uint8_t* p = out + kFrameHeaderBytes;
+  put_le(p, counter, 8);
+  memset(p + 8, 0, 8);
+  switchback_tag(key, sender, at, counter, p + 16);
+}
+
+Status check_switchback(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
+                        const uint8_t payload[kSwitchbackPayloadBytes], uint64_t* counter) {
+  if (h.type != kFrameSwitchback || h.len != kSwitchbackPayloadBytes || h.flags != 0)
+    return Status::invalid;
+  uint64_t n = 0;
+  uint8_t zero = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | payload[i];
+  for (int i = 8; i < 16; ++i)
+    zero |= payload[i];
+  uint8_t want[kTagBytes];
+  switchback_tag(key, sender, h.seq, n, want);
+  if (zero != 0 || !same(want, payload + 16, kTagBytes)) return Status::invalid;
+  *counter = n;
+  return Status::ok;
+}
+
+uint32_t backoff_after_failure(uint32_t cur, uint32_t initial, uint32_t max) {
+  uint64_t next = cur < initial ? initial : uint64_t{cur} * 2;
+  return static_cast<uint32_t>(next > max ? max : next);
+}
+
+uint32_t backoff_after_return(uint32_t cur, uint32_t initial, uint32_t max, uint64_t on_rdma_ms) {
+  if (on_rdma_ms >= max) return initial > max ? max : initial;
+  return backoff_after_failure(cur, initial, max);
+}
+
+} // namespace xp::recover

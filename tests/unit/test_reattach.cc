@@ -1,0 +1,498 @@
+// Back to RDMA after a resume (docs/protocol.md §7, stream/reattach.h) over
+// the fake transport: a resumed stream binds to a new channel and both
+// directions switch back with bytes in flight both ways; a failure of the
+// new channel at any step resumes again from S'; hostile REATTACH records
+// and SWITCHBACK frames are refused; the back-off doubles, caps and resets.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "recover/reattach_wire.h"
+#include "resume_pair.h"
+#include "stream/reattach.h"
+#include "stream/resume.h"
+
+using namespace xp;
+using namespace xp::test;
+using stream::reattach::Event;
+
+namespace {
+
+int g_attempts = 0, g_failed = 0, g_returned = 0;
+void count(const Event& e) {
+  if (e.kind == Event::attempt) ++g_attempts;
+  if (e.kind == Event::failed) ++g_failed;
+  if (e.kind == Event::returned) ++g_returned;
+}
+
+// A resumed pair plus a second fake link, the "RDMA back" channel pair.
+struct Back {
+  RPair p;
+  FakeLink la2{64 * 1024, 1024}, lb2{64 * 1024, 1024};
+  stream::Channel *ca = nullptr, *cb = nullptr;
+  Back() {
+    g_attempts = g_failed = g_returned = 0;
+    stream::reattach::set_hook(count);
+    auto& ep = stream::engine::g().p;
+    ep.reupgrade_ms = 1;
+    ep.reupgrade_max_ms = 8;
+    // The server end must be found by its 4-tuple (engine::find_by_key).
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    p.b.c->ref();
+    stream::engine::g().conns.push_back(p.b.c);
+  }
+  // The link comes back: a channel from the client to the server's address.
+  void link_up() {
+    g_attempts = g_failed = g_returned = 0;
+    stream::engine::g().p.reupgrade_ms = 1;
+    {
+      std::lock_guard<std::mutex> l(p.a.c->mu);
+      p.a.c->reup.delay_ms = 1; // XPRESS_REUPGRADE_MS
+    }
+    FakeLink::connect(la2, lb2);
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    ca = stream::engine::make_channel(&la2, true);
+    cb = stream::engine::make_channel(&lb2, false);
+    memcpy(ca->peer_addr, p.a.c->tuple.server_addr, 4);
+    ca->peer_port = p.a.c->tuple.server_port;
+  }
+  ~Back() {
+    stream::reattach::set_hook(nullptr);
+    auto& ep = stream::engine::g().p;
+    ep.reupgrade_ms = 1000;
+    ep.reupgrade_max_ms = 60000;
+    for (REnd* e : {&p.a, &p.b})
+      stream::engine::on_close(e->c); // leaves the new channel too
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    auto& cs = stream::engine::g().conns;
+    for (size_t i = 0; i < cs.size(); ++i)
+      if (cs[i] == p.b.c) {
+        cs.erase(cs.begin() + static_cast<long>(i));
+        p.b.c->unref();
+        break;
+      }
+    auto& v = stream::engine::g().channels;
+    for (stream::Channel* ch : {ca, cb}) {
+      if (ch == nullptr) continue;
+      for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
+      delete ch->mux;
+      delete ch;
+    }
+  }
+};
+
+// What the engine thread does, the back-to-RDMA part included: the
+// resumed connections' ticks, the start queue, the new channels.
+void step(Back& q) {
+  engine_step(q.p);
+  for (stream::Channel* ch : {q.ca, q.cb})
+    if (ch) stream::engine::progress(ch);
+  for (REnd* e : {&q.p.a, &q.p.b}) {
+    std::lock_guard<std::mutex> l(e->c->mu);
+    if (e->c->resumed.load()) stream::resume::tick(e->c, stream::engine::now_ms());
+  }
+  std::vector<stream::Conn*> start;
+  {
+    std::lock_guard<std::mutex> ql(stream::engine::g().qmu);
+    start.swap(stream::engine::g().start_queue);
+  }
+  for (stream::Conn* c : start) {
+    {
+      std::lock_guard<std::mutex> g(stream::engine::g().mu);
+      stream::engine::start_client(c);
+    }
+    c->unref();
+  }
+}
+
+// Random interleaving as rdrive, with step(); stops early when `until`
+// says so.
+template <typename Until>
+void drive(Back& q, uint64_t total, unsigned seed, Until until, int steps = 400000) {
+  std::mt19937 rng(seed);
+  RPair& p = q.p;
+  for (int s = 0; s < steps && (p.a.got < total || p.b.got < total); ++s) {
+    if (until() || p.a.reset || p.b.reset) break;
+    switch (rng() % 6) {
+    case 0:
+      if (p.a.sent < total)
+        rput(p.a, std::min<uint64_t>(total - p.a.sent, 1 + rng() % (rng() % 4 ? 20000 : 200000)));
+      break;
+    case 1:
+      if (p.b.sent < total)
+        rput(p.b, std::min<uint64_t>(total - p.b.sent, 1 + rng() % (rng() % 4 ? 20000 : 200000)));
+      break;
+    case 2:
+      rtake(p.a, 1 + rng() % 30000, 1);
+      break;
+    case 3:
+      rtake(p.b, 1 + rng() % 30000, 0);
+      break;
+    default:
+      step(q);
+    }
+  }
+}
+
+bool on_rdma(const RPair& p) {
+  return !p.a.c->resumed.load() && !p.b.c->resumed.load() && p.a.c->tx_rdma.load() &&
+         p.a.c->rx_rdma.load() && p.b.c->tx_rdma.load() && p.b.c->rx_rdma.load();
+}
+
+// Upgrade, carry bytes, fail the channel with records in flight, go on
+// over TCP until both ends read the other's RESUME.
+void resume_pair(Back& q, unsigned seed) {
+  RPair& p = q.p;
+  stream::engine::g().p.reupgrade_ms = 0; // no attempt before the test wants one
+  rdrive(p, 60000, seed, -1, [] {});
+  settle_switches(p);
+  rput(p.a, 40000);
+  rput(p.b, 40000);
+  stream::engine::progress(p.b.ch);
+  p.la.drop_in_flight();
+  p.lb.drop_in_flight();
+  p.la.force_error();
+  p.lb.force_error();
+  step(q);
+  REQUIRE(p.a.c->resumed.load());
+  REQUIRE(p.b.c->resumed.load());
+  drive(q, 400000, seed + 1, [&] {
+    return p.a.c->rs && p.b.c->rs && p.a.c->rs->peer_resumed && p.b.c->rs->peer_resumed &&
+           p.a.got > 150000 && p.b.got > 150000;
+  });
+  REQUIRE_FALSE(p.a.reset);
+  REQUIRE_FALSE(p.b.reset);
+}
+
+void check_all(const RPair& p, uint64_t total) {
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+  CHECK(p.a.got == total);
+  CHECK(p.b.got == total);
+  CHECK(p.a.bad == 0);
+  CHECK(p.b.bad == 0);
+}
+
+} // namespace
+
+TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways") {
+  for (unsigned seed : {1u, 2u, 3u}) {
+    CAPTURE(seed);
+    Back q;
+    RPair& p = q.p;
+    resume_pair(q, 10 * seed);
+    const uint64_t posts_before = q.la2.posts + q.lb2.posts;
+    q.link_up();
+    const uint64_t total = 1500000;
+    drive(q, total, 20 * seed, [&] { return on_rdma(p); });
+    REQUIRE(on_rdma(p));
+    CHECK(g_attempts == 1);
+    CHECK(g_returned == 2); // each end counts its stream back
+    CHECK(g_failed == 0);
+    const uint64_t a_got = p.a.got, b_got = p.b.got;
+    const uint64_t total2 = total + 600000;
+    drive(q, total2, 30 * seed, [] { return false; });
+    check_all(p, total2);
+    CHECK(on_rdma(p)); // and stays there
+    // The bytes after the return went over the new channel.
+    CHECK(p.a.got > a_got);
+    CHECK(p.b.got > b_got);
+    CHECK(q.la2.posts + q.lb2.posts > posts_before + 20);
+    CHECK(p.a.c->ch == q.ca);
+    CHECK(p.b.c->ch == q.cb);
+  }
+}
+
+TEST_CASE("back to RDMA: the new channel fails too; the second resume goes on from S'") {
+  stream::set_resume_hook(nullptr);
+  for (unsigned seed : {4u, 5u, 6u}) {
+    CAPTURE(seed);
+    Back q;
+    RPair& p = q.p;
+    resume_pair(q, 10 * seed);
+    q.link_up();
+    // A maximum far above the stay on RDMA below (a slow, sanitized build
+    // takes longer than the 8 ms of the other cases): a short stay.
+    stream::engine::g().p.reupgrade_max_ms = 60000;
+    const uint64_t total = 1500000;
+    drive(q, total, 20 * seed, [&] { return on_rdma(p); });
+    REQUIRE(on_rdma(p));
+    drive(q, total, 25 * seed, [&] { return p.a.got > 700000 && p.b.got > 700000; });
+    rput(p.a, 50000);
+    rput(p.b, 50000);
+    q.la2.drop_in_flight(); // records written but not yet seen
+    q.lb2.drop_in_flight();
+    q.la2.force_error();
+    q.lb2.force_error();
+    step(q);
+    CHECK(p.a.c->resumed.load());
+    CHECK(p.b.c->resumed.load());
+    // A short stay on RDMA: the next attempt waits twice as long.
+    CHECK(p.a.c->reup.delay_ms == 2);
+    const uint64_t t2 = std::max({total, p.a.sent, p.b.sent});
+    drive(q, t2, 30 * seed, [] { return false; });
+    check_all(p, t2);
+    CHECK(p.a.c->resumed.load()); // no third link: on TCP
+    CHECK(g_returned == 2);
+  }
+}
+
+TEST_CASE("back to RDMA: the new channel fails at any step of the return") {
+  stream::set_resume_hook(nullptr);
+  int during = 0;
+  for (unsigned seed = 0; seed < 48; ++seed) {
+    CAPTURE(seed);
+    Back q;
+    RPair& p = q.p;
+    resume_pair(q, 100 + seed);
+    q.link_up();
+    const uint64_t total = 900000;
+    // Fail both new links, or only one of them, a random number of steps
+    // after the REATTACH left (from before its answer to after the return).
+    drive(q, total, 200 + seed,
+          [&] { return p.a.c->reup.state >= stream::reattach::waiting || !p.a.c->resumed.load(); });
+    int steps = 0;
+    const int at = static_cast<int>(seed * 5 % 48);
+    drive(q, total, 200 + seed, [&] { return ++steps > at; });
+    during += p.a.c->resumed.load() && p.a.c->ch != nullptr;
+    if (seed % 3 != 2) q.la2.force_error();
+    if (seed % 3 != 1) q.lb2.force_error();
+    step(q);
+    drive(q, total, 300 + seed, [] { return false; });
+    check_all(p, total);
+  }
+  CHECK(during > 12); // most failures hit a stream on its way back
+}
+
+TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing") {
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 40);
+  stream::engine::g().p.reupgrade_ms = 1; // 0 would refuse every REATTACH (busy)
+  FakeLink::connect(q.la2, q.lb2);
+  {
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    q.cb = stream::engine::make_channel(&q.lb2, false);
+  }
+  flow::RecordChannel client(&q.la2); // a raw client end: we write what we like
+  uint8_t key[recover::kNonceBytes];
+  memcpy(key, p.a.c->rs->key, sizeof key);
+  const recover::TcpTuple t = p.a.c->tuple;
+  auto nak_for = [&](const uint8_t* payload, size_t len, uint32_t id, uint64_t counter) {
+    REQUIRE(client.send_control(flow::RecordType::reattach, id, counter, payload, len) ==
+            Status::ok);
+    for (int i = 0; i < 5; ++i)
+      stream::engine::progress(q.cb);
+    flow::Record r[8];
+    int got = 0;
+    REQUIRE(client.poll(r, 8, &got) == Status::ok);
+    uint64_t code = 0;
+    for (int i = 0; i < got; ++i) {
+      if (r[i].hdr->type == static_cast<uint8_t>(flow::RecordType::attach_nak))
+        code = r[i].hdr->seq;
+      CHECK(r[i].hdr->type != static_cast<uint8_t>(flow::RecordType::reattach_ack));
+      client.release(r[i].slot);
+    }
+    CHECK(p.b.c->ch == nullptr); // nothing bound
+    CHECK(p.b.c->resumed.load());
+    return code;
+  };
+  uint8_t good[recover::kReattachBytes];
+  REQUIRE(recover::encode_reattach(key, t, 3, 1, good));
+  SUBCASE("wrong tag") {
+    uint8_t bad[recover::kReattachBytes];
+    memcpy(bad, good, sizeof bad);
+    bad[20] ^= 1;
+    CHECK(nak_for(bad, sizeof bad, 3, 1) == 4); // failed
+  }
+  SUBCASE("a tag for another id or counter") {
+    CHECK(nak_for(good, sizeof good, 4, 1) == 4);
+    CHECK(nak_for(good, sizeof good, 3, 2) == 4);
+  }
+  SUBCASE("a counter that does not grow") {
+    uint8_t zero[recover::kReattachBytes];
+    REQUIRE(recover::encode_reattach(key, t, 3, 0, zero));
+    CHECK(nak_for(zero, sizeof zero, 3, 0) == 4);
+  }
+  SUBCASE("unknown 4-tuple") {
+    recover::TcpTuple other = t;
+    other.client_port ^= 1;
+    uint8_t o[recover::kReattachBytes];
+    REQUIRE(recover::encode_reattach(key, other, 3, 1, o));
+    CHECK(nak_for(o, sizeof o, 3, 1) == 1); // unknown_stream
+  }
+  SUBCASE("wrong version, reserved byte, length") {
+    uint8_t v[recover::kReattachBytes];
+    memcpy(v, good, sizeof v);
+    v[0] = 2;
+    CHECK(nak_for(v, sizeof v, 3, 1) == 3); // version
+    memcpy(v, good, sizeof v);
+    v[2] = 1;
+    CHECK(nak_for(v, sizeof v, 3, 1) == 4);
+    CHECK(nak_for(good, sizeof good - 1, 3, 1) == 4);
+  }
+  SUBCASE("a good one binds, and the same one again is refused") {
+    REQUIRE(client.send_control(flow::RecordType::reattach, 3, 1, good, sizeof good) == Status::ok);
+    for (int i = 0; i < 5; ++i)
+      stream::engine::progress(q.cb);
+    CHECK(p.b.c->ch == q.cb);
+    CHECK(p.b.c->reup.counter == 1);
+  }
+}
+
+namespace {
+
+// Both ends resumed and idle: everything sent was read, nothing queued.
+void quiet(Back& q) {
+  RPair& p = q.p;
+  for (int i = 0; i < 200; ++i) {
+    step(q);
+    rtake(p.a, 1 << 20, 1);
+    rtake(p.b, 1 << 20, 0);
+  }
+  REQUIRE(p.b.got == p.a.sent);
+  REQUIRE(p.a.got == p.b.sent);
+  REQUIRE(p.a.c->rs->out.size() == 0);
+}
+
+// Write a frame into a's TCP direction behind its stream layer's back.
+void inject(Back& q, const uint8_t* f, size_t n) {
+  REQUIRE(::send(q.p.fds[0], f, n, MSG_DONTWAIT) == static_cast<ssize_t>(n));
+}
+
+} // namespace
+
+TEST_CASE("back to RDMA: a SWITCHBACK that must not be there resets the stream") {
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 50); // makes no attempt of its own
+  quiet(q);
+  uint8_t key[recover::kNonceBytes];
+  memcpy(key, p.a.c->rs->key, sizeof key);
+  uint8_t f[recover::kSwitchbackFrameBytes];
+  SUBCASE("no attempt under way") {
+    recover::encode_switchback(key, recover::Dir::c2s, p.a.sent, 1, f);
+  }
+  SUBCASE("wrong S'") {
+    recover::encode_switchback(key, recover::Dir::c2s, p.a.sent + 1, 1, f);
+  }
+  SUBCASE("wrong tag") {
+    recover::encode_switchback(key, recover::Dir::c2s, p.a.sent, 1, f);
+    f[recover::kSwitchbackFrameBytes - 1] ^= 1;
+  }
+  SUBCASE("the other direction's tag") {
+    recover::encode_switchback(key, recover::Dir::s2c, p.a.sent, 1, f);
+  }
+  inject(q, f, sizeof f);
+  for (int i = 0; i < 20 && !p.b.reset; ++i) {
+    step(q);
+    rtake(p.b, 1 << 20, 0);
+  }
+  CHECK(p.b.reset);
+  CHECK(p.b.bad == 0);
+}
+
+TEST_CASE("back to RDMA: bytes after the peer's SWITCHBACK on TCP end the attempt, never in the "
+          "stream") {
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 60);
+  quiet(q);
+  q.link_up();
+  // The client binds the stream on the new channel (REATTACH, ACK), b
+  // switches back (SWITCHBACK on TCP, SWITCH over the channel); a forged
+  // DATA frame after it on TCP, before a took its direction back, must not
+  // reach a's program.
+  for (int i = 0; i < 2000 && !p.b.c->tx_rdma.load(); ++i) {
+    step(q);
+    usleep(10);
+  }
+  REQUIRE(p.b.c->tx_rdma.load());
+  REQUIRE_FALSE(p.a.c->rx_rdma.load());
+  recover::FrameHeader h;
+  h.type = recover::kFrameData;
+  h.len = 4;
+  h.seq = p.b.sent;
+  uint8_t f[recover::kFrameHeaderBytes + 4] = {};
+  recover::encode_frame_header(h, f);
+  REQUIRE(::send(p.fds[1], f, sizeof f, MSG_DONTWAIT) == static_cast<ssize_t>(sizeof f));
+  const uint64_t total = p.a.sent + 200000;
+  drive(q, total, 61, [] { return false; });
+  CHECK(p.a.reset); // DATA where only a RESUME may follow
+  CHECK(p.a.bad == 0);
+  CHECK(p.a.got <= p.b.sent);
+}
+
+TEST_CASE("back to RDMA: back-off doubles per failed attempt, caps, resets after a long stay") {
+  using recover::backoff_after_failure;
+  using recover::backoff_after_return;
+  uint32_t d = 1000;
+  const uint32_t want[] = {2000, 4000, 8000, 16000, 32000, 60000, 60000};
+  for (uint32_t w : want) {
+    d = backoff_after_failure(d, 1000, 60000);
+    CHECK(d == w);
+  }
+  CHECK(backoff_after_failure(0, 1000, 60000) == 1000);
+  CHECK(backoff_after_return(4000, 1000, 60000, 59999) == 8000);  // a short stay: a failure
+  CHECK(backoff_after_return(60000, 1000, 60000, 60000) == 1000); // stayed the maximum
+
+  // And the engine follows it: with nothing to go back to, each attempt
+  // fails and the next waits twice as long, up to the maximum.
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 70);
+  stream::engine::g().p.reupgrade_ms = 1;
+  {
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    p.a.c->reup.delay_ms = 1;
+  }
+  std::vector<uint32_t> delays;
+  for (int i = 0; i < 400 && delays.size() < 5; ++i) {
+    step(q);
+    usleep(200);
+    if (g_failed > static_cast<int>(delays.size())) delays.push_back(p.a.c->reup.delay_ms);
+  }
+  REQUIRE(delays.size() >= 4);
+  CHECK(delays[0] == 2);
+  CHECK(delays[1] == 4);
+  CHECK(delays[2] == 8);
+  CHECK(delays[3] == 8);
+  CHECK(g_attempts == g_failed);
+  CHECK(p.b.c->reup.counter == 0); // the server end never tries
+}
+
+TEST_CASE("back to RDMA: a stream that stayed on RDMA for the maximum starts the back-off over") {
+  stream::set_resume_hook(nullptr);
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 80);
+  q.link_up();
+  const uint64_t total = 1200000;
+  drive(q, total, 81, [&] { return on_rdma(p); });
+  REQUIRE(on_rdma(p));
+  p.a.c->reup.delay_ms = 8; // as after failed attempts
+  usleep(12000);            // > XPRESS_REUPGRADE_MAX_MS (8 ms here)
+  q.la2.force_error();
+  q.lb2.force_error();
+  step(q);
+  REQUIRE(p.a.c->resumed.load());
+  CHECK(p.a.c->reup.delay_ms == 1);
+  drive(q, total, 82, [] { return false; });
+  check_all(p, total);
+}
+
+TEST_CASE("back to RDMA: XPRESS_REUPGRADE_MS=0 never tries") {
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 90);
+  q.link_up();
+  stream::engine::g().p.reupgrade_ms = 0;
+  drive(q, 800000, 91, [] { return false; });
+  check_all(p, 800000);
+  CHECK(g_attempts == 0);
+  CHECK(p.a.c->resumed.load());
+}
