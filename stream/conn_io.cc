@@ -3,6 +3,8 @@
 // uncontended lock of the channel); system calls only to sleep.
 #include "stream/conn_io.h"
 
+#include "common/logsink.h"
+
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -464,6 +466,12 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
   }
   if (st == Status::closed || st == Status::io_error || ch->failed.load()) {
     errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
+    XP_SLOG(XP_SLOG_INFO,
+            "fd %d: send on the stream fails (%s): status %d, channel failed %d/%d, "
+            "resumed %d, dead %d, reset %d",
+            c->sock(), errno == EPIPE ? "EPIPE" : "ECONNRESET", static_cast<int>(st), mux_failed,
+            ch->failed.load(), c->resumed.load(), c->dead.load(),
+            (c->stream_bits.load() & Conn::kReset) != 0);
     return -1;
   }
   errno = EAGAIN;
@@ -651,6 +659,9 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
         (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
       if (sent > 0) return static_cast<ssize_t>(sent);
       errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
+      XP_SLOG(XP_SLOG_INFO, "fd %d: send fails (%s): dead %d, reset %d, resumed %d", c->sock(),
+              errno == EPIPE ? "EPIPE" : "ECONNRESET", c->dead.load(),
+              (c->stream_bits.load() & Conn::kReset) != 0, c->resumed.load());
       if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
       return -1;
     }

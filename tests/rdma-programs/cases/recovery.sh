@@ -286,11 +286,13 @@ inject_runs() {
   for ((i = 1; i <= INJ_RUNS; i++)); do
     off=$((256 * 1024 + (RANDOM * 32768 + RANDOM) % (total - 512 * 1024)))
     echo "$off" >>"$T/inj.offsets"
-    if run_client "inj$i" 30 xp env "XPRESS_FAULT_QP_ERROR_AT=$off" "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+    if run_client "inj$i" 30 xp env "XPRESS_FAULT_QP_ERROR_AT=$off" XPRESS_LOG_LEVEL=debug "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
       --bytes "${INJ_MIB}M" --timeout 20 --settle 0.5; then
       cat "$CD/inj$i.out" >>"$T/inj.sent"
     else
       echo "run $i failed" >>"$T/inj.sent"
+      # The sender's own account (debug log) in the CI output, for the cause.
+      grep -hv "debug: channel: record" "$CD"/xpress.inj$i.*.log 2>/dev/null | tail -n 12 | cut -c1-220 | sed 's/^/        inj log: /'
       bad=$((bad + 1))
       break
     fi
