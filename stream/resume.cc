@@ -214,18 +214,24 @@ void raw_in(Resume* r, const uint8_t* p, size_t n) {
   }
 }
 
+// A frame's header or fixed payload arrives in pieces: copy from (*p, *n)
+// into buf until it holds `want` bytes (*have so far); true once it does.
+bool gather(uint8_t* buf, uint8_t* have, size_t want, const uint8_t** p, size_t* n) {
+  size_t take = want - *have;
+  if (take > *n) take = *n;
+  memcpy(buf + *have, *p, take);
+  *have = static_cast<uint8_t>(*have + take);
+  *p += take;
+  *n -= take;
+  return *have == want;
+}
+
 // Bytes from the kernel, in frames after the peer's S.
 void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
   while (n > 0 && !r->broken) {
     if (r->rx_raw) return raw_in(r, p, n);
     if (!r->in_frame) {
-      size_t take = recover::kFrameHeaderBytes - r->hdr_have;
-      if (take > n) take = n;
-      memcpy(r->hdr + r->hdr_have, p, take);
-      r->hdr_have = static_cast<uint8_t>(r->hdr_have + take);
-      p += take;
-      n -= take;
-      if (r->hdr_have < recover::kFrameHeaderBytes) return;
+      if (!gather(r->hdr, &r->hdr_have, recover::kFrameHeaderBytes, &p, &n)) return;
       r->hdr_have = 0;
       if (recover::parse_frame_header(r->hdr, &r->frame) != Status::ok)
         return give_up(c, r, "malformed frame");
@@ -245,13 +251,7 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
     }
     if (r->frame.type == recover::kFrameSwitchback) {
       static_assert(recover::kSwitchbackPayloadBytes == recover::kResumePayloadBytes);
-      size_t take = recover::kSwitchbackPayloadBytes - r->rpay_have;
-      if (take > n) take = n;
-      memcpy(r->rpay + r->rpay_have, p, take);
-      r->rpay_have = static_cast<uint8_t>(r->rpay_have + take);
-      p += take;
-      n -= take;
-      if (r->rpay_have < recover::kSwitchbackPayloadBytes) return;
+      if (!gather(r->rpay, &r->rpay_have, recover::kSwitchbackPayloadBytes, &p, &n)) return;
       r->in_frame = false;
       // The peer's direction goes back to RDMA here (stream/reattach.cc);
       // fill_rx reads no further than this frame, so nothing follows in p.
@@ -260,13 +260,7 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
       return;
     }
     if (r->frame.type == recover::kFrameResume) {
-      size_t take = recover::kResumePayloadBytes - r->rpay_have;
-      if (take > n) take = n;
-      memcpy(r->rpay + r->rpay_have, p, take);
-      r->rpay_have = static_cast<uint8_t>(r->rpay_have + take);
-      p += take;
-      n -= take;
-      if (r->rpay_have < recover::kResumePayloadBytes) return;
+      if (!gather(r->rpay, &r->rpay_have, recover::kResumePayloadBytes, &p, &n)) return;
       r->in_frame = false;
       recover::ResumeInfo ri;
       recover::Dir peer = r->dir == recover::Dir::c2s ? recover::Dir::s2c : recover::Dir::c2s;
