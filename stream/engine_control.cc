@@ -169,6 +169,16 @@ void handle_record(Channel* ch, const ControlRecord& r) {
 
 } // namespace
 
+void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
+  ch->by_id[id] = c;
+  ch->conns.push_back(c);
+  ch->idle_since_ms = 0;
+  c->ref();
+  c->ch = ch;
+  c->st = st;
+  c->sid = id;
+}
+
 void detach(Conn* c, Channel* ch) {
   if (c->st) ch->mux->close(c->st);
   c->st = nullptr;

@@ -119,6 +119,8 @@ void flush(Conn* c);
 // ch->mu held: c's stream leaves ch (the mux forgets it, the channel's
 // table drops c and its reference).
 void detach(Conn* c, Channel* ch);
+// detach's inverse, ch->mu held: c's stream st, with id `id`, is on ch.
+void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id);
 void advance(Conn* c);
 // The engine's edge-triggered watch of c's socket reported `events`.
 void tcp_event(Conn* c, uint32_t events);

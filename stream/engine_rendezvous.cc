@@ -357,13 +357,7 @@ void start_client(Conn* c) {
     }
     if (st == nullptr) continue;
     ch->next_id = id + 1;
-    ch->by_id[id] = c;
-    ch->conns.push_back(c);
-    ch->idle_since_ms = 0;
-    c->ref();
-    c->ch = ch;
-    c->st = st;
-    c->sid = id;
+    link_stream(c, ch, st, id);
     recover::Message m;
     if (c->sess.start_attach(id, &m) == Status::ok)
       ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,

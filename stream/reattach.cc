@@ -68,13 +68,7 @@ bool bind(Conn* c, Channel* ch, uint32_t id) {
   if (id >= ch->by_id.size() || ch->by_id[id] != nullptr) return false;
   Stream* st = ch->mux->open(id, 0, 0);
   if (st == nullptr) return false;
-  ch->by_id[id] = c;
-  ch->conns.push_back(c);
-  ch->idle_since_ms = 0;
-  c->ref();
-  c->ch = ch;
-  c->st = st;
-  c->sid = id;
+  engine::link_stream(c, ch, st, id);
   c->reup.peer_switch = false;
   return true;
 }
