@@ -137,6 +137,16 @@ inline size_t rtake(REnd& e, size_t n, int peer_dir) {
   return static_cast<size_t>(r);
 }
 
+// Both directions delivered `total` bytes, intact, and neither end reset.
+inline void check_delivered(const RPair& p, uint64_t total) {
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+  CHECK(p.a.got == total);
+  CHECK(p.b.got == total);
+  CHECK(p.a.bad == 0);
+  CHECK(p.b.bad == 0);
+}
+
 // What the engine thread does: poll channels (failed ones resume their
 // streams), notice the peer's frames on TCP, pump resumed connections.
 inline void engine_step(RPair& p) {

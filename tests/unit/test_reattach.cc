@@ -168,15 +168,6 @@ void resume_pair(Back& q, unsigned seed) {
   REQUIRE_FALSE(p.b.reset);
 }
 
-void check_all(const RPair& p, uint64_t total) {
-  CHECK_FALSE(p.a.reset);
-  CHECK_FALSE(p.b.reset);
-  CHECK(p.a.got == total);
-  CHECK(p.b.got == total);
-  CHECK(p.a.bad == 0);
-  CHECK(p.b.bad == 0);
-}
-
 } // namespace
 
 TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways") {
@@ -196,7 +187,7 @@ TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways
     const uint64_t a_got = p.a.got, b_got = p.b.got;
     const uint64_t total2 = total + 600000;
     drive(q, total2, 30 * seed, [] { return false; });
-    check_all(p, total2);
+    check_delivered(p, total2);
     CHECK(on_rdma(p)); // and stays there
     // The bytes after the return went over the new channel.
     CHECK(p.a.got > a_got);
@@ -235,7 +226,7 @@ TEST_CASE("back to RDMA: the new channel fails too; the second resume goes on fr
     CHECK(p.a.c->reup.delay_ms == 2);
     const uint64_t t2 = std::max({total, p.a.sent, p.b.sent});
     drive(q, t2, 30 * seed, [] { return false; });
-    check_all(p, t2);
+    check_delivered(p, t2);
     CHECK(p.a.c->resumed.load()); // no third link: on TCP
     CHECK(g_returned == 2);
   }
@@ -263,7 +254,7 @@ TEST_CASE("back to RDMA: the new channel fails at any step of the return") {
     if (seed % 3 != 1) q.lb2.force_error();
     step(q);
     drive(q, total, 300 + seed, [] { return false; });
-    check_all(p, total);
+    check_delivered(p, total);
   }
   CHECK(during > 12); // most failures hit a stream on its way back
 }
@@ -482,7 +473,7 @@ TEST_CASE("back to RDMA: a stream that stayed on RDMA for the maximum starts the
   REQUIRE(p.a.c->resumed.load());
   CHECK(p.a.c->reup.delay_ms == 1);
   drive(q, total, 82, [] { return false; });
-  check_all(p, total);
+  check_delivered(p, total);
 }
 
 TEST_CASE("back to RDMA: XPRESS_REUPGRADE_MS=0 never tries") {
@@ -492,7 +483,7 @@ TEST_CASE("back to RDMA: XPRESS_REUPGRADE_MS=0 never tries") {
   q.link_up();
   stream::engine::g().p.reupgrade_ms = 0;
   drive(q, 800000, 91, [] { return false; });
-  check_all(p, 800000);
+  check_delivered(p, 800000);
   CHECK(g_attempts == 0);
   CHECK(p.a.c->resumed.load());
 }
