@@ -3,24 +3,10 @@
 #include <cstring>
 
 #include "recover/siphash.h"
+#include "recover/wire_bytes.h"
 
 namespace xp::recover {
 namespace {
-
-void put_le(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-
-// client addr | server addr | client port | server port (network order).
-void tuple_bytes(const TcpTuple& t, uint8_t out[12]) {
-  memcpy(out, t.client_addr, 4);
-  memcpy(out + 4, t.server_addr, 4);
-  out[8] = static_cast<uint8_t>(t.client_port >> 8);
-  out[9] = static_cast<uint8_t>(t.client_port);
-  out[10] = static_cast<uint8_t>(t.server_port >> 8);
-  out[11] = static_cast<uint8_t>(t.server_port);
-}
 
 void bind_tag(const uint8_t key[kNonceBytes], char kind, const uint8_t tb[12], uint32_t id,
               uint64_t counter, uint8_t out[kTagBytes]) {
@@ -54,7 +40,7 @@ bool encode_reattach(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t
   if (t.family != 4) return false;
   memset(out, 0, kReattachBytes);
   out[0] = kReattachVersion;
-  tuple_bytes(t, out + 4);
+  tuple_key(t, out + 4);
   bind_tag(key, 'A', out + 4, id, counter, out + 16);
   return true;
 }
@@ -88,7 +74,7 @@ Status check_reattach(const uint8_t key[kNonceBytes], const uint8_t* p, size_t l
 void encode_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
                          uint64_t counter, uint8_t out[kReattachAckBytes]) {
   uint8_t tb[12];
-  tuple_bytes(t, tb);
+  tuple_key(t, tb);
   bind_tag(key, 'K', tb, id, counter, out);
 }
 

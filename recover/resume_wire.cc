@@ -3,20 +3,10 @@
 #include <cstring>
 
 #include "recover/siphash.h"
+#include "recover/wire_bytes.h"
 
 namespace xp::recover {
 namespace {
-
-void put_le(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get_le(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; --i)
-    v = (v << 8) | p[i];
-  return v;
-}
 
 void resume_tag(const uint8_t key[kNonceBytes], Dir sender, uint8_t flags, uint64_t from,
                 uint64_t received, uint8_t out[kTagBytes]) {

@@ -6,19 +6,16 @@
 #include <cstring>
 
 #include "recover/siphash.h"
+#include "recover/wire_bytes.h"
 
 namespace xp::recover {
 namespace {
 
 void put_le64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
+  put_le(p, v, 8);
 }
 uint64_t get_le64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i)
-    v = (v << 8) | p[i];
-  return v;
+  return get_le(p, 8);
 }
 bool all_zero(const uint8_t* p, size_t n) {
   uint8_t acc = 0;
@@ -77,6 +74,15 @@ Reason nak_reason(uint64_t code) {
     break;
   }
   return Reason::handshake_failed;
+}
+
+void tuple_key(const TcpTuple& t, uint8_t out[12]) {
+  memcpy(out, t.client_addr, 4);
+  memcpy(out + 4, t.server_addr, 4);
+  out[8] = static_cast<uint8_t>(t.client_port >> 8);
+  out[9] = static_cast<uint8_t>(t.client_port);
+  out[10] = static_cast<uint8_t>(t.server_port >> 8);
+  out[11] = static_cast<uint8_t>(t.server_port);
 }
 
 bool operator==(const TcpTuple& a, const TcpTuple& b) {

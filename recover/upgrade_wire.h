@@ -68,6 +68,9 @@ struct TcpTuple {
   uint16_t client_port = 0, server_port = 0;
 };
 bool operator==(const TcpTuple& a, const TcpTuple& b);
+// An IPv4 tuple as 12 bytes: client addr | server addr | client port |
+// server port (network order); the key engines and tags use for it.
+void tuple_key(const TcpTuple& t, uint8_t out[12]);
 // From the two socket addresses (AF_INET or AF_INET6, the same family once
 // mapped addresses are unmapped); invalid otherwise.
 Status tuple_from_sockaddrs(const sockaddr* client, const sockaddr* server, TcpTuple* out);

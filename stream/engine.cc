@@ -427,7 +427,7 @@ void engine::on_close(Conn* c) {
     c->ch = nullptr;
     if (c->share) {
       uint8_t key[12];
-      pack_key(c->tuple, key);
+      recover::tuple_key(c->tuple, key);
       for (auto& sl : c->share->slots) {
         if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, 12) == 0) {
           sl.state.store(0);
@@ -438,7 +438,7 @@ void engine::on_close(Conn* c) {
   }
   if (c->role == recover::Role::server) {
     std::array<uint8_t, 12> k;
-    pack_key(c->tuple, k.data());
+    recover::tuple_key(c->tuple, k.data());
     if (s.closed_keys.size() >= 256) s.closed_keys.erase(s.closed_keys.begin());
     s.closed_keys.push_back(k);
   } else {

@@ -53,7 +53,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     return true;
   }
   uint8_t key[12];
-  pack_key(t, key);
+  recover::tuple_key(t, key);
   Conn* c = t.family == 4 ? find_by_key(key) : nullptr;
   if (c == nullptr) {
     // Wait for the application to accept it only when it can still come

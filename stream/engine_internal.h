@@ -201,7 +201,6 @@ void retry_pending(uint64_t now);
 // resumed stream's client then finds us for its return to RDMA).
 void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
-void pack_key(const recover::TcpTuple& t, uint8_t key[12]);
 Conn* find_by_key(const uint8_t key[12]);
 bool recently_closed(const uint8_t key[12]);
 void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt

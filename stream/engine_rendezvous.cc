@@ -87,7 +87,7 @@ void cm_connect(Conn* c, uint16_t port) {
   w.kind = kKindRequest;
   w.version = kWireVersion;
   w.sid = 0;
-  pack_key(c->tuple, w.key);
+  recover::tuple_key(c->tuple, w.key);
   memcpy(w.nonce, c->nonce.b, 16);
   sockaddr_in src = in4(c->tuple.client_addr, 0);
   sockaddr_in dst = in4(c->tuple.server_addr, port);
@@ -261,20 +261,11 @@ void forget_attempts(Conn* c) {
   }
 }
 
-void pack_key(const recover::TcpTuple& t, uint8_t key[12]) {
-  memcpy(key, t.client_addr, 4);
-  memcpy(key + 4, t.server_addr, 4);
-  key[8] = static_cast<uint8_t>(t.client_port >> 8);
-  key[9] = static_cast<uint8_t>(t.client_port);
-  key[10] = static_cast<uint8_t>(t.server_port >> 8);
-  key[11] = static_cast<uint8_t>(t.server_port);
-}
-
 Conn* find_by_key(const uint8_t key[12]) {
   for (Conn* c : g().conns) {
     if (c->role != recover::Role::server || c->closed.load()) continue;
     uint8_t k[12];
-    pack_key(c->tuple, k);
+    recover::tuple_key(c->tuple, k);
     if (memcmp(k, key, 12) == 0) return c;
   }
   return nullptr;
@@ -305,7 +296,7 @@ bool cm_reattach(Conn* c, uint16_t port) {
   ReqWire w{};
   w.kind = kKindReattach;
   w.version = kWireVersion;
-  pack_key(c->tuple, w.key);
+  recover::tuple_key(c->tuple, w.key);
   sockaddr_in src = in4(c->tuple.client_addr, 0);
   sockaddr_in dst = in4(c->tuple.server_addr, port);
   auto* u = new (std::nothrow) CmUser{CmUser::Kind::client, c, nullptr, port, true};
@@ -425,7 +416,7 @@ void serve_share(ListenShare* sh) {
       if (sl.state.compare_exchange_strong(free_state, 1)) {
         sl.pid = me;
         sl.port = g().private_port;
-        pack_key(c->tuple, sl.tuple);
+        recover::tuple_key(c->tuple, sl.tuple);
         sl.state.store(2, std::memory_order_release);
         c->slot_written = true;
         break;

@@ -355,7 +355,7 @@ void on_reattach(Channel* ch, const ControlRecord& rec) {
   recover::NakCode code;
   if (recover::parse_reattach_tuple(rec.payload, h.len, &t, &code) != Status::ok) return nak(code);
   uint8_t key[12];
-  engine::pack_key(t, key);
+  recover::tuple_key(t, key);
   Conn* c = engine::find_by_key(key);
   if (c == nullptr) return nak(recover::NakCode::unknown_stream);
   std::lock_guard<std::mutex> l(c->mu);
