@@ -400,14 +400,21 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
   if (!*scanned) return 0;
   Clock clock = Clock::after(span_ns);
   SpinPhase spin;
+  // Everything ready now (the kernel writes revents 0 for the hidden
+  // entries: they are answered after it).  Readiness seen a moment ago may
+  // be gone by now (another thread, or the engine moving a resumed stream's
+  // bytes, took them): then, as the kernel's poll does, wait on; 0 only
+  // once the time is up.
+  int result = 0;
+  auto settled = [&]() {
+    int k = kernel_poll(fds, n, 0, mask, as_ppoll);
+    result = k < 0 ? -1 : k + set.answer();
+    return result != 0 || clock.left() == 0;
+  };
   for (;;) {
     set.refresh_epolls();
     int ready = set.answer();
-    if (ready > 0 || clock.left() == 0) {
-      // The kernel writes revents 0 for the hidden entries: answer after it.
-      int k = kernel_poll(fds, n, 0, mask, as_ppoll);
-      return k < 0 ? -1 : k + set.answer();
-    }
+    if ((ready > 0 || clock.left() == 0) && settled()) return result;
     if (set.has_users() && spin.spin(clock.left())) {
       if (spin.kernel_round()) {
         int k = kernel_poll(fds, n, 0, mask, as_ppoll);
@@ -419,8 +426,8 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
     ready = set.answer(); // looked at after registering: no lost wake-up
     if (ready > 0) {
       set.unregister_sleep();
-      int k = kernel_poll(fds, n, 0, mask, as_ppoll);
-      return k < 0 ? -1 : k + set.answer();
+      if (settled()) return result;
+      continue;
     }
     if (!set.lend_slot()) ok = false;
     int64_t left = clock.left();

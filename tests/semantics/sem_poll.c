@@ -3,6 +3,7 @@
 #include "sem.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,6 +304,50 @@ static void poll_high_fd(void) {
   RC(0, close(a));
 }
 
+// Two threads share one socket: each poll()s it with a long timeout, then
+// takes what is there without blocking.  One of them often finds the bytes
+// it was woken for already taken by the other; like the kernel's, its poll
+// never returns 0 before its timeout for that (a program with a socket
+// timeout, such as Python's, reads a 0 as "timed out").
+struct poll_taker {
+  int fd;
+  int early;
+};
+
+static void* poll_take_loop(void* arg) {
+  struct poll_taker* t = arg;
+  char b[64];
+  for (;;) {
+    struct pollfd p = {.fd = t->fd, .events = POLLIN};
+    long t0 = now_ms();
+    int r = poll(&p, 1, 4000);
+    if (r == 0 && now_ms() - t0 < 3500) t->early++;
+    if (r <= 0) break;
+    if (recv(t->fd, b, sizeof b, MSG_DONTWAIT) == 0) break;
+  }
+  return NULL;
+}
+
+static void poll_shared_socket(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  struct poll_taker t[2] = {{b, 0}, {b, 0}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    REQUIRE(pthread_create(&th[i], NULL, poll_take_loop, &t[i]) == 0);
+  for (int i = 0; i < 4000; i++) {
+    send_all(a, "x", 1);
+    if (i % 4 == 0) usleep(20);
+  }
+  RC(0, shutdown(a, SHUT_WR)); // end of stream: both takers see it
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  say("polls that returned 0 early: %d", t[0].early + t[1].early);
+  CHECK(t[0].early + t[1].early == 0);
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
 const struct sem_case sem_poll_cases[] = {
     {"poll_readiness", poll_readiness},
     {"poll_reset", poll_reset},
@@ -313,5 +358,6 @@ const struct sem_case sem_poll_cases[] = {
     {"listen_readiness", listen_readiness},
     {"oob_urgent", oob_urgent},
     {"poll_high_fd", poll_high_fd},
+    {"poll_shared_socket", poll_shared_socket},
     {NULL, NULL},
 };
