@@ -11,6 +11,8 @@ PKGS=(
   # real programs for program tests and benchmarks
   iperf3 sockperf redis-server redis-tools nginx-light memcached libmemcached-tools
   wrk curl python3 jq procps psmisc
+  # stacks of a server that hangs in a VM test (tests/rdma-programs/lib.sh)
+  gdb
   # Soft-RoCE VM test bed
   qemu-system-x86 busybox-static cpio kmod iproute2 xz-utils
 )

@@ -172,6 +172,28 @@ live_stats() {
   done
 }
 
+# server_stacks: the servers still running when a client timed out: every
+# thread's stack (gdb, ~12 s a process under TCG) into
+# $CD/stacks.NAME.PID.txt, and the frames in xpress printed, so that a hang
+# in CI names where it waits.  At most 3 processes.
+server_stacks() {
+  command -v gdb >/dev/null 2>&1 || return 0
+  local w c p n=0 f
+  for w in "${SERVERS[@]}"; do
+    c=$(children "$w")
+    c=${c%% *}
+    [ -n "$c" ] || continue
+    for p in $(tree "$c"); do
+      [ $n -lt 3 ] || return 0
+      n=$((n + 1))
+      f=$CD/stacks.$(tr -d '\0' <"/proc/$p/comm" 2>/dev/null || echo proc).$p.txt
+      timeout -k 2 40 gdb -batch -nx -p "$p" -ex 'set pagination off' -ex 'thread apply all bt 16' >"$f" 2>&1 </dev/null
+      note "stacks of $p ($(basename "$f")), frames in xpress:"
+      grep -E '^Thread|xp::| at (preload|stream|flow|recover|verbs|alloc|common)/' "$f" | sed -E 's/ \(.*\) at / at /; s/^#[0-9]+ +0x[0-9a-f]+ in //' | cut -c1-160 | head -n 40 | sed 's/^/          /'
+    done
+  done
+}
+
 # stop_server NAME WRAPPER [SIGNAL]: live statistics, then SIGNAL (TERM) to
 # the server; it must exit within 10 s (else it is killed, and that fails).
 stop_server() {
@@ -294,6 +316,7 @@ run_client() {
   fi
   if [ $rc = 124 ] || [ $rc = 137 ]; then
     fail "$name timed out after ${secs} s: $*"
+    server_stacks
     return 1
   elif [ $rc != 0 ]; then
     local why

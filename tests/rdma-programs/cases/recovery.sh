@@ -293,6 +293,9 @@ inject_runs() {
       echo "run $i failed" >>"$T/inj.sent"
       # The sender's own account (debug log) in the CI output, for the cause.
       grep -hv "debug: channel: record" "$CD"/xpress.inj$i.*.log 2>/dev/null | tail -n 12 | cut -c1-220 | sed 's/^/        inj log: /'
+      # And the receiver's, should it have ended (its error, its warnings).
+      tail -n 3 "$CD/inj-recv.err" 2>/dev/null | cut -c1-220 | sed 's/^/        receiver: /'
+      grep -h "warn:\|error:" "$CD"/xpress.inj-recv.*.log 2>/dev/null | tail -n 4 | cut -c1-220 | sed 's/^/        receiver log: /'
       bad=$((bad + 1))
       break
     fi
