@@ -106,6 +106,11 @@ prefix() {
 start_server() {
   local name=$1 secs=$2 mode=$3
   shift 3
+  # Never before the case's own deadline: a host loaded by other work
+  # stretches every step, and a server its timeout stopped in the middle of
+  # a client's run fails that client (refused, reset) with no word why.
+  # SECS only guards against a server outliving the case.
+  [ "${CASE_SECS:-0}" -le "$secs" ] || secs=$CASE_SECS
   prefix "$mode" "$name"
   echo "$mode: $*" >"$CD/$name.cmd"
   timeout -k 3 "$secs" "${PRE[@]}" "$@" >"$CD/$name.out" 2>"$CD/$name.err" </dev/null &
@@ -172,14 +177,15 @@ live_stats() {
   done
 }
 
-# server_stacks: the servers still running when a client timed out: every
-# thread's stack (gdb, ~12 s a process under TCG) into
-# $CD/stacks.NAME.PID.txt, and the frames in xpress printed, so that a hang
+# server_stacks [WRAPPER...]: servers (default: all still running) that hang:
+# every thread's stack (gdb, ~12 s a process under TCG) and the open fds
+# into $CD/stacks.NAME.PID.txt, the frames in xpress printed, so that a hang
 # in CI names where it waits.  At most 3 processes.
 server_stacks() {
   command -v gdb >/dev/null 2>&1 || return 0
-  local w c p n=0 f
-  for w in "${SERVERS[@]}"; do
+  local w c p n=0 f ws=("$@")
+  [ ${#ws[@]} -gt 0 ] || ws=("${SERVERS[@]}")
+  for w in "${ws[@]}"; do
     c=$(children "$w")
     c=${c%% *}
     [ -n "$c" ] || continue
@@ -187,8 +193,9 @@ server_stacks() {
       [ $n -lt 3 ] || return 0
       n=$((n + 1))
       f=$CD/stacks.$(tr -d '\0' <"/proc/$p/comm" 2>/dev/null || echo proc).$p.txt
+      { ls -l "/proc/$p/fd" 2>&1; ss -tanp 2>/dev/null | grep "pid=$p,"; } >"$f.fds"
       timeout -k 2 40 gdb -batch -nx -p "$p" -ex 'set pagination off' -ex 'thread apply all bt 16' >"$f" 2>&1 </dev/null
-      note "stacks of $p ($(basename "$f")), frames in xpress:"
+      note "stacks of $p ($(basename "$f"); its fds in $(basename "$f").fds: $(grep -c 'socket:' "$f.fds") sockets, $(grep -c ' LISTEN ' "$f.fds") listening), frames in xpress:"
       grep -E '^Thread|xp::| at (preload|stream|flow|recover|verbs|alloc|common)/' "$f" | sed -E 's/ \(.*\) at / at /; s/^#[0-9]+ +0x[0-9a-f]+ in //' | cut -c1-160 | head -n 40 | sed 's/^/          /'
     done
   done
@@ -203,10 +210,17 @@ stop_server() {
   trace "stopping $name: SIG$sig"
   c=$(child_of "$w" 2>/dev/null || true)
   kill "-$sig" "${c:-$w}" 2>/dev/null || true
-  local t
+  local t t3
   t=$(deadline 10)
+  t3=$(deadline 3)
   while until_t "$t"; do
     kill -0 "$w" 2>/dev/null || break
+    if [ -n "$t3" ] && ! until_t "$t3"; then
+      # Still there 3 s after the signal: where does it wait?
+      t3=""
+      note "$name still running 3 s after SIG$sig:"
+      server_stacks "$w"
+    fi
     sleep 0.1
   done
   if kill -0 "$w" 2>/dev/null; then

@@ -156,6 +156,8 @@ t_link() {
   st=$(cat /sys/class/infiniband/rxe0/ports/1/state); echo "rxe0 after link down: $st"
   [[ $st != *ACTIVE* ]] || return 1
   xp_link_up veth0 || return 1
+  # The path is the veth's again, not lo (the down deleted the routes).
+  t_route || return 1
   rping_pair "$A1" "$A0" 7473
 }
 
@@ -196,7 +198,7 @@ check "rping client $A1 -> server $A0 (reverse)" rping_pair "$A0" "$A1" 7472
 check "ibv_rc_pingpong rxe0 -> rxe1 (-g $XP_GID_INDEX, 200 iters), counters" t_pingpong
 check "rxe-counters diff --json is valid JSON" t_json
 check "netem delay on veth0 applied and cleared" t_netem
-check "link down/up on veth0: rxe0 goes down, comes back, rping works" t_link
+check "link down/up on veth0: rxe0 goes down, comes back, routed via the veth again, rping works" t_link
 check "rxe0 removed and re-added: ibv_rc_pingpong works again" t_rxe_readd
 check "xp_kill signals a process" t_kill
 check "xp_timeout returns 124 on expiry" t_timeout

@@ -10,8 +10,9 @@
 # Functions (command form: drop "xp_", "_" -> "-"):
 #   xp_link_down DEV              ip link set DEV down (veth0|veth1; downing one
 #                                 end also drops the peer's carrier)
-#   xp_link_up DEV                bring it back; waits until the rxe port on it
-#                                 is ACTIVE again (bounded)
+#   xp_link_up DEV                bring it back, with the test bed's policy
+#                                 routes; waits until the rxe port on it is
+#                                 ACTIVE again (bounded)
 #   xp_link_flap DEV SECS         down, sleep SECS, up
 #   xp_rxe_remove RXE             rdma link delete RXE (rxe0|rxe1): the RDMA
 #                                 device disappears under running programs
@@ -77,6 +78,15 @@ xp_link_up() {
   local dev=${1:?usage: xp_link_up DEV} r
   _xp_log "link up $dev"
   ip link set "$dev" up || return
+  # Taking a device down deletes the routes through it, and the test bed's
+  # policy routes (table 100, guest-boot.sh) are not connected routes that
+  # come back with the link: without them the two addresses would talk over
+  # lo from now on, where two real hosts get their path back.  Put them
+  # back (idempotent).
+  ip -batch - <<EOF2 2>/dev/null
+route replace table 100 ${XP_ADDR1:-10.77.0.2} dev veth0 src ${XP_ADDR0:-10.77.0.1}
+route replace table 100 ${XP_ADDR0:-10.77.0.1} dev veth1 src ${XP_ADDR1:-10.77.0.2}
+EOF2
   # Both ends' carriers come back together; wait for the rxe ports on them.
   for r in /sys/class/infiniband/*; do
     [ -e "$r" ] || continue

@@ -58,6 +58,7 @@ run_case() {
       pass "memcslap 4 threads: set and get (binary protocol) $keys keys: $(grep -hEo 'Time to (set|get) +[0-9]+ keys by +4 threads: +[0-9.]+ seconds' "$CD/memcslap-set.out" "$CD/memcslap-get.out" | tr -s ' ' | sed 's/Time to //; s/ keys by 4 threads:/ keys in/' | tr '\n' ' ')"
     else
       fail "memcslap: $(printf '%s | ' "${why[@]}")"
+      server_stacks
     fi
     check_stats_rdma "memcslap" memcslap-set memcslap-get
     check_net "memcslap" "$snap" $(($(stats_bytes memcslap-set) + $(stats_bytes memcslap-get))) \
