@@ -11,19 +11,30 @@ RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
     : link_(link), signal_every_(signal_every == 0 ? 1 : signal_every),
       send_credit_(link->peer_ring_size()), recv_credit_(link->recv_ring_size()) {
   pending_cap_ = static_cast<uint32_t>(link->recv_ring_size() / kRecordAlign);
-  // Set-up time allocation (mmap: no malloc, which a later issue hooks).
-  void* mem = mmap(nullptr, sizeof(Pending) * pending_cap_, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Set-up time allocation (mmap: no malloc, which the allocator hook
+  // serves), the control backlog after the pending table.
+  void* mem =
+      mmap(nullptr, alloc_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     failed_ = true;
     pending_cap_ = 0;
   } else {
     pending_ = static_cast<Pending*>(mem);
+    deferred_ = reinterpret_cast<Deferred*>(static_cast<uint8_t*>(mem) + deferred_offset());
   }
 }
 
 RecordChannel::~RecordChannel() {
-  if (pending_) munmap(pending_, sizeof(Pending) * pending_cap_);
+  if (pending_) munmap(pending_, alloc_bytes());
+}
+
+size_t RecordChannel::deferred_offset() const {
+  size_t at = sizeof(Pending) * pending_cap_;
+  return (at + alignof(Deferred) - 1) & ~(alignof(Deferred) - 1);
+}
+
+size_t RecordChannel::alloc_bytes() const {
+  return deferred_offset() + sizeof(Deferred) * kDeferredMax;
 }
 
 size_t RecordChannel::max_payload() const {
@@ -39,6 +50,10 @@ size_t RecordChannel::max_payload() const {
 Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const void* payload,
                            size_t len, bool control, const uint32_t* lkey) {
   if (failed_) return Status::io_error;
+  // Data waits behind the control backlog (a stream's SWITCH before its
+  // bytes, a MOVE after them).
+  if (!control && deferred_tail_ != deferred_head_ && flush_deferred() != Status::ok)
+    return Status::no_resource;
   size_t ring = link_->peer_ring_size();
   size_t bytes = record_bytes(len);
   // Send queue: keep one slot free so a signaled WR can always be posted.
@@ -96,11 +111,34 @@ Status RecordChannel::send_control(RecordType type, uint32_t stream, uint64_t se
                                    const void* payload, size_t len) {
   if (type == RecordType::data || type == RecordType::credit || len > kMaxControlPayload)
     return Status::invalid;
-  return post(type, stream, seq, payload, len, true);
+  if (failed_) return Status::io_error;
+  Status st = flush_deferred(); // the older ones first
+  if (st == Status::ok) st = post(type, stream, seq, payload, len, true);
+  if (st != Status::no_resource) return st;
+  if (deferred_ == nullptr || deferred() >= kDeferredMax) return Status::no_resource;
+  Deferred& d = deferred_[deferred_tail_ % kDeferredMax];
+  d.type = static_cast<uint8_t>(type);
+  d.stream = stream;
+  d.seq = seq;
+  d.len = static_cast<uint32_t>(len);
+  if (len) memcpy(d.payload, payload, len);
+  ++deferred_tail_;
+  ++counters_.control_deferred;
+  return Status::ok;
+}
+
+Status RecordChannel::flush_deferred() {
+  while (deferred_head_ != deferred_tail_) {
+    const Deferred& d = deferred_[deferred_head_ % kDeferredMax];
+    Status st = post(static_cast<RecordType>(d.type), d.stream, d.seq, d.payload, d.len, true);
+    if (st != Status::ok) return st;
+    ++deferred_head_;
+  }
+  return Status::ok;
 }
 
 bool RecordChannel::can_send(size_t len) const {
-  if (failed_ || len > max_payload()) return false;
+  if (failed_ || len > max_payload() || deferred_tail_ != deferred_head_) return false;
   if (posted_ - completed_ + 1 >= link_->send_queue_depth()) return false;
   size_t ring = link_->peer_ring_size();
   size_t bytes = record_bytes(len);
@@ -213,7 +251,10 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       out[(*got)++] = Record{h, reinterpret_cast<const uint8_t*>(h) + sizeof(RecordHeader), slot};
     }
   }
-  return maybe_grant();
+  Status st = maybe_grant(); // credit first: it is what frees the peer
+  if (st != Status::ok) return st;
+  st = flush_deferred(); // room may have come back
+  return st == Status::no_resource ? Status::ok : st;
 }
 
 Status RecordChannel::release(uint32_t slot) {

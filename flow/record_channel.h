@@ -69,6 +69,7 @@ struct Record {
 struct ChannelCounters {
   uint64_t records_sent = 0, records_received = 0;
   uint64_t credit_records_sent = 0, credit_stalls = 0, protocol_errors = 0;
+  uint64_t control_deferred = 0; // control records that waited for room
 };
 
 class RecordChannel {
@@ -99,8 +100,18 @@ public:
   // Send a control record (any type but data and credit) with an optional
   // payload of at most kMaxControlPayload bytes.  Control records may use
   // the reserved credit, so they go out even when data filled the ring.
+  // One that finds no room even so (the reserve taken by other control
+  // records, or the send queue full) waits in a backlog, in order, and
+  // leaves before any later record but a credit one (poll() sends it):
+  // ok means sent or queued.  A control record is never dropped and never
+  // overtaken (an ATTACH_ACK dropped under load let its PROOF arrive
+  // first, and the upgrade failed).  no_resource only when the backlog
+  // (kDeferredMax records) is full.
   Status send_control(RecordType type, uint32_t stream, uint64_t seq, const void* payload = nullptr,
                       size_t len = 0);
+  static constexpr uint32_t kDeferredMax = 64;
+  // Control records waiting in the backlog.
+  uint32_t deferred() const { return static_cast<uint32_t>(deferred_tail_ - deferred_head_); }
   // Process completions: data and stream control records are appended to
   // out (up to max); credit records are applied here.  io_error when the link failed,
   // invalid on a protocol error from the peer (the channel is unusable).
@@ -143,6 +154,10 @@ private:
   Status post(RecordType type, uint32_t stream, uint64_t seq, const void* payload, size_t len,
               bool control, const uint32_t* lkey = nullptr);
   Status maybe_grant();
+  // Posts the backlog, oldest first; ok when it is empty now.
+  Status flush_deferred();
+  size_t deferred_offset() const;
+  size_t alloc_bytes() const;
 
   // Received records in ring order, until released.  Sized once at set-up
   // (the ring holds at most ring_size / kRecordAlign records).
@@ -153,6 +168,17 @@ private:
   Pending* pending_ = nullptr;
   uint32_t pending_cap_ = 0;
   uint64_t pending_head_ = 0, pending_tail_ = 0;
+
+  // The control backlog (send_control), allocated with pending_.
+  struct Deferred {
+    uint8_t type;
+    uint32_t stream;
+    uint64_t seq;
+    uint32_t len;
+    uint8_t payload[kMaxControlPayload];
+  };
+  Deferred* deferred_ = nullptr;
+  uint64_t deferred_head_ = 0, deferred_tail_ = 0;
 
   verbs::Link* link_;
   uint32_t signal_every_;

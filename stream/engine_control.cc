@@ -21,24 +21,18 @@ namespace {
 using flow::RecordType;
 
 bool send_msg(Channel* ch, const recover::Message& m) {
-  Changes changed;
-  bool ok = false;
+  Status st;
   {
+    // Sent, or queued behind the channel's other control records when it
+    // finds no room (flow::RecordChannel::send_control): never dropped.
     std::lock_guard<std::mutex> l(ch->mu);
-    // Control records may use the reserved credit; a full send queue is
-    // the only way to get no_resource, and progress frees it.
-    for (int i = 0; i < 1000; ++i) {
-      Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream, m.seq,
-                                                  m.payload, m.len);
-      if (st != Status::no_resource) {
-        ok = st == Status::ok;
-        break;
-      }
-      progress_locked(ch, nullptr, &changed);
-    }
+    st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream, m.seq,
+                                         m.payload, m.len);
   }
-  changed.wake();
-  return ok;
+  if (st != Status::ok)
+    XP_SLOG(XP_SLOG_DEBUG, "channel: control record type %u for stream %u not sent (%s)",
+            static_cast<unsigned>(m.type), m.stream, status_name(st));
+  return st == Status::ok;
 }
 
 // Handle one ATTACH; false when no connection with its 4-tuple exists here
@@ -196,9 +190,10 @@ void detach(Conn* c, Channel* ch) {
 void flush(Conn* c) {
   recover::Message m;
   while (c->sess.pop_output(&m)) {
-    if (c->ch == nullptr || !send_msg(c->ch, m)) {
-      XP_SLOG(XP_SLOG_DEBUG, "fd %d: control record type %u not sent (%s)", c->sock(),
-              static_cast<unsigned>(m.type), c->ch == nullptr ? "no channel" : "channel full");
+    if (c->ch == nullptr || !send_msg(c->ch, m)) { // send_msg logged why
+      if (c->ch == nullptr)
+        XP_SLOG(XP_SLOG_DEBUG, "fd %d: control record type %u not sent (no channel)", c->sock(),
+                static_cast<unsigned>(m.type));
       c->sess.fail(Reason::handshake_failed);
       break;
     }

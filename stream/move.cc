@@ -83,24 +83,21 @@ bool consistent(const Conn* c, bool answer) {
 
 // ch->mu held: our MOVE after our last record of the stream; nothing of
 // ours for it follows (the stream is frozen).
-bool send_move(Channel* ch, Conn* c, engine::Changes* changed) {
+bool send_move(Channel* ch, Conn* c) {
   Stream* s = c->st;
   const bool sw = tx_switched(c);
   uint8_t p[kPayloadBytes] = {};
   p[0] = sw ? kTxSwitched : 0;
   put64(p + 8, sw ? c->sess.tx_offset() : 0);
   put64(p + 16, s->rx_started() ? s->received() : 0);
-  for (int i = 0; i < 1000 && !ch->failed.load(); ++i) {
-    Status st = ch->mux->channel().send_control(RecordType::move_, s->id(), sw ? s->send_next() : 0,
-                                                p, sizeof p);
-    if (st == Status::ok) {
-      s->freeze_tx();
-      return true;
-    }
-    if (st != Status::no_resource) return false;
-    engine::progress_locked(ch, nullptr, changed); // credit may be waiting
-  }
-  return false;
+  // Sent, or queued behind the channel's other control records (and ahead
+  // of any later data: flow::RecordChannel::send_control).
+  if (ch->failed.load() ||
+      ch->mux->channel().send_control(RecordType::move_, s->id(), sw ? s->send_next() : 0, p,
+                                      sizeof p) != Status::ok)
+    return false;
+  s->freeze_tx();
+  return true;
 }
 
 // c->mu held, both MOVEs crossed: the stream leaves the channel (no FIN:
@@ -217,10 +214,10 @@ bool candidate(Conn* c) {
   return tx_switched(c) || c->st->rx_started();
 }
 
-bool begin(Conn* c, engine::Changes* changed) {
+bool begin(Conn* c) {
   if (!candidate(c) || c->ch->failed.load()) return false;
   std::lock_guard<std::mutex> l(c->ch->mu);
-  return settled(c) && send_move(c->ch, c, changed);
+  return settled(c) && send_move(c->ch, c);
 }
 
 int complete(Conn* c, ResumeCause why, uint64_t t0_us, engine::Changes* changed) {
@@ -272,7 +269,7 @@ void on_peer_move(Conn* c, Channel* ch) {
     Stream* s = c->st;
     // Our own MOVE went first (we fork too): for_fork finishes the move.
     if (s->frozen() || !s->peer_move.seen) return;
-    ok = settled(c) && consistent(c, false) && send_move(ch, c, &changed);
+    ok = settled(c) && consistent(c, false) && send_move(ch, c);
   }
   changed.wake();
   if (ok) return finish(c, ResumeCause::peer_moved, mono_us());
@@ -316,7 +313,7 @@ void for_fork() {
   engine::Changes changed;
   for (Conn* c : cs) {
     c->mu.lock();
-    if (begin(c, &changed))
+    if (begin(c))
       moving.push_back(c);
     else if (candidate(c) || (c->ch && c->ch->failed.load() && !c->resumed.load()))
       fallback.push_back(c);

@@ -40,7 +40,7 @@ void on_peer_move(Conn* c, Channel* ch);
 // c has a direction on RDMA (or the peer's SWITCH arrived).
 bool candidate(Conn* c);
 // Send our MOVE when the stream is settled (false: not possible now).
-bool begin(Conn* c, engine::Changes* changed);
+bool begin(Conn* c);
 // Poll for the peer's MOVE and move: 1 moved (or nothing to move), 0 still
 // waiting, -1 not possible (the caller fails the channel over).
 int complete(Conn* c, ResumeCause why, uint64_t t0_us, engine::Changes* changed);

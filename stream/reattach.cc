@@ -43,24 +43,11 @@ uint64_t mono_us() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
 }
 
-// A control record on ch (ch->mu not held): like engine_control's
-// send_msg, the reserved credit makes a full send queue the only wait.
+// A control record on ch (ch->mu not held): sent, or queued behind the
+// channel's other control records (flow::RecordChannel::send_control).
 bool send_ctl(Channel* ch, RecordType t, uint32_t id, uint64_t seq, const void* p, size_t n) {
-  engine::Changes changed;
-  bool ok = false;
-  {
-    std::lock_guard<std::mutex> l(ch->mu);
-    for (int i = 0; i < 1000; ++i) {
-      Status st = ch->mux->channel().send_control(t, id, seq, p, n);
-      if (st != Status::no_resource) {
-        ok = st == Status::ok;
-        break;
-      }
-      engine::progress_locked(ch, nullptr, &changed);
-    }
-  }
-  changed.wake();
-  return ok;
+  std::lock_guard<std::mutex> l(ch->mu);
+  return ch->mux->channel().send_control(t, id, seq, p, n) == Status::ok;
 }
 
 // ch->mu held: c's stream on ch at id (false: id taken or no memory).

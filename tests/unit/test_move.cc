@@ -108,7 +108,7 @@ bool move_now(RPair& p, REnd& who) {
   stream::engine::Changes ch;
   {
     std::lock_guard<std::mutex> l(who.c->mu);
-    if (!stream::move::begin(who.c, &ch)) return false;
+    if (!stream::move::begin(who.c)) return false;
   }
   REnd& peer = &who == &p.a ? p.b : p.a;
   for (int i = 0; i < 100; ++i) {
@@ -230,7 +230,7 @@ TEST_CASE("move: both ends move at once") {
   stream::engine::Changes ch;
   for (REnd* e : {&p.a, &p.b}) {
     std::lock_guard<std::mutex> l(e->c->mu);
-    REQUIRE(stream::move::begin(e->c, &ch));
+    REQUIRE(stream::move::begin(e->c));
   }
   int done = 0;
   for (int i = 0; i < 100 && done < 2; ++i) {
@@ -505,7 +505,7 @@ TEST_CASE("move: a move crossed by a failure: one end moved, the other resumed; 
     stream::engine::Changes ch;
     {
       std::lock_guard<std::mutex> l(p.a.c->mu);
-      REQUIRE(stream::move::begin(p.a.c, &ch));
+      REQUIRE(stream::move::begin(p.a.c));
     }
     stream::engine::progress(p.b.ch); // b answers and moves
     REQUIRE(p.b.c->resumed.load());

@@ -225,3 +225,71 @@ TEST_CASE("record channel: maximum-size records keep flowing across wraps") {
     CHECK(sent == 50);
   }
 }
+
+TEST_CASE("record channel: control records that find no room wait in order, never dropped") {
+  // Regression: with data filling the peer's ring, a burst of control
+  // records (ATTACH_ACK, PROOF, SWITCH of several streams attaching at
+  // once) used up the control reserve; the engine gave up on one after a
+  // short spin, and the peer saw a PROOF whose ATTACH_ACK never came
+  // (memcached on Soft-RoCE under load).
+  Pair p(4096);
+  std::vector<uint8_t> buf(400, 0x5a);
+  int data_before = 0;
+  while (p.a.send(1, 0, buf.data(), buf.size()) == Status::ok)
+    ++data_before;
+  REQUIRE(data_before > 0);
+  constexpr int kControl = 12; // more than the reserve holds (4 records)
+  for (int i = 0; i < kControl; ++i) {
+    uint8_t payload[16] = {static_cast<uint8_t>(i)};
+    CHECK(p.a.send_control(RecordType::proof, 7, static_cast<uint64_t>(i), payload,
+                           sizeof payload) == Status::ok);
+  }
+  CHECK(p.a.deferred() > 0);
+  CHECK(p.a.counters().control_deferred > 0);
+  // Later data waits behind them.
+  CHECK(!p.a.can_send(1));
+  CHECK(p.a.send(7, 0, "late", 4) == Status::no_resource);
+  // The peer reads and grants; the backlog leaves as room comes back.
+  std::vector<int> order; // -1: data of stream 1, -2: the late data, else the control seq
+  for (int round = 0;
+       round < 100 && (p.a.deferred() > 0 || order.size() < size_t(data_before + kControl));
+       ++round) {
+    Record r[16];
+    int got = 0;
+    do {
+      REQUIRE(p.b.poll(r, 16, &got) == Status::ok);
+      for (int i = 0; i < got; ++i) {
+        if (r[i].hdr->type == static_cast<uint8_t>(RecordType::data))
+          order.push_back(-1);
+        else
+          order.push_back(static_cast<int>(r[i].hdr->seq));
+        REQUIRE(p.b.release(r[i].slot) == Status::ok);
+      }
+    } while (got > 0);
+    drain(p.a, nullptr); // credit records, then the backlog
+  }
+  CHECK(p.a.deferred() == 0);
+  REQUIRE(p.a.send(7, 0, "late", 4) == Status::ok);
+  drain(p.b, nullptr);
+  // Every control record arrived once, in order, after the data sent before.
+  REQUIRE(order.size() == size_t(data_before + kControl));
+  for (int i = 0; i < data_before; ++i)
+    CHECK(order[i] == -1);
+  for (int i = 0; i < kControl; ++i)
+    CHECK(order[data_before + i] == i);
+}
+
+TEST_CASE("record channel: a full control backlog says no_resource, a failed channel io_error") {
+  Pair p(4096);
+  std::vector<uint8_t> buf(400, 1);
+  while (p.a.send(1, 0, buf.data(), buf.size()) == Status::ok) {
+  }
+  int ok = 0;
+  Status st;
+  while ((st = p.a.send_control(RecordType::ack, 1, 0)) == Status::ok && ok < 1000)
+    ++ok;
+  CHECK(st == Status::no_resource);
+  CHECK(p.a.deferred() == RecordChannel::kDeferredMax);
+  p.a.fail();
+  CHECK(p.a.send_control(RecordType::ack, 1, 0) == Status::io_error);
+}
