@@ -529,6 +529,59 @@ bool tcp_after_switch(Conn* c) {
   return true;
 }
 
+namespace {
+// Debug log only: a channel whose streams moved no byte for kStallMs while
+// one of them holds unread bytes or unacknowledged ones is reported once,
+// with what each side of the wait looks like (a hang in a test then says
+// whether the bytes sat in the ring, in the stream, or never came).
+constexpr uint64_t kStallMs = 5000;
+
+void report_stall(Channel* ch, uint64_t now) {
+  uint64_t sig = 0;
+  bool waiting = false;
+  for (Conn* c : ch->conns) {
+    if (Stream* s = c->st) {
+      sig = sig * 1000003 + s->received() * 31 + s->delivered() * 17 + s->send_next() * 7 +
+            s->send_acked();
+      waiting |= s->readable_bytes() > 0 || s->send_next() > s->send_acked();
+    }
+  }
+  if (sig != ch->stall_sig || ch->stall_since_ms == 0) {
+    ch->stall_sig = sig;
+    ch->stall_since_ms = now;
+    ch->stall_logged = false;
+    return;
+  }
+  if (!waiting || ch->stall_logged || now - ch->stall_since_ms < kStallMs) return;
+  ch->stall_logged = true;
+  const flow::RecordChannel& rc = ch->mux->channel();
+  int sleepers;
+  {
+    std::lock_guard<std::mutex> sl(ch->sleep_mu);
+    sleepers = ch->sleepers;
+  }
+  XP_SLOG(XP_SLOG_DEBUG,
+          "channel: no byte moved for %llu ms: armed %d, spinners %d, sleepers %d, control "
+          "backlog %u, credit %llu, sent %llu, received %llu records",
+          static_cast<unsigned long long>(now - ch->stall_since_ms), ch->armed.load() ? 1 : 0,
+          ch->spinners.load(), sleepers, rc.deferred(),
+          static_cast<unsigned long long>(rc.send_credit_available()),
+          static_cast<unsigned long long>(rc.counters().records_sent),
+          static_cast<unsigned long long>(rc.counters().records_received));
+  for (Conn* c : ch->conns)
+    if (Stream* s = c->st)
+      XP_SLOG(XP_SLOG_DEBUG,
+              "channel: fd %d stream %u: received %llu, delivered %llu, %zu unread; sent %llu, "
+              "acked %llu; bits %#x, tx %s, rx %s",
+              c->sock(), c->sid, static_cast<unsigned long long>(s->received()),
+              static_cast<unsigned long long>(s->delivered()), s->readable_bytes(),
+              static_cast<unsigned long long>(s->send_next()),
+              static_cast<unsigned long long>(s->send_acked()),
+              c->stream_bits.load(std::memory_order_relaxed), c->tx_rdma.load() ? "rdma" : "tcp",
+              c->rx_rdma.load() ? "rdma" : "tcp");
+}
+} // namespace
+
 void keepalive(uint64_t now) {
   const uint32_t ka = g().p.keepalive_ms;
   if (ka == 0) return;
@@ -555,6 +608,7 @@ void keepalive(uint64_t now) {
           ch->mux->channel().send_control(RecordType::keepalive, UINT32_MAX, 0) == Status::ok)
         ch->ka_sent_ms = now;
       expired = now - ch->ka_heard_ms > ka;
+      report_stall(ch, now);
     }
     if (expired) {
       XP_SLOG(XP_SLOG_INFO, "RDMA channel: nothing heard for %u ms", ka);

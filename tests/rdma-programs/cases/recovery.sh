@@ -318,7 +318,8 @@ inject_runs() {
     rs=$((rs + $(resent_bytes "inj$k")))
   done
   ok_if "inject: $okc of $INJ_RUNS transfers of $INJ_MIB MiB with the QP forced into error at a random offset: sha256 equal every time; the sender resumed $n times, re-sent $(hb "$rs") in all" \
-    "inject: $okc of $INJ_RUNS transfers matched ($runs ran; sender resumed $n times)" [ "$okc" = "$INJ_RUNS" ] && [ "$n" -ge "$INJ_RUNS" ]
+    "inject: $okc of $INJ_RUNS transfers matched ($runs ran; sender resumed $n times: each fault must resume it)" \
+    test "$okc" = "$INJ_RUNS" -a "$n" -ge "$INJ_RUNS"
 }
 
 # SIGKILL of one end mid-transfer: the other ends within 15 s, as with TCP.
