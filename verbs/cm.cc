@@ -1,5 +1,7 @@
 #include "verbs/cm.h"
 
+#include "common/logsink.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -133,8 +135,12 @@ Status Cm::connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams&
     delete c;
     return Status::io_error;
   }
+  XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: connect %p to port %u", static_cast<void*>(c->id),
+          dst->sa_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(dst)->sin_port)
+                                    : 0u);
   if (rdma_resolve_addr(c->id, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
                         p.timeout_ms) != 0) {
+    XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: resolve_addr failed: %s", strerror(errno));
     rdma_destroy_id(c->id);
     delete link;
     delete c;
@@ -166,6 +172,7 @@ Status Cm::accept(CmRequest* req, const RcLinkParams& p, const void* app, size_t
     cp.retry_count = 7;
     if (rdma_accept(req->id, &cp) != 0) st = Status::io_error;
   }
+  XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: accept %p: %s", static_cast<void*>(req->id), status_name(st));
   if (st != Status::ok) {
     if (link && link->id_) {
       rdma_reject(req->id, nullptr, 0);
@@ -186,6 +193,7 @@ void Cm::reject(CmRequest* req, const void* app, size_t app_len) {
   memcpy(buf, &kRejectMagic, 4);
   if (app_len > kAppPrivateMax) app_len = kAppPrivateMax;
   if (app_len) memcpy(buf + 4, app, app_len);
+  XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: reject %p", static_cast<void*>(req->id));
   rdma_reject(req->id, buf, static_cast<uint8_t>(4 + app_len));
   rdma_destroy_id(req->id);
   delete req;
@@ -231,6 +239,8 @@ bool Cm::next(CmEvent* out) {
     }
     auto* c = static_cast<Ctx*>(id->context);
     rdma_ack_cm_event(ev);
+    XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: %s (status %d) for %p", rdma_event_str(type), status,
+            static_cast<void*>(id));
 
     *out = CmEvent{};
     out->status = status;

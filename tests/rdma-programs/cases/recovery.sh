@@ -2,8 +2,18 @@
 # Recovery (docs/protocol.md §7): RDMA fails under running transfers; every
 # stream resumes on its TCP connection and the receiver's sha256 equals the
 # sender's, nothing lost or duplicated.  Faults (tools/softroce/faults.sh):
+#   qpback   the sender's QP forced into the error state at 20 MiB of a
+#            100 MiB transfer (XPRESS_FAULT_QP_ERROR_AT), the device healthy:
+#            the stream resumes on TCP, then goes back to RDMA (§7): the
+#            sender holds at 60 MiB until both ends logged the return, then
+#            the last 40 MiB must cross RDMA (rxe and RoCE counters, TCP
+#            little), and the statistics count the return at both ends
 #   link     veth0 down for 5 s, then up (RDMA and TCP both stall)
 #   rxe      the server's rxe device removed, then re-added
+#   flap     the link down and up every second for 10 s under a slow
+#            transfer (keepalive 600 ms, so that every down fails the
+#            channel): the attempts to go back stay within what the
+#            back-off allows
 #   netem    10% loss on veth0 for 5 s
 #   inject   XPRESS_FAULT_QP_ERROR_AT: the sender's QP forced into the error
 #            state at a random byte offset, RECOVERY_RUNS (50) transfers of
@@ -14,15 +24,10 @@
 #            (the INCR counter matches)
 # The 100 MiB transfers report, from the receiver's progress log, the
 # throughput before the fault and after it (on TCP) and the longest pause.
-# Back to RDMA (§7): after the link comes back the stream returns to RDMA:
-# the sender holds at 60 MiB until both ends logged the return, then the
-# last 40 MiB must cross RDMA (rxe and RoCE counters, TCP little), the
-# statistics count the return at both ends.  (Not after the rxe removal:
-# see run_case.)
-#   flap     the link down and up every second for 10 s under a slow
-#            transfer (keepalive 600 ms, so that every down fails the
-#            channel): the attempts stay within what the back-off allows,
-#            and the stream still ends on RDMA.
+# No return to RDMA is asked after the link faults or the rxe removal: on
+# this test bed the device that lost its link (or was removed) hears
+# nothing until it is re-created, which waits until the processes that
+# use it exit (rxe_refresh, docs/design.md).
 
 # shellcheck source=tools/softroce/faults.sh
 source "$XP_SOFTROCE/faults.sh"
@@ -123,7 +128,8 @@ bulk_fault() {
   wait_listen "$label-recv" "$port" "$srv" || return 1
   local hold=()
   [ "${BACK:-0}" = 1 ] && hold=(--hold-at 60M --hold-file "$T/$label.hold")
-  (RDMA_LOG_LEVEL=info run_client "$label-send" 140 xp "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+  # shellcheck disable=SC2086 # SEND_ENV: NAME=VALUE words for the sender
+  (RDMA_LOG_LEVEL=info run_client "$label-send" 140 xp env ${SEND_ENV:-} "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
     --bytes "${REC_MIB}M" --timeout 60 "${hold[@]}") &
   local cl=$! t b=0
   t=$(deadline 40)
@@ -175,16 +181,11 @@ bulk_fault() {
     at=$(reup "$label-send" attempts) fa=$(reup "$label-send" failed_attempts)
     grep -h "back on RDMA" "$CD"/xpress."$label"-*.log 2>/dev/null | sed 's/^/        /' | head -4
     if [ -n "$tb" ]; then
-      note "$label: back on RDMA $(awk -v a="$tb" -v b="$tu" 'BEGIN { printf "%.2f", a - b }') s after the link came back; $at attempt(s), $fa failed; $(back_note "$prog" "$tf" "$tu" "$tb" "$tr")"
+      note "$label: back on RDMA $(awk -v a="$tb" -v b="$tu" 'BEGIN { printf "%.2f", a - b }') s after the fault ended; $at attempt(s), $fa failed; $(back_note "$prog" "$tf" "$tu" "$tb" "$tr")"
     fi
-    # Reported, not failed, when it did not come back: on this test bed an
-    # rdma_cm set-up after the link came back sometimes never completes
-    # (no event within 20 s), the stream then ends on TCP (correctly).
-    if all_of "$tb" "$rs" "$rr"; then
-      pass "$label: back on RDMA at both ends after the fault (statistics: sender $rs, receiver $rr returned; $at attempts)"
-    else
-      note "$label: NOT back on RDMA (statistics: sender $rs, receiver $rr returned; $at attempts, $fa failed; log time '${tb:-none}')"
-    fi
+    ok_if "$label: back on RDMA at both ends after the fault (statistics: sender $rs, receiver $rr returned; $at attempts)" \
+      "$label: NOT back on RDMA (statistics: sender $rs, receiver $rr returned; $at attempts, $fa failed; log time '${tb:-none}')" \
+      all_of "$tb" "$rs" "$rr"
     [ -n "$tb" ] && check_net "$label: the last 40 MiB, after the return" "$T/$label.snap" $((40 * 1024 * 1024)) 1
   fi
 }
@@ -218,7 +219,8 @@ flap_case() {
     sleep 1
   done
   local t1=$EPOCHREALTIME tb=""
-  t=$(deadline 30)
+  # A return is not expected on this test bed (see the header): 10 s.
+  t=$(deadline 10)
   while until_t "$t" && [ -z "$tb" ] && kill -0 "$cl" 2>/dev/null; do
     sleep 0.2
     tb=$(back_time flap "$t1")
@@ -249,10 +251,7 @@ flap_case() {
       print n }')
   note "flap: $((FLAP_S / 2)) cycles in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s; streams resumed $n times (both ends), $at attempts to go back ($fa failed, bound $bound from the first failure to the return), returned: sender $rs, receiver $rr"
   if [ "$n" -eq 0 ]; then
-    # Seen on the test bed after the link step: the link's policy route
-    # (table 100) went with the link, so the two addresses talk over lo and
-    # a veth flap no longer touches the stream: nothing to bound.
-    note "flap: the flapping did not fail the channel (no resume): attempts not checked"
+    fail "flap: the flapping did not fail the channel (no resume): attempts not checked"
   else
     ok_if "flap: attempts bounded by the back-off: $at <= $bound (without it: one per second)" \
       "flap: $at attempts, more than the back-off allows ($bound)" in_range "$at" 0 "$bound"
@@ -260,13 +259,39 @@ flap_case() {
   if [ -n "$tb" ]; then
     pass "flap: back on RDMA after the flapping stopped (sender $rs, receiver $rr returns)"
   else
-    note "flap: NOT back on RDMA after the flapping (see the link step)"
+    note "flap: not back on RDMA after the flapping (not expected here: the flapped device hears nothing until re-created)"
   fi
   [ -n "$tb" ] && check_net "flap: the last 20 MiB, after the return" "$T/flap.snap" $((20 * 1024 * 1024)) 1
 }
 
 # The faults write when RDMA could work again into $T/up.time.
 link_flap() { xp_link_down veth0 && sleep 5 && echo "$EPOCHREALTIME" >"$T/up.time" && xp_link_up veth0; }
+# The fault of the qpback step: the sender's QP goes into the error state by
+# itself (XPRESS_FAULT_QP_ERROR_AT in its environment); wait until it
+# resumed on TCP, which is when the fault ended (the device stays healthy).
+qp_fault_wait() {
+  local t
+  t=$(deadline 30)
+  while until_t "$t"; do
+    grep -q "resumed on TCP" "$CD"/xpress."$1"-send.*.log 2>/dev/null && break
+    sleep 0.2
+  done
+  echo "$EPOCHREALTIME" >"$T/up.time"
+}
+# Soft-RoCE as Debian 6.1 ships it drops every packet arriving on a device
+# whose netdev went down while RC traffic was in flight, until the device is
+# re-created (rping between fresh processes fails the same way; the veth
+# still delivers the packets: docs/design.md).  After a link fault, once its
+# processes exited, the devices are re-created so that later steps run on
+# working RDMA.
+rxe_refresh() {
+  local d
+  for d in rxe0 rxe1; do
+    timeout -k 2 30 rdma link delete "$d" 2>>"$CD/refresh.fault" || note "rxe refresh: deleting $d failed"
+    xp_rxe_add "$d" 2>>"$CD/refresh.fault" || note "rxe refresh: adding $d failed"
+  done
+}
+
 rxe_cycle() {
   _xp_log "rxe remove rxe1"
   timeout -k 2 30 rdma link delete rxe1 || { _xp_log "rdma link delete rxe1 failed or hung"; return 1; }
@@ -399,7 +424,13 @@ redis_fault() {
 run_case() {
   local q0
   q0=$(rdma resource show qp 2>/dev/null | grep -c 'type RC' || true)
-  NEED_RESUME=1 BACK=1 bulk_fault link 19400 link_flap
+  # Back to RDMA on a healthy device: the QP forced into error at 20 MiB,
+  # the stream resumes on TCP, then returns over a new channel.
+  NEED_RESUME=1 BACK=1 SEND_ENV=XPRESS_FAULT_QP_ERROR_AT=$((20 << 20)) bulk_fault qpback 19407 qp_fault_wait qpback
+  # No return is asked after the link fault: the device that lost its link
+  # hears nothing more until it is re-created (rxe_refresh).
+  NEED_RESUME=1 bulk_fault link 19400 link_flap
+  rxe_refresh
   # No return is asked after the rxe removal: on this test bed (Debian 6.1
   # rxe) the removal completes only once the processes that used the
   # device exited (librdmacm keeps its device context open), so the device
@@ -407,6 +438,7 @@ run_case() {
   NEED_RESUME=1 bulk_fault rxe 19401 rxe_cycle
   xp_rxe_wait_active rxe1 10 || xp_rxe_add rxe1
   flap_case
+  rxe_refresh
   bulk_fault netem 19403 lossy
   inject_runs
   kill_one sender 19404
