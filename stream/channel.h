@@ -37,6 +37,9 @@ struct Channel {
   std::atomic<bool> failed{false};
   std::atomic<bool> inbox_pending{false};
   std::vector<ControlRecord> inbox; // guarded by mu
+  // One thread at a time hands the inbox's records out (drain_inbox), so a
+  // stream's records are handled in the order they arrived.
+  std::mutex drain_mu;
   // Completion events (stream/channel_events.cc): whether the completion
   // queue is armed, how many threads busy-poll the channel right now, and
   // when the last one stopped.

@@ -355,15 +355,38 @@ Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* 
   return Status::ok;
 }
 
+namespace {
+std::atomic<RecordHandler> g_record_handler{nullptr};
+} // namespace
+
+void set_record_handler_for_tests(RecordHandler h) {
+  g_record_handler.store(h, std::memory_order_release);
+}
+
 void drain_inbox(Channel* ch) {
-  std::vector<ControlRecord> batch;
-  {
-    std::lock_guard<std::mutex> l(ch->mu);
-    batch.swap(ch->inbox);
-    ch->inbox_pending.store(false);
+  // Several threads poll a channel (the engine, callers that spin); each
+  // took the records it polled into the inbox in arrival order.  Were two
+  // of them to hand out batches at once, a stream's ATTACH_ACK could be
+  // handled after the PROOF that follows it (memcslap, four connections
+  // attaching at once: "PROOF/SWITCH before binding").  So one drainer at a
+  // time; a thread that finds one at work leaves its records to it, and
+  // the drainer looks again after letting go, for records pushed meanwhile.
+  while (ch->inbox_pending.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> d(ch->drain_mu, std::try_to_lock);
+    if (!d.owns_lock()) return;
+    while (true) {
+      std::vector<ControlRecord> batch;
+      {
+        std::lock_guard<std::mutex> l(ch->mu);
+        ch->inbox_pending.store(false, std::memory_order_release);
+        if (ch->inbox.empty()) break;
+        batch.swap(ch->inbox);
+      }
+      RecordHandler test_handler = g_record_handler.load(std::memory_order_acquire);
+      for (const ControlRecord& r : batch)
+        test_handler ? test_handler(ch, r) : handle_record(ch, r);
+    }
   }
-  for (const ControlRecord& r : batch)
-    handle_record(ch, r);
 }
 
 void Changes::wake() {

@@ -149,6 +149,10 @@ struct Changes {
 // other than `except`, recording which changed.
 void progress_locked(Channel* ch, Conn* except, Changes* out);
 void drain_inbox(Channel* ch); // no lock held
+// Tests only: drain_inbox hands records to this instead of the engine's
+// handler (null: the engine's).
+using RecordHandler = void (*)(Channel* ch, const ControlRecord& r);
+void set_record_handler_for_tests(RecordHandler h);
 // The channel is lost: every stream on it resumes on TCP (stream/resume.h).
 // No lock held.  `why` is recorded unless a cause was already.
 void channel_failed(Channel* ch, ResumeCause why = ResumeCause::completion_error);

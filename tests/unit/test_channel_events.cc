@@ -5,11 +5,14 @@
 // polls the channel itself does not write its own eventfd.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <mutex>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include "fake_link.h"
 #include "stream/engine_internal.h"
@@ -127,4 +130,62 @@ TEST_CASE("wake: a registered sleeper that polls itself does not write its own e
   CHECK(poll(&p, 1, 0) == 1);
   wake::remove(efd);
   wake::drain(efd);
+}
+
+namespace {
+// drain_inbox's order test: the first record's handling blocks until the
+// test lets it go; every handled record's seq is logged in order.
+std::mutex g_log_mu;
+std::vector<uint64_t> g_handled;
+std::atomic<int> g_blocking{0}; // 1: the next record blocks; 2: blocked now
+std::atomic<bool> g_release{false};
+
+void ordered_handler(Channel*, const ControlRecord& r) {
+  int one = 1;
+  if (g_blocking.compare_exchange_strong(one, 2)) {
+    while (!g_release.load())
+      usleep(100);
+  }
+  std::lock_guard<std::mutex> l(g_log_mu);
+  g_handled.push_back(r.h.seq);
+}
+
+void push_record(Channel& ch, uint64_t seq) {
+  std::lock_guard<std::mutex> l(ch.mu);
+  ControlRecord r{};
+  r.h.type = static_cast<uint8_t>(flow::RecordType::proof);
+  r.h.seq = seq;
+  ch.inbox.push_back(r);
+  ch.inbox_pending.store(true);
+}
+} // namespace
+
+TEST_CASE("channel inbox: records are handled in arrival order by one drainer at a time") {
+  // Regression: two threads that had polled a channel each handed out a
+  // batch of its control records at once; a stream's ATTACH_ACK (first
+  // batch) was handled after its PROOF (second batch): "PROOF/SWITCH before
+  // binding" (memcslap on Soft-RoCE, four connections attaching at once).
+  Channel ch;
+  g_handled.clear();
+  g_release = false;
+  g_blocking = 1;
+  engine::set_record_handler_for_tests(ordered_handler);
+  push_record(ch, 1);
+  std::thread first([&] { engine::drain_inbox(&ch); }); // handles 1, blocked in it
+  while (g_blocking.load() != 2)
+    usleep(100);
+  push_record(ch, 2);       // polled by another thread meanwhile
+  engine::drain_inbox(&ch); // must leave record 2 to the drainer at work
+  {
+    std::lock_guard<std::mutex> l(g_log_mu);
+    CHECK(g_handled.empty());
+  }
+  g_release = true;
+  first.join();
+  engine::set_record_handler_for_tests(nullptr);
+  REQUIRE(g_handled.size() == 2);
+  CHECK(g_handled[0] == 1);
+  CHECK(g_handled[1] == 2);
+  CHECK(ch.inbox.empty());
+  CHECK_FALSE(ch.inbox_pending.load());
 }
