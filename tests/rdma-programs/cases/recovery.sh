@@ -27,7 +27,7 @@
 # No return to RDMA is asked after the link faults or the rxe removal: on
 # this test bed the device that lost its link (or was removed) hears
 # nothing until it is re-created, which waits until the processes that
-# use it exit (rxe_refresh, docs/design.md).
+# use it exit (rxe_refresh, docs/protocol.md §7).
 
 # shellcheck source=tools/softroce/faults.sh
 source "$XP_SOFTROCE/faults.sh"
@@ -281,7 +281,7 @@ qp_fault_wait() {
 # Soft-RoCE as Debian 6.1 ships it drops every packet arriving on a device
 # whose netdev went down while RC traffic was in flight, until the device is
 # re-created (rping between fresh processes fails the same way; the veth
-# still delivers the packets: docs/design.md).  After a link fault, once its
+# still delivers the packets: docs/protocol.md §7).  After a link fault, once its
 # processes exited, the devices are re-created so that later steps run on
 # working RDMA.
 rxe_refresh() {
