@@ -92,6 +92,14 @@ status() {
 }
 
 # prefix MODE NAME: PRE=(env ...) for starting NAME in MODE (xp|plain)
+# log_at LEVEL: LEVEL, or the caller's RDMA_LOG_LEVEL when that says more
+# (a case that asks for info lines still gets debug ones when debugging).
+log_at() {
+  case ${RDMA_LOG_LEVEL:-warn} in
+    debug | trace) echo "$RDMA_LOG_LEVEL" ;;
+    *) echo "$1" ;;
+  esac
+}
 prefix() {
   case $1 in
     xp) PRE=(env "LD_PRELOAD=$LIB" XPRESS_STATS=json "XPRESS_STATS_FILE=$CD/stats/$2.%p.json" XPRESS_STATS_LIVE=1 "XPRESS_LOG_LEVEL=${RDMA_LOG_LEVEL:-warn}" "XPRESS_LOG_FILE=$CD/xpress.$2.%p.log") ;;

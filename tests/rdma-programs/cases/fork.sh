@@ -32,12 +32,12 @@ rate() {
 
 fork_one() {
   local who=$1 port=$2 total=$((FORK_MIB * 1024 * 1024)) name=fork-$1
-  RDMA_LOG_LEVEL=info start_server "$name-srv" 100 xp "$PY" "$HERE/forkserve.py" serve --bind "$A1" \
+  RDMA_LOG_LEVEL=$(log_at info) start_server "$name-srv" 100 xp "$PY" "$HERE/forkserve.py" serve --bind "$A1" \
     --port "$port" --who "$who" --timeout 60
   local srv=$SERVER
   wait_listen "$name-srv" "$port" "$srv" || return 1
   local ok=1
-  RDMA_LOG_LEVEL=info run_client "$name-cli" 90 xp "$PY" "$HERE/forkserve.py" client --host "$A1" \
+  RDMA_LOG_LEVEL=$(log_at info) run_client "$name-cli" 90 xp "$PY" "$HERE/forkserve.py" client --host "$A1" \
     --port "$port" --bytes "${FORK_MIB}M" --progress "$CD/$name.progress" --timeout 60 || ok=0
   end_server "$name-srv" "$srv" $ok
   local c r sn sh en eh rn rh

@@ -122,14 +122,14 @@ bulk_fault() {
   local label=$1 port=$2
   shift 2
   local total=$((REC_MIB * 1024 * 1024)) prog=$CD/$label.progress
-  RDMA_LOG_LEVEL=info start_server "$label-recv" 150 xp "$PY" "$HERE/bulk.py" recv --bind "$A1" --port "$port" \
+  RDMA_LOG_LEVEL=$(log_at info) start_server "$label-recv" 150 xp "$PY" "$HERE/bulk.py" recv --bind "$A1" --port "$port" \
     --timeout 60 --progress "$prog"
   local srv=$SERVER
   wait_listen "$label-recv" "$port" "$srv" || return 1
   local hold=()
   [ "${BACK:-0}" = 1 ] && hold=(--hold-at 60M --hold-file "$T/$label.hold")
   # shellcheck disable=SC2086 # SEND_ENV: NAME=VALUE words for the sender
-  (RDMA_LOG_LEVEL=info run_client "$label-send" 140 xp env ${SEND_ENV:-} "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+  (RDMA_LOG_LEVEL=$(log_at info) run_client "$label-send" 140 xp env ${SEND_ENV:-} "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
     --bytes "${REC_MIB}M" --timeout 60 "${hold[@]}") &
   local cl=$! t b=0
   t=$(deadline 40)
@@ -196,11 +196,11 @@ bulk_fault() {
 flap_case() {
   local port=19406 total=$((40 * 1024 * 1024)) prog=$CD/flap.progress i
   local envs=(env XPRESS_KEEPALIVE_MS=600 XPRESS_REUPGRADE_MAX_MS=4000)
-  RDMA_LOG_LEVEL=info start_server flap-recv 120 xp "${envs[@]}" "$PY" "$HERE/bulk.py" recv --bind "$A1" \
+  RDMA_LOG_LEVEL=$(log_at info) start_server flap-recv 120 xp "${envs[@]}" "$PY" "$HERE/bulk.py" recv --bind "$A1" \
     --port "$port" --timeout 60 --progress "$prog"
   local srv=$SERVER
   wait_listen flap-recv "$port" "$srv" || return 1
-  (RDMA_LOG_LEVEL=info run_client flap-send 110 xp "${envs[@]}" "$PY" "$HERE/bulk.py" send --host "$A1" \
+  (RDMA_LOG_LEVEL=$(log_at info) run_client flap-send 110 xp "${envs[@]}" "$PY" "$HERE/bulk.py" send --host "$A1" \
     --port "$port" --bytes 40M --timeout 90 --rate 1 --hold-at 20M --hold-file "$T/flap.hold" \
     --hold-timeout 60) &
   local cl=$! t b=0
@@ -406,7 +406,7 @@ redis_fault() {
     --protected-mode no --logfile '' --daemonize no
   local srv=$SERVER
   wait_listen rec-redis "$port" "$srv" || return 1
-  if RDMA_LOG_LEVEL=info run_client rec-bench 60 xp env XPRESS_FAULT_QP_ERROR_AT=1500000 redis-benchmark -h "$A1" -p "$port" \
+  if RDMA_LOG_LEVEL=$(log_at info) run_client rec-bench 60 xp env XPRESS_FAULT_QP_ERROR_AT=1500000 redis-benchmark -h "$A1" -p "$port" \
     -c 20 -P 16 -n "$n" -d 256 -q --csv -t set,get,incr; then
     run_client rec-counter 10 xp redis-cli -h "$A1" -p "$port" GET 'counter:__rand_int__'
     local c r
