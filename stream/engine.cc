@@ -530,6 +530,10 @@ void engine::on_fork_child() {
   new (&s.mu) std::mutex();
   new (&s.qmu) std::mutex();
   if (s.used_rdma) s.forked_child = true;
+  // The engine thread stayed in the parent: nothing here wakes sleepers
+  // (stream/wake.h), and a moved stream still in user mode (bytes buffered
+  // at the fork) is looked at only by the child's own calls.
+  if (s.started) wake::set_no_waker(true);
   // The engine's epoll set and command eventfd are the parent's (an epoll
   // set is shared across fork: removing a socket here would remove the
   // parent's watch of it).

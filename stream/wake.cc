@@ -37,6 +37,7 @@ int g_fds[kMaxSleepers];
 const void* g_keys[kMaxSleepers];
 std::atomic<int> g_count{0};
 std::atomic<void (*)()> g_before_sleep{nullptr};
+std::atomic<bool> g_no_waker{false};
 
 struct ThreadFd {
   int fd = -1;
@@ -80,10 +81,15 @@ bool add_locked(int efd, const void* key) {
 } // namespace
 
 bool add(int efd, const void* key) {
+  if (g_no_waker.load(std::memory_order_acquire)) return false;
   bool ok = add_locked(efd, key);
   if (ok)
     if (void (*fn)() = g_before_sleep.load(std::memory_order_acquire)) fn();
   return ok;
+}
+
+void set_no_waker(bool none) {
+  g_no_waker.store(none, std::memory_order_release);
 }
 
 void set_before_sleep(void (*fn)()) {

@@ -28,6 +28,13 @@ struct SelfAwake {
   void start();
   ~SelfAwake();
 };
+// No thread in this process calls notify() any more (a fork child of a
+// process whose engine ran: that thread stayed in the parent, and the
+// child's connections that are still in user mode, resumed streams with
+// bytes buffered at the fork, change only when the child itself looks).
+// add() then refuses, so that sleepers sleep in short slices and look
+// again (a registered sleeper would wait for a wake-up that never comes).
+void set_no_waker(bool none);
 // Consume pending wake-ups of efd (non-blocking read).
 void drain(int efd);
 // Called by add() after registering, before the sleeper's final check: the

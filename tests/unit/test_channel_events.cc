@@ -189,3 +189,19 @@ TEST_CASE("channel inbox: records are handled in arrival order by one drainer at
   CHECK(ch.inbox.empty());
   CHECK_FALSE(ch.inbox_pending.load());
 }
+
+TEST_CASE("wake: with no waker left (a fork child of an RDMA process) sleepers are refused") {
+  // Regression: an accept-then-fork server's child inherited a moved
+  // stream still in user mode (bytes buffered at the fork); its poll()
+  // registered a wake-up only the parent's engine thread would have sent
+  // and slept 60 s with the peer's bytes in the kernel.  Refused, the
+  // sleeper sleeps in short slices and looks again.
+  int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  REQUIRE(efd >= 0);
+  stream::wake::set_no_waker(true);
+  CHECK_FALSE(stream::wake::add(efd));
+  stream::wake::set_no_waker(false);
+  CHECK(stream::wake::add(efd));
+  stream::wake::remove(efd);
+  close(efd);
+}
