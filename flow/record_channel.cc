@@ -115,7 +115,8 @@ Status RecordChannel::send_control(RecordType type, uint32_t stream, uint64_t se
   Status st = flush_deferred(); // the older ones first
   if (st == Status::ok) st = post(type, stream, seq, payload, len, true);
   if (st != Status::no_resource) return st;
-  if (deferred_ == nullptr || deferred() >= kDeferredMax) return Status::no_resource;
+  // (Without backlog memory the constructor set failed_: not here then.)
+  if (deferred() >= kDeferredMax) return Status::no_resource;
   Deferred& d = deferred_[deferred_tail_ % kDeferredMax];
   d.type = static_cast<uint8_t>(type);
   d.stream = stream;

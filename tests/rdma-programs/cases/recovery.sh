@@ -24,10 +24,12 @@
 #            (the INCR counter matches)
 # The 100 MiB transfers report, from the receiver's progress log, the
 # throughput before the fault and after it (on TCP) and the longest pause.
-# No return to RDMA is asked after the link faults or the rxe removal: on
-# this test bed the device that lost its link (or was removed) hears
-# nothing until it is re-created, which waits until the processes that
-# use it exit (rxe_refresh, docs/protocol.md §7).
+# No return to RDMA is asked after the 5 s link fault or the rxe removal:
+# on this test bed the device that lost its link that long (or was
+# removed) hears nothing until it is re-created, which waits until the
+# processes that use it exit (rxe_refresh, docs/protocol.md §7).  The 1 s
+# downs of the flap step do not do that: its return is reported, not
+# required.
 
 # shellcheck source=tools/softroce/faults.sh
 source "$XP_SOFTROCE/faults.sh"
@@ -219,7 +221,7 @@ flap_case() {
     sleep 1
   done
   local t1=$EPOCHREALTIME tb=""
-  # A return is not expected on this test bed (see the header): 10 s.
+  # A return is reported, not required (see the header): 10 s.
   t=$(deadline 10)
   while until_t "$t" && [ -z "$tb" ] && kill -0 "$cl" 2>/dev/null; do
     sleep 0.2
@@ -259,7 +261,7 @@ flap_case() {
   if [ -n "$tb" ]; then
     pass "flap: back on RDMA after the flapping stopped (sender $rs, receiver $rr returns)"
   else
-    note "flap: not back on RDMA after the flapping (not expected here: the flapped device hears nothing until re-created)"
+    note "flap: not back on RDMA within 10 s after the flapping (not required here: a flapped device may hear nothing until re-created)"
   fi
   [ -n "$tb" ] && check_net "flap: the last 20 MiB, after the return" "$T/flap.snap" $((20 * 1024 * 1024)) 1
 }
