@@ -15,7 +15,10 @@
 //     no completion that arrived while it was unarmed is left unseen.
 // Invariant: a channel is unarmed only while some thread spins on it, or
 // for at most about kIdleRearmNs + kUnarmedTickMs after the last one left,
-// and never while a thread sleeps waiting for it.
+// and never while a thread sleeps waiting for it, except a blocked call
+// that leaves the channel to its spinner (conn_io.cc: it sleeps on its
+// eventfd, which the spinner's polling writes, and looks again every
+// kUnarmedTickMs).
 #include <atomic>
 #include <ctime>
 #include <sys/epoll.h>
@@ -53,13 +56,13 @@ std::vector<Channel*> channels_snapshot() {
   return g().channels;
 }
 
-bool spun_lately(Channel* ch, uint64_t now = 0) {
+} // namespace
+
+bool spun_lately(Channel* ch, uint64_t now) {
   if (ch->spinners.load(std::memory_order_seq_cst) > 0) return true;
   if (now == 0) now = mono_ns();
   return now - ch->last_spin_ns.load(std::memory_order_relaxed) < kIdleRearmNs;
 }
-
-} // namespace
 
 bool rearm(Channel* ch) {
   if (ch->armed.exchange(true, std::memory_order_seq_cst)) return false;
@@ -86,9 +89,16 @@ void spin_enter(Channel* ch) {
   ch->spinners.fetch_add(1, std::memory_order_seq_cst);
 }
 
-void spin_leave(Channel* ch) {
-  ch->last_spin_ns.store(mono_ns(), std::memory_order_relaxed);
+uint64_t spin_leave(Channel* ch) {
+  uint64_t now = mono_ns();
+  ch->last_spin_ns.store(now, std::memory_order_relaxed);
   ch->spinners.fetch_sub(1, std::memory_order_seq_cst);
+  return now;
+}
+
+bool others_poll(Channel* ch, uint64_t mine) {
+  if (ch->spinners.load(std::memory_order_seq_cst) > 0) return true;
+  return spun_lately(ch) && ch->last_spin_ns.load(std::memory_order_relaxed) > mine;
 }
 
 namespace {

@@ -141,7 +141,7 @@ struct Waiter {
   int opt; // SO_RCVTIMEO or SO_SNDTIMEO
   bool started = false, registered = false;
   int efd = -1;
-  uint64_t spin_until = 0, began_ns = 0;
+  uint64_t spin_until = 0, began_ns = 0, spin_left_ns = 0;
   int64_t deadline_ms = -1;
   Channel* spinning = nullptr; // the channel this call busy-polls (channel_events.cc)
   Conn* conn = nullptr;
@@ -174,7 +174,7 @@ struct Waiter {
     masked = pthread_sigmask(SIG_BLOCK, &all, &saved) == 0;
   }
   void stop_spinning() {
-    if (spinning) engine::spin_leave(spinning);
+    if (spinning) spin_left_ns = engine::spin_leave(spinning);
     spinning = nullptr;
   }
   // 0: try again; -1: give up with errno (EINTR, EAGAIN on timeout).
@@ -219,6 +219,21 @@ struct Waiter {
     // this thread directly, without a hop through the engine thread.
     // Whoever takes the completion event (here or the engine) re-arms.
     int cfd = ch && !ch->failed.load() ? ch->link->wait_fd() : -1;
+    // Unless another thread busy-polls the channel (a request/response loop
+    // on another of its streams): it takes this stream's records too and
+    // wakes us through the eventfd (wake::notify).  Sleeping on the
+    // completion fd would arm the queue that spinner keeps unarmed and wake
+    // this thread for every one of its messages (xpress-bench's idle control
+    // connection: ppoll, read, ioctl, 2 epoll_ctl and the channel lock per
+    // ping-pong message, on the spinner's CPU).  "At work": spinning now, or
+    // within the last kIdleRearmNs after this call's own spin ended (a
+    // request/response loop's thread is out of its spin while it writes).
+    // A spinner may stop without arming (channel_events.cc), so look again
+    // after a tick at most.
+    if (cfd >= 0 && registered && engine::others_poll(ch, spin_left_ns)) {
+      cfd = -1;
+      if (timeout < 0 || timeout > engine::kUnarmedTickMs) timeout = engine::kUnarmedTickMs;
+    }
     if (cfd >= 0 && engine::rearm(ch)) { // nobody took events while it spun: poll once more
       engine::progress(ch);
       return 0;

@@ -181,9 +181,15 @@ constexpr int kUnarmedTickMs = 10;
 // This thread saw ch's completion fd readable: take the event, re-arm
 // unless someone spins on ch, and poll.
 void take_event(Channel* ch);
-// A blocked call busy-polls ch / stops doing so.
+// Someone busy-polls ch, or did within kIdleRearmNs (now: 0 = read the clock).
+bool spun_lately(Channel* ch, uint64_t now = 0);
+// A blocked call busy-polls ch / stops doing so (returns when: the
+// clock spun_lately reads).
 void spin_enter(Channel* ch);
-void spin_leave(Channel* ch);
+uint64_t spin_leave(Channel* ch);
+// Another thread polls ch now, or did within kIdleRearmNs after `mine`
+// (when this thread last stopped spinning on it; 0: never).
+bool others_poll(Channel* ch, uint64_t mine);
 // A blocked call sleeps on ch's completion fd itself / woke up: the engine
 // stops / resumes watching that fd.
 void sleep_enter(Channel* ch);

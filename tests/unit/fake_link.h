@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <unistd.h>
 #include <vector>
 
 #include "verbs/link.h"
@@ -139,8 +140,14 @@ public:
     return n;
   }
   Status arm() override { return Status::ok; }
-  int wait_fd() const override { return -1; }
-  bool ack_event() override { return false; }
+  // A completion channel, for tests that need one: an eventfd the test
+  // writes to raise "an event" (ack_event reads it); -1: none.
+  int event_fd = -1;
+  int wait_fd() const override { return event_fd; }
+  bool ack_event() override {
+    uint64_t v;
+    return event_fd >= 0 && read(event_fd, &v, sizeof v) == sizeof v;
+  }
   // Hostile peer: write raw bytes into our ring and announce them.
   void inject(size_t off, const void* bytes, size_t len, uint32_t imm) {
     memcpy(ring_.data() + off, bytes, len);

@@ -14,7 +14,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <random>
+#include <thread>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <vector>
@@ -350,6 +352,65 @@ TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream
   }
   other->unref();
   other->unref();
+}
+
+TEST_CASE("conn io: a blocked read leaves a channel someone spins on to the spinner") {
+  // Regression: xpress-bench's server had a thread blocked reading its idle
+  // control connection while another thread ping-ponged over the same
+  // channel.  The blocked read slept on the channel's completion fd, so it
+  // armed the queue the spinner keeps unarmed and woke for every message
+  // (ppoll, read, ioctl, two epoll_ctl and the channel lock each time, on
+  // the spinner's CPU).  With a spinner at work it sleeps on its eventfd
+  // alone: the spinner's polling wakes it when its own bytes come.
+  Pair p(true);
+  run(p, 3000, 5);
+  settle(p, [&] { return p.b.c->rx_rdma.load(); });
+  REQUIRE(p.b.c->rx_rdma.load());
+  while (take(p.b, 4096, 0) > 0) { // nothing left to read: the call blocks
+  }
+  p.lb.event_fd = static_cast<int>(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  REQUIRE(p.lb.event_fd >= 0);
+  std::atomic<ssize_t> got{-2};
+  std::vector<char> buf(64);
+  auto blocked_read = [&] {
+    iovec v{buf.data(), buf.size()};
+    bool kernel = false;
+    got = io::recv(p.b.c, &v, 1, 0, &kernel); // blocking
+  };
+  uint64_t one = 1;
+  pollfd pf{p.lb.event_fd, POLLIN, 0};
+  auto deliver = [&] { // bytes for the sleeper's stream, polled in by this thread
+    REQUIRE(put(p.a, 64) == 64);
+    for (int i = 0; i < 2000 && got.load() == -2; ++i) {
+      engine::progress(p.b.ch);
+      usleep(1000);
+    }
+  };
+  SUBCASE("nobody else polls: the call that spun last sleeps on the completion fd") {
+    std::thread sleeper(blocked_read);
+    usleep(50 * 1000); // past its own spin: asleep
+    REQUIRE(write(p.lb.event_fd, &one, sizeof one) == sizeof one);
+    usleep(50 * 1000);
+    CHECK(poll(&pf, 1, 0) == 0); // it took the event at once
+    deliver();
+    sleeper.join();
+    CHECK(got.load() == 64);
+  }
+  SUBCASE("another thread spins on the channel: the event is left to it") {
+    engine::spin_enter(p.b.ch); // this thread: the other stream's spinner
+    std::thread sleeper(blocked_read);
+    usleep(50 * 1000);
+    REQUIRE(write(p.lb.event_fd, &one, sizeof one) == sizeof one); // a message for the spinner
+    usleep(50 * 1000);
+    CHECK(poll(&pf, 1, 0) == 1); // the sleeper did not take it
+    CHECK(got.load() == -2);
+    deliver(); // the spinner's polling wakes it
+    sleeper.join();
+    CHECK(got.load() == 64);
+    engine::spin_leave(p.b.ch);
+  }
+  close(p.lb.event_fd);
+  p.lb.event_fd = -1;
 }
 
 TEST_CASE("conn io: the switches themselves are no EPOLLET edge") {
