@@ -140,13 +140,19 @@ void arm_before_sleep() {
 }
 
 uint64_t spin_budget_ns(uint32_t avg) {
+  // The whole ceiling while waits average within it: a wait that outlasts
+  // the spin pays a sleep and a wake-up (hundreds of us under TCG, tens
+  // natively), so a budget cut close to the typical wait (it was twice the
+  // average) turns the slower answers of a request/response loop into its
+  // tail.  Measured on Soft-RoCE, 64 B ping-pong: mean 220 -> 160 us, p99
+  // 1150 -> 780 us against twice the average.  The spin ends when the data
+  // comes, so only waits that end in a sleep cost the whole budget, and
+  // once they dominate the average exceeds the ceiling: the minimum then
+  // (an idle server sleeps at once and uses no CPU).
   constexpr uint32_t kMinSpinUs = 20;
   uint32_t max = params().spin_us;
   uint32_t lo = max < kMinSpinUs ? max : kMinSpinUs;
-  uint64_t us = avg <= max ? 2ull * avg : lo;
-  if (us < lo) us = lo;
-  if (us > max) us = max;
-  return us * 1000;
+  return uint64_t{avg <= max ? max : lo} * 1000;
 }
 
 uint32_t wait_avg(uint32_t avg, uint64_t waited_ns) {

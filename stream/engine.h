@@ -51,10 +51,10 @@ void on_fork_child();
 
 // Busy-polling before a sleep (docs/design.md, "Completion events").  A
 // blocked call spins spin_budget_ns(avg) first, avg being its recent waits
-// in us (wait_avg folds one in): twice that when it is within
-// XPRESS_SPIN_US (a request/response loop whose answers come back in 100 us
-// spins 200 us and never sleeps), the minimum (20 us) when waits are longer
-// (an idle server sleeps at once and uses no CPU).
+// in us (wait_avg folds one in): XPRESS_SPIN_US while that is within it (a
+// request/response loop spins until each answer comes, its slower answers
+// included), the minimum (20 us) when waits are longer (an idle server
+// sleeps at once and uses no CPU).
 uint64_t spin_budget_ns(uint32_t avg_us);
 uint32_t wait_avg(uint32_t avg_us, uint64_t waited_ns);
 // One busy-poll round for poll/select/epoll_wait, which wait on many
