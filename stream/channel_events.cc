@@ -70,7 +70,7 @@ bool rearm(Channel* ch) {
   return true;
 }
 
-void take_event(Channel* ch) {
+void take_event(Channel* ch, bool leave_to_spinner) {
   if (ch->link->ack_event()) {
     disarm(ch);
     // Pairs with spin_leave(): either its caller sees armed == false
@@ -82,6 +82,13 @@ void take_event(Channel* ch) {
     else
       rearm(ch);
   }
+  // The engine thread leaves the polling to a thread that spins on ch now
+  // (it polls again within microseconds, and before it sleeps it arms and
+  // polls once more): taking the channel's lock here made that thread wait
+  // for it in the futex, several times per event (glibc's lock is unfair
+  // to a waiter).  Left unpolled, a completion is seen by the next spin,
+  // by a sleeper's arm-and-poll, or by the idle re-arm (arm_idle_channels).
+  if (leave_to_spinner && ch->spinners.load(std::memory_order_seq_cst) > 0) return;
   progress(ch);
 }
 

@@ -164,7 +164,7 @@ void tcp_event(Conn* c, uint32_t events) {
 namespace {
 
 void on_channel_event(Channel* ch) {
-  take_event(ch); // stream/channel_events.cc: whether to re-arm
+  take_event(ch, true); // stream/channel_events.cc: whether to re-arm, whether to poll
 }
 
 void run_commands() {

@@ -476,6 +476,17 @@ void tick_conns(uint64_t now) {
     }
   }
   for (Conn* c : cs) {
+    // A stream settled on RDMA with its TCP socket quiet has nothing to
+    // tick: leave its lock to the program's calls (this tick runs every
+    // 10 ms while a request/response loop spins, and the loop's thread
+    // waited for the lock, or the engine for the loop's, in the futex).
+    bool quiet = !c->resumed.load() && c->phase.load() != Phase::upgrading &&
+                 !(c->rx_rdma.load() &&
+                   (c->tcp_bits.load() & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
+    if (quiet) {
+      c->unref();
+      continue;
+    }
     {
       std::lock_guard<std::mutex> l(c->mu);
       if (c->resumed.load()) {
@@ -528,7 +539,7 @@ void tick_conns(uint64_t now) {
   }
   for (Channel* ch : chs) {
     if (!ch->failed.load()) {
-      progress(ch);
+      if (!spun_lately(ch)) progress(ch); // else its spinner polls it
     } else {
       bool streams;
       {
@@ -615,6 +626,12 @@ void keepalive(uint64_t now) {
   }
   for (Channel* ch : chs) {
     if (ch->failed.load()) continue;
+    // Twice per keepalive period is enough to send one each period and see
+    // a silence within a sixth of its timeout; the engine ticks every 10 ms
+    // while a request/response loop spins, and taking the channel's lock
+    // on each tick made the loop's thread wait for it in the futex.
+    if (now - ch->ka_checked_ms < ka / 6) continue;
+    ch->ka_checked_ms = now;
     bool expired = false;
     {
       std::lock_guard<std::mutex> l(ch->mu);

@@ -179,8 +179,9 @@ void report(Conn* c, Mode m, Reason why);
 constexpr uint64_t kIdleRearmNs = 10000000;
 constexpr int kUnarmedTickMs = 10;
 // This thread saw ch's completion fd readable: take the event, re-arm
-// unless someone spins on ch, and poll.
-void take_event(Channel* ch);
+// unless someone spins on ch, and poll (leave_to_spinner, the engine
+// thread: not while another thread spins on ch).
+void take_event(Channel* ch, bool leave_to_spinner = false);
 // Someone busy-polls ch, or did within kIdleRearmNs (now: 0 = read the clock).
 bool spun_lately(Channel* ch, uint64_t now = 0);
 // A blocked call busy-polls ch / stops doing so (returns when: the

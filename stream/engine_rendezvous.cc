@@ -592,10 +592,13 @@ void reap_channels(uint64_t now) {
   auto& chs = g().channels;
   for (size_t i = 0; i < chs.size();) {
     Channel* ch = chs[i];
-    bool empty;
+    // A channel whose lock is taken is in use: not idle this tick (a
+    // request/response loop's thread would otherwise wait for this tick,
+    // which comes every 10 ms while it spins, in the futex).
+    bool empty = false;
     {
-      std::lock_guard<std::mutex> l(ch->mu);
-      empty = ch->conns.empty();
+      std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
+      if (l.owns_lock()) empty = ch->conns.empty();
     }
     if (empty && ch->client_side && !ch->failed.load() && ch->idle_since_ms == 0)
       ch->idle_since_ms = now;
