@@ -46,6 +46,10 @@ struct Channel {
   std::atomic<bool> armed{true};
   std::atomic<int> spinners{0};
   std::atomic<uint64_t> last_spin_ns{0};
+  // The engine took an event but found the channel's lock taken (a sender
+  // at work): it owes a poll, which whoever gets the lock first pays
+  // (channel_events.cc).
+  std::atomic<uint8_t> poll_owed{0};
   // Threads sleeping in the kernel on the completion fd themselves (a
   // blocked call): while there are any, the engine's epoll does not watch
   // it, so an event wakes one thread, not two (stream/channel_events.cc).

@@ -42,6 +42,17 @@ uint64_t mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// Some channel's poll is owed (take_event found its lock taken).
+std::atomic<bool> g_polls_owed{false};
+} // namespace
+
+void owe_poll(Channel* ch) {
+  ch->poll_owed.store(1, std::memory_order_release);
+  g_polls_owed.store(true, std::memory_order_release);
+}
+
+namespace {
+
 void disarm(Channel* ch) {
   ch->armed.store(false, std::memory_order_seq_cst);
 }
@@ -89,7 +100,37 @@ void take_event(Channel* ch, bool leave_to_spinner) {
   // to a waiter).  Left unpolled, a completion is seen by the next spin,
   // by a sleeper's arm-and-poll, or by the idle re-arm (arm_idle_channels).
   if (leave_to_spinner && ch->spinners.load(std::memory_order_seq_cst) > 0) return;
+  // Nor does it wait for the lock of a channel a sender holds: it was
+  // handed the lock and lost it again to the sender dozens of times per
+  // event (4 KiB stream: 600 futex waits a second in the engine, each a
+  // context switch on the sender's CPU).  It tries again shortly instead
+  // (pay_owed_polls), and the sender, who holds the lock, pays the poll
+  // itself when it sees one owed (conn_io.cc, send_stream).
+  if (leave_to_spinner) {
+    if (!progress_if_free(ch)) owe_poll(ch);
+    return;
+  }
   progress(ch);
+}
+
+bool polls_owed() {
+  return g_polls_owed.load(std::memory_order_acquire);
+}
+
+void pay_owed_polls() {
+  if (!g_polls_owed.exchange(false, std::memory_order_acq_rel)) return;
+  for (Channel* ch : channels_snapshot()) {
+    if (ch->poll_owed.load(std::memory_order_acquire) == 0) continue;
+    if (ch->failed.load() || ch->spinners.load(std::memory_order_seq_cst) > 0) {
+      ch->poll_owed.store(0, std::memory_order_relaxed); // someone polls it
+      continue;
+    }
+    if (progress_if_free(ch)) {
+      ch->poll_owed.store(0, std::memory_order_relaxed);
+    } else {
+      owe_poll(ch);
+    }
+  }
 }
 
 void spin_enter(Channel* ch) {

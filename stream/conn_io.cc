@@ -457,6 +457,12 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
       // Credit or acknowledgements may be waiting in the completion queue.
       engine::progress_locked(ch, c, &changed);
     }
+    // The engine took a completion event while we held the lock and left
+    // the poll to us (channel_events.cc, take_event).
+    if (ch->poll_owed.load(std::memory_order_acquire)) {
+      ch->poll_owed.store(0, std::memory_order_relaxed);
+      engine::progress_locked(ch, c, &changed);
+    }
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
     mux_failed = ch->mux->failed();
     if (engine::refresh(c)) changed.add(c);

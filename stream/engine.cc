@@ -193,6 +193,7 @@ void run_commands() {
 int wait_ms() {
   State& s = g_state;
   std::lock_guard<std::mutex> l(s.mu);
+  if (polls_owed()) return kOwedPollMs;
   if (maybe_unarmed()) return kUnarmedTickMs;
   if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
   for (Conn* c : s.conns)
@@ -235,6 +236,7 @@ void* engine_main(void*) {
         on_channel_event(reinterpret_cast<Channel*>(d));
       }
     }
+    pay_owed_polls();
     if (maybe_unarmed()) arm_idle_channels();
     uint64_t now = now_ms();
     if (now - last_tick >= kTickMs) {

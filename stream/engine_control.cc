@@ -410,15 +410,32 @@ void progress_locked(Channel* ch, Conn* except, Changes* out) {
     if (o != except && refresh(o)) out->add(o);
 }
 
+namespace {
+void after_progress(Channel* ch, Changes& changed) {
+  if (ch->inbox_pending.load(std::memory_order_acquire)) drain_inbox(ch);
+  if (ch->failed.load()) channel_failed(ch);
+  changed.wake();
+}
+} // namespace
+
 void progress(Channel* ch) {
   Changes changed;
   {
     std::lock_guard<std::mutex> l(ch->mu);
     if (!ch->failed.load()) progress_locked(ch, nullptr, &changed);
   }
-  if (ch->inbox_pending.load(std::memory_order_acquire)) drain_inbox(ch);
-  if (ch->failed.load()) channel_failed(ch);
-  changed.wake();
+  after_progress(ch, changed);
+}
+
+bool progress_if_free(Channel* ch) {
+  Changes changed;
+  {
+    std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
+    if (!l.owns_lock()) return false;
+    if (!ch->failed.load()) progress_locked(ch, nullptr, &changed);
+  }
+  after_progress(ch, changed);
+  return true;
 }
 
 void channel_failed(Channel* ch, ResumeCause why) {
@@ -539,7 +556,9 @@ void tick_conns(uint64_t now) {
   }
   for (Channel* ch : chs) {
     if (!ch->failed.load()) {
-      if (!spun_lately(ch)) progress(ch); // else its spinner polls it
+      // Not a channel someone spins on (the spinner polls it), nor one
+      // whose lock a sender holds (owed: it pays the poll).
+      if (!spun_lately(ch) && !progress_if_free(ch)) owe_poll(ch);
     } else {
       bool streams;
       {

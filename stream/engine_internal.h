@@ -130,6 +130,8 @@ bool refresh(Conn* c);
 // Poll a channel, update its streams, handle control records.  No lock
 // held by the caller.  Wakes sleepers when anything changed.
 void progress(Channel* ch);
+// The same unless the channel's lock is taken: false then, nothing done.
+bool progress_if_free(Channel* ch);
 // Connections whose readiness changed, to wake their sleepers once the
 // channel lock is released (a change seen by refresh() is not seen again).
 struct Changes {
@@ -198,6 +200,13 @@ void sleep_leave(Channel* ch);
 // Arm ch if it is unarmed; true if this call armed it (poll it then).
 bool rearm(Channel* ch);
 bool maybe_unarmed();
+// The engine thread owes a poll to a channel whose lock was taken when it
+// took its event (owe_poll): it tries again every kOwedPollMs
+// (pay_owed_polls), and a sender that holds the lock pays it first.
+constexpr int kOwedPollMs = 2;
+void owe_poll(Channel* ch);
+bool polls_owed();
+void pay_owed_polls();
 // A thread goes to sleep in the kernel: every channel armed (and polled once).
 void arm_before_sleep();
 // Engine tick: re-arm channels nobody spun on lately.
