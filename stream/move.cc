@@ -262,6 +262,17 @@ int on_record(Channel* ch, const flow::RecordHeader& h, const uint8_t* p) {
 
 void on_peer_move(Conn* c, Channel* ch) {
   if (c->resumed.load() || c->closed.load() || c->ch != ch || c->st == nullptr) return;
+  // The peer stopped waiting for our answer (none within 1 s: this process
+  // stalled) and resumed by the failure path: its RESUME is on TCP already,
+  // where after its switch it writes nothing else before our answer.
+  // Answering now would announce our bytes as delivered up to our MOVE,
+  // beyond what it read over RDMA, and it would reset the stream: follow
+  // it onto frames instead (they re-send from what it holds).
+  if (c->rx_rdma.load() && resume::peer_frames_waiting(c->sock())) {
+    XP_SLOG(XP_SLOG_INFO, "fd %d: the peer gave up moving stream %u: channel failed over",
+            c->sock(), c->sid);
+    return fail_over(c, ResumeCause::peer_resumed);
+  }
   engine::Changes changed;
   bool ok;
   {

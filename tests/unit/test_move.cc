@@ -467,6 +467,37 @@ TEST_CASE("fork: for_fork moves the streams, the peer answering from its engine"
   stream::set_resume_hook(nullptr);
 }
 
+TEST_CASE("fork: a peer that handles the MOVE after the mover gave up follows it onto frames") {
+  // Regression: the peer's engine stalled past the mover's 1 s wait; the
+  // mover failed over (RESUME frames on TCP), then the peer handled the
+  // MOVE as a clean move and announced its bytes as sent up to its own
+  // MOVE, beyond what the mover had read over RDMA: the mover reset the
+  // stream.  The peer now sees the mover's frames first and fails over too.
+  RPair p;
+  stream::engine::g().p.keepalive_ms = 0;
+  rdrive(p, 60000, 85, -1, [] {});
+  settle_switches(p);
+  rput(p.a, 50000);
+  rput(p.b, 50000); // in flight to a over RDMA when a gives up
+  fork_move(p, false);
+  REQUIRE(p.a.c->resumed.load());
+  REQUIRE(p.a.ch->failed.load());
+  {
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    stream::resume::pump(p.a.c); // a's RESUME and frames on TCP
+  }
+  REQUIRE(p.b.c->tx_rdma.load());
+  REQUIRE_FALSE(p.b.c->resumed.load());
+  rput(p.b, 10000); // b, not yet aware, sends on over RDMA
+  stream::engine::progress(p.b.ch); // and handles a's MOVE only now
+  rdrive(p, 400000, 86, -1, [] {});
+  CHECK(p.a.got == 400000);
+  CHECK(p.b.got == 400000);
+  CHECK(p.a.bad + p.b.bad == 0);
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+}
+
 TEST_CASE("fork: a peer that does not answer: the channel fails over, nothing lost") {
   RPair p;
   stream::engine::g().p.keepalive_ms = 0;
