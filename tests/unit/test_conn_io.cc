@@ -462,6 +462,58 @@ TEST_CASE("conn io: the engine never waits for a channel lock a sender holds") {
   CHECK(p.a.bad == 0);
 }
 
+TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
+  // Regression: every 10 ms tick (it ticks that often while a channel
+  // stays unarmed for its spinner) locked each connection, each channel
+  // for the keepalive, and polled each channel: a request/response loop's
+  // thread then waited for the engine in the futex, or the engine for it.
+  Pair p(true);
+  run(p, 3000, 9);
+  settle(p, [&] {
+    return p.a.c->rx_rdma.load() && p.a.c->tx_rdma.load() && p.b.c->rx_rdma.load() &&
+           p.b.c->tx_rdma.load();
+  });
+  REQUIRE(p.a.c->tx_rdma.load());
+  REQUIRE(p.a.c->rx_rdma.load());
+  uint32_t saved_ka = engine::g().p.keepalive_ms;
+  engine::g().p.keepalive_ms = 3000;
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    p.a.c->ref(); // as the engine's table holds it
+    engine::g().conns.push_back(p.a.c);
+  }
+  uint64_t now = engine::now_ms();
+  engine::tick_conns(now); // the keepalive's look for this period
+  engine::spin_enter(p.a.ch);
+  engine::spin_enter(p.b.ch);
+  std::atomic<bool> done{false};
+  {
+    // The loop's thread at work on both ends.
+    std::unique_lock<std::mutex> lc(p.a.c->mu), la(p.a.ch->mu), lb(p.b.ch->mu);
+    std::thread tick([&] {
+      engine::tick_conns(now + 10);
+      done = true;
+    });
+    for (int i = 0; i < 1000 && !done.load(); ++i)
+      usleep(1000);
+    CHECK(done.load()); // it took none of those locks
+    lb.unlock();
+    la.unlock();
+    lc.unlock();
+    tick.join();
+  }
+  engine::spin_leave(p.a.ch);
+  engine::spin_leave(p.b.ch);
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    auto& v = engine::g().conns;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] == p.a.c) v.erase(v.begin() + static_cast<long>(i));
+  }
+  p.a.c->unref();
+  engine::g().p.keepalive_ms = saved_ka;
+}
+
 TEST_CASE("conn io: the switches themselves are no EPOLLET edge") {
   // A reader with EPOLLET sees an edge for bytes and for conditions that
   // appear; the peer's SWITCH moving the stream's sequence to S, or our
