@@ -21,6 +21,10 @@ RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
   } else {
     pending_ = static_cast<Pending*>(mem);
     deferred_ = reinterpret_cast<Deferred*>(static_cast<uint8_t*>(mem) + deferred_offset());
+    tx_next_ = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(mem) + seq_offset());
+    rx_next_ = tx_next_ + kBareStreams;
+    for (uint32_t i = 0; i < kBareStreams; ++i)
+      tx_next_[i] = rx_next_[i] = kNoSeq;
   }
 }
 
@@ -33,8 +37,13 @@ size_t RecordChannel::deferred_offset() const {
   return (at + alignof(Deferred) - 1) & ~(alignof(Deferred) - 1);
 }
 
+size_t RecordChannel::seq_offset() const {
+  size_t at = deferred_offset() + sizeof(Deferred) * kDeferredMax;
+  return (at + alignof(uint64_t) - 1) & ~(alignof(uint64_t) - 1);
+}
+
 size_t RecordChannel::alloc_bytes() const {
-  return deferred_offset() + sizeof(Deferred) * kDeferredMax;
+  return seq_offset() + 2 * sizeof(uint64_t) * kBareStreams;
 }
 
 size_t RecordChannel::max_payload() const {
@@ -95,12 +104,21 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
     bool signaled = ++since_signal_ >= signal_every_;
     if (signaled) since_signal_ = 0;
     ++posted_;
-    st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
+    // The staged header stays (the recovery walk reads it); only the
+    // payload goes when the stream continues where it left off.
+    bool bare = type == RecordType::data && len > 0 && len < (1u << kBareLenBits) &&
+                stream < kBareStreams && tx_next_[stream] == seq;
+    if (bare)
+      st = link_->post_write_imm(off + sizeof h, len,
+                                 bare_imm(stream, static_cast<uint32_t>(len)), signaled, posted_);
+    else
+      st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
   }
   if (st != Status::ok) {
     failed_ = true;
     return st;
   }
+  if (type == RecordType::data && stream < kBareStreams) tx_next_[stream] = seq + len;
   ++counters_.records_sent;
   XP_SLOG(XP_SLOG_TRACE, "rc %p: sent type %u stream %u seq %llu len %zu at %zu", (void*)this,
           static_cast<unsigned>(type), stream, static_cast<unsigned long long>(seq), len, off);
@@ -203,6 +221,18 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       }
       size_t ring = link_->recv_ring_size();
       size_t bytes = c.imm;
+      const bool bare = c.imm & kBareFlag;
+      const uint32_t bare_stream = (c.imm & ~kBareFlag) >> kBareLenBits;
+      const uint32_t bare_len = c.imm & ((1u << kBareLenBits) - 1);
+      if (bare) {
+        // A stream that had no data record here yet cannot continue one.
+        if (bare_len == 0 || rx_next_[bare_stream] == kNoSeq) {
+          ++counters_.protocol_errors;
+          failed_ = true;
+          return Status::invalid;
+        }
+        bytes = record_bytes(bare_len);
+      }
       if (bytes < kRecordAlign || bytes % kRecordAlign != 0 || bytes > ring) {
         ++counters_.protocol_errors;
         failed_ = true;
@@ -218,6 +248,17 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       }
       recv_cursor_ += skip + bytes;
       size_t off = (pos + skip) % ring;
+      if (bare) {
+        // The header the sender left out, in our own ring where it would
+        // have been (the record's slot: the peer has no credit to write
+        // there until we release it).
+        RecordHeader bh{};
+        bh.type = static_cast<uint8_t>(RecordType::data);
+        bh.stream = bare_stream;
+        bh.seq = rx_next_[bare_stream];
+        bh.len = bare_len;
+        memcpy(const_cast<uint8_t*>(link_->recv_ring()) + off, &bh, sizeof bh);
+      }
       const auto* h = reinterpret_cast<const RecordHeader*>(link_->recv_ring() + off);
       // Read the header once: the peer may not change it, but we validate a
       // copy rather than trust memory it can write to.
@@ -246,6 +287,8 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         failed_ = true;
         return Status::invalid;
       }
+      if (hdr.type == static_cast<uint8_t>(RecordType::data) && hdr.stream < kBareStreams)
+        rx_next_[hdr.stream] = hdr.seq + hdr.len;
       ++counters_.records_received;
       XP_SLOG(XP_SLOG_TRACE, "rc %p: got type %u stream %u seq %llu len %u at %zu", (void*)this,
               hdr.type, hdr.stream, static_cast<unsigned long long>(hdr.seq), hdr.len, off);

@@ -58,6 +58,22 @@ inline size_t record_bytes(size_t payload) {
   return (sizeof(RecordHeader) + payload + kRecordAlign - 1) & ~(kRecordAlign - 1);
 }
 
+// Bare data records (docs/protocol.md §4): a data record that continues its
+// stream where that stream's previous data record on this channel ended
+// travels without its header, which the immediate value stands for: bit 31
+// set, the stream id in bits 19-30, the payload length in bits 0-18.  The
+// receiver writes the header into its ring itself, the sequence being where
+// the stream's previous data record ended (RC delivers in order).  So a
+// 4 KiB message is 4 KiB on the wire (four 1 KiB packets on rxe, one at a
+// 4096-byte MTU) rather than 4 KiB and a header (five; two).  A regular
+// record's immediate is its ring bytes, below 2^31.
+constexpr uint32_t kBareFlag = 1u << 31;
+constexpr uint32_t kBareLenBits = 19;
+constexpr uint32_t kBareStreams = 1u << 12;
+inline uint32_t bare_imm(uint32_t stream, uint32_t len) {
+  return kBareFlag | (stream << kBareLenBits) | len;
+}
+
 // A record as received: header and payload point into the receive ring and
 // stay valid until release() gives the record back.
 struct Record {
@@ -157,6 +173,7 @@ private:
   // Posts the backlog, oldest first; ok when it is empty now.
   Status flush_deferred();
   size_t deferred_offset() const;
+  size_t seq_offset() const;
   size_t alloc_bytes() const;
 
   // Received records in ring order, until released.  Sized once at set-up
@@ -179,6 +196,13 @@ private:
   };
   Deferred* deferred_ = nullptr;
   uint64_t deferred_head_ = 0, deferred_tail_ = 0;
+
+  // Bare data records: where each stream's last data record ended, as
+  // posted (tx) and as received (rx); kNoSeq before the first.  Allocated
+  // with pending_.
+  static constexpr uint64_t kNoSeq = ~uint64_t{0};
+  uint64_t* tx_next_ = nullptr;
+  uint64_t* rx_next_ = nullptr;
 
   verbs::Link* link_;
   uint32_t signal_every_;

@@ -44,6 +44,7 @@ public:
       ++overruns;
       return Status::invalid;
     }
+    wire_bytes += len;
     if (!held_.empty()) { // RC order: behind the held zero-copy writes
       --posts;            // counted when it runs
       held_.push_back(Held{off, len, nullptr, 0, imm, signaled ? wr_id : 0});
@@ -143,6 +144,7 @@ public:
   // A completion channel, for tests that need one: an eventfd the test
   // writes to raise "an event" (ack_event reads it); -1: none.
   int event_fd = -1;
+  uint64_t wire_bytes = 0; // bytes the copy-path writes carried
   int wait_fd() const override { return event_fd; }
   bool ack_event() override {
     uint64_t v;

@@ -3,6 +3,7 @@
 // release, and hostile peers (bad immediates, overruns, unknown types).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -118,7 +119,81 @@ TEST_CASE("record channel: oversized payloads are refused, not truncated") {
   CHECK(p.a.send(1, 0, big.data(), big.size()) == Status::ok);
 }
 
+TEST_CASE("record channel: a data record that continues its stream goes without its header") {
+  // A 4 KiB message with its 24-byte header took five 1 KiB packets on
+  // Soft-RoCE where raw verbs takes four (5.09 packets per message,
+  // measured): the header now travels in the immediate value.
+  Pair p(65536);
+  std::vector<uint8_t> m(4096);
+  for (size_t i = 0; i < m.size(); ++i)
+    m[i] = static_cast<uint8_t>(i * 7);
+  struct Step {
+    uint32_t stream;
+    uint64_t seq;
+    size_t len;
+    bool bare;
+  } steps[] = {
+      {3, 100, 4096, false},  // the stream's first: with its header
+      {3, 4196, 4096, true},  // continues: bare
+      {5, 0, 10, false},      // another stream's first
+      {3, 8292, 7, true},     // stream 3 still continues
+      {3, 9999, 10, false},   // a jump (a new stream on the same id): header
+      {3, 10009, 4000, true}, // continues from there
+  };
+  std::vector<uint8_t> got;
+  for (const Step& s : steps) {
+    CAPTURE(s.seq);
+    uint64_t before = p.la.wire_bytes;
+    REQUIRE(p.a.send(s.stream, s.seq, m.data(), s.len) == Status::ok);
+    CHECK(p.la.wire_bytes - before == (s.bare ? s.len : record_bytes(s.len)));
+    Record r[4];
+    int n = 0;
+    REQUIRE(p.b.poll(r, 4, &n) == Status::ok);
+    REQUIRE(n == 1);
+    CHECK(r[0].hdr->type == static_cast<uint8_t>(RecordType::data));
+    CHECK(r[0].hdr->stream == s.stream);
+    CHECK(r[0].hdr->seq == s.seq);
+    CHECK(r[0].hdr->len == s.len);
+    CHECK(std::equal(m.begin(), m.begin() + static_cast<long>(s.len), r[0].payload));
+    REQUIRE(p.b.release(r[0].slot) == Status::ok);
+  }
+  // Control records and zero-length data always carry their header.
+  uint64_t before = p.la.wire_bytes;
+  REQUIRE(p.a.send_control(RecordType::fin, 3, 14009) == Status::ok);
+  CHECK(p.la.wire_bytes - before == record_bytes(0));
+}
+
 TEST_CASE("record channel: hostile and broken peers are protocol errors, never crashes") {
+  SUBCASE("a bare record for a stream that sent no data record yet") {
+    Pair p;
+    uint8_t bytes[16] = {};
+    p.lb.inject(sizeof(RecordHeader), bytes, sizeof bytes, bare_imm(9, 16));
+    Record r[4];
+    int got;
+    CHECK(p.b.poll(r, 4, &got) == Status::invalid);
+    CHECK(p.b.counters().protocol_errors == 1);
+  }
+  SUBCASE("a bare record of no bytes") {
+    Pair p;
+    REQUIRE(p.a.send(2, 0, "abcd", 4) == Status::ok); // stream 2 known now
+    Record r[4];
+    int got;
+    REQUIRE(p.b.poll(r, 4, &got) == Status::ok);
+    REQUIRE(got == 1);
+    REQUIRE(p.b.release(r[0].slot) == Status::ok);
+    p.lb.inject(64 + sizeof(RecordHeader), "", 0, bare_imm(2, 0));
+    CHECK(p.b.poll(r, 4, &got) == Status::invalid);
+  }
+  SUBCASE("a bare record beyond the credit") {
+    Pair p;
+    REQUIRE(p.a.send(2, 0, "abcd", 4) == Status::ok);
+    Record r[4];
+    int got;
+    REQUIRE(p.b.poll(r, 4, &got) == Status::ok);
+    REQUIRE(p.b.release(r[0].slot) == Status::ok);
+    p.lb.inject(64 + sizeof(RecordHeader), "", 0, bare_imm(2, (1u << kBareLenBits) - 1));
+    CHECK(p.b.poll(r, 4, &got) == Status::invalid);
+  }
   SUBCASE("immediate not a record size") {
     Pair p;
     RecordHeader h{1, 0, 0, 1, 0, 4, 0};
