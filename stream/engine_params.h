@@ -8,9 +8,9 @@ namespace xp::stream {
 
 struct EngineParams {
   uint32_t handshake_timeout_ms = 2000; // XPRESS_HANDSHAKE_TIMEOUT_MS
-  // XPRESS_SPIN_US: the longest a blocked call busy-polls before it sleeps.
-  // The budget adapts per connection (twice its recent waits, at least
-  // kMinSpinUs, none above this); waits longer than this spin kMinSpinUs.
+  // XPRESS_SPIN_US: how long a blocked call busy-polls before it sleeps,
+  // while its connection's recent waits average within it; waits longer
+  // than this spin kMinSpinUs (engine::spin_budget_ns).
   uint32_t spin_us = 1000;
   uint32_t streams_per_channel = 256; // XPRESS_STREAMS_PER_CHANNEL
   uint32_t channels_per_peer = 4;     // XPRESS_CHANNELS_PER_PEER
