@@ -99,18 +99,16 @@ void take_event(Channel* ch, bool leave_to_spinner) {
   // for it in the futex, several times per event (glibc's lock is unfair
   // to a waiter).  Left unpolled, a completion is seen by the next spin,
   // by a sleeper's arm-and-poll, or by the idle re-arm (arm_idle_channels).
-  if (leave_to_spinner && ch->spinners.load(std::memory_order_seq_cst) > 0) return;
   // Nor does it wait for the lock of a channel a sender holds: it was
   // handed the lock and lost it again to the sender dozens of times per
   // event (4 KiB stream: 600 futex waits a second in the engine, each a
   // context switch on the sender's CPU).  It tries again shortly instead
   // (pay_owed_polls), and the sender, who holds the lock, pays the poll
   // itself when it sees one owed (conn_io.cc, send_stream).
-  if (leave_to_spinner) {
-    if (!progress_if_free(ch)) owe_poll(ch);
-    return;
-  }
-  progress(ch);
+  if (!leave_to_spinner)
+    progress(ch);
+  else if (ch->spinners.load(std::memory_order_seq_cst) == 0 && !progress_if_free(ch))
+    owe_poll(ch);
 }
 
 bool polls_owed() {

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <fcntl.h>
@@ -202,6 +203,23 @@ template <typename Done> void settle(Pair& p, Done done) {
     engine::progress(p.a.ch);
     engine::progress(p.b.ch);
   }
+}
+
+// Runs fn in another thread while the caller holds `held` (locks a
+// program's thread holds at work): whether it returned within 1 s, i.e.
+// took none of them.  The locks are let go before the join either way.
+template <typename Fn, typename... Held> bool returns_while_held(Fn fn, Held&... held) {
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    fn();
+    done = true;
+  });
+  for (int i = 0; i < 1000 && !done.load(); ++i)
+    usleep(1000);
+  bool returned = done.load();
+  (held.unlock(), ...);
+  t.join();
+  return returned;
 }
 
 } // namespace
@@ -429,18 +447,9 @@ TEST_CASE("conn io: the engine never waits for a channel lock a sender holds") {
   REQUIRE(p.a.c->tx_rdma.load());
   while (take(p.a, 4096, 1) > 0) {
   }
-  std::atomic<bool> done{false};
   {
     std::unique_lock<std::mutex> held(p.a.ch->mu); // a sender at work
-    std::thread engine_thread([&] {
-      engine::take_event(p.a.ch, true);
-      done = true;
-    });
-    for (int i = 0; i < 1000 && !done.load(); ++i)
-      usleep(1000);
-    CHECK(done.load()); // it did not wait for the lock
-    held.unlock();
-    engine_thread.join();
+    CHECK(returns_while_held([&] { engine::take_event(p.a.ch, true); }, held));
   }
   CHECK(p.a.ch->poll_owed.load() == 1);
   CHECK(engine::polls_owed());
@@ -486,21 +495,10 @@ TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
   engine::tick_conns(now); // the keepalive's look for this period
   engine::spin_enter(p.a.ch);
   engine::spin_enter(p.b.ch);
-  std::atomic<bool> done{false};
   {
     // The loop's thread at work on both ends.
     std::unique_lock<std::mutex> lc(p.a.c->mu), la(p.a.ch->mu), lb(p.b.ch->mu);
-    std::thread tick([&] {
-      engine::tick_conns(now + 10);
-      done = true;
-    });
-    for (int i = 0; i < 1000 && !done.load(); ++i)
-      usleep(1000);
-    CHECK(done.load()); // it took none of those locks
-    lb.unlock();
-    la.unlock();
-    lc.unlock();
-    tick.join();
+    CHECK(returns_while_held([&] { engine::tick_conns(now + 10); }, lb, la, lc));
   }
   engine::spin_leave(p.a.ch);
   engine::spin_leave(p.b.ch);
