@@ -109,8 +109,8 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
     bool bare = type == RecordType::data && len > 0 && len < (1u << kBareLenBits) &&
                 stream < kBareStreams && tx_next_[stream] == seq;
     if (bare)
-      st = link_->post_write_imm(off + sizeof h, len,
-                                 bare_imm(stream, static_cast<uint32_t>(len)), signaled, posted_);
+      st = link_->post_write_imm(off + sizeof h, len, bare_imm(stream, static_cast<uint32_t>(len)),
+                                 signaled, posted_);
     else
       st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
   }

@@ -498,8 +498,7 @@ void tick_conns(uint64_t now) {
     // 10 ms while a request/response loop spins, and the loop's thread
     // waited for the lock, or the engine for the loop's, in the futex).
     bool quiet = !c->resumed.load() && c->phase.load() != Phase::upgrading &&
-                 !(c->rx_rdma.load() &&
-                   (c->tcp_bits.load() & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
+                 !(c->rx_rdma.load() && (c->tcp_bits.load() & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
     if (quiet) {
       c->unref();
       continue;

@@ -215,7 +215,7 @@ TEST_CASE("spin budget: the whole ceiling while waits average within it, the min
   CHECK(engine::spin_budget_ns(0) == uint64_t{max} * 1000);
   CHECK(engine::spin_budget_ns(max / 8) == uint64_t{max} * 1000);
   CHECK(engine::spin_budget_ns(max) == uint64_t{max} * 1000);
-  CHECK(engine::spin_budget_ns(max + 1) == 20 * 1000);     // an idle server: sleeps at once
+  CHECK(engine::spin_budget_ns(max + 1) == 20 * 1000); // an idle server: sleeps at once
   CHECK(engine::spin_budget_ns(1000000) == 20 * 1000);
   // The average follows the waits with weight 1/4: a few slow answers do
   // not end the spinning, a run of them does.

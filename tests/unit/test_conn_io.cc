@@ -15,10 +15,10 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <random>
-#include <thread>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -440,9 +440,8 @@ TEST_CASE("conn io: the engine never waits for a channel lock a sender holds") {
   // sender pays it under the lock it holds, or the engine's retry does.
   Pair p(true);
   run(p, 3000, 7);
-  settle(p, [&] {
-    return p.a.c->rx_rdma.load() && p.a.c->tx_rdma.load() && p.b.c->tx_rdma.load();
-  });
+  settle(p,
+         [&] { return p.a.c->rx_rdma.load() && p.a.c->tx_rdma.load() && p.b.c->tx_rdma.load(); });
   REQUIRE(p.a.c->rx_rdma.load());
   REQUIRE(p.a.c->tx_rdma.load());
   while (take(p.a, 4096, 1) > 0) {

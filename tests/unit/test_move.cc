@@ -486,7 +486,7 @@ TEST_CASE("fork: a peer that handles the MOVE after the mover gave up follows it
   }
   REQUIRE(p.b.c->tx_rdma.load());
   REQUIRE_FALSE(p.b.c->resumed.load());
-  rput(p.b, 10000); // b, not yet aware, sends on over RDMA
+  rput(p.b, 10000);                 // b, not yet aware, sends on over RDMA
   stream::engine::progress(p.b.ch); // and handles a's MOVE only now
   rdrive(p, 400000, 86, -1, [] {});
   check_delivered(p, 400000);
