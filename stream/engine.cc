@@ -544,6 +544,10 @@ void engine::on_fork_child() {
   s.epfd = s.cmdfd = -1;
   for (Conn* c : s.conns) {
     new (&c->mu) std::mutex();
+    // The channel is the parent's: its lock may have been held by one of
+    // the parent's threads at the fork and stays held here forever (close
+    // would wait on it), and its queue pair is not ours to use.
+    c->ch = nullptr;
     if (c->resumed.load()) {
       // A resumed stream whose bytes for the kernel were still queued at
       // the fork: the parent sends them; a second copy would duplicate

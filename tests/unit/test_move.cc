@@ -414,6 +414,35 @@ TEST_CASE("fork: a child never reads as plain TCP a stream whose peer switched d
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE("fork: a child closes a socket whose channel lock the parent held at the fork") {
+  // An upgrade still under way at the fork (its stream on a channel): a
+  // thread of the parent (its engine) holds the channel's lock at that
+  // instant, so the child's copy of the lock stays held forever; closing
+  // the socket in the child must not wait for it.
+  RPair p;
+  rput(p.a, 10);
+  rtake(p.b, 10, 0);
+  REQUIRE(p.b.c->phase.load() == stream::Phase::upgrading);
+  REQUIRE(p.b.c->ch != nullptr);
+  p.b.ch->mu.lock(); // as the parent's engine thread holds it
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    alarm(5); // a deadlock ends the child with SIGALRM
+    p.b.c->ref();
+    stream::engine::g().conns.push_back(p.b.c); // as the engine's table has it
+    stream::engine::on_fork_child();
+    const bool detached = p.b.c->ch == nullptr;
+    stream::engine::on_close(p.b.c);
+    _exit(detached ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  p.b.ch->mu.unlock();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 namespace {
 
 // for_fork over p: a's connection in the engine's table, as at a real
