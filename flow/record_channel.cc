@@ -21,10 +21,10 @@ RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
   } else {
     pending_ = static_cast<Pending*>(mem);
     deferred_ = reinterpret_cast<Deferred*>(static_cast<uint8_t*>(mem) + deferred_offset());
-    tx_next_ = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(mem) + seq_offset());
-    rx_next_ = tx_next_ + kBareStreams;
+    tx_bare_ = reinterpret_cast<BareTrack*>(static_cast<uint8_t*>(mem) + seq_offset());
+    rx_bare_ = tx_bare_ + kBareStreams;
     for (uint32_t i = 0; i < kBareStreams; ++i)
-      tx_next_[i] = rx_next_[i] = kNoSeq;
+      tx_bare_[i] = rx_bare_[i] = BareTrack{kNoSeq, 0, 0};
   }
 }
 
@@ -39,11 +39,11 @@ size_t RecordChannel::deferred_offset() const {
 
 size_t RecordChannel::seq_offset() const {
   size_t at = deferred_offset() + sizeof(Deferred) * kDeferredMax;
-  return (at + alignof(uint64_t) - 1) & ~(alignof(uint64_t) - 1);
+  return (at + alignof(BareTrack) - 1) & ~(alignof(BareTrack) - 1);
 }
 
 size_t RecordChannel::alloc_bytes() const {
-  return seq_offset() + 2 * sizeof(uint64_t) * kBareStreams;
+  return seq_offset() + 2 * sizeof(BareTrack) * kBareStreams;
 }
 
 size_t RecordChannel::max_payload() const {
@@ -106,8 +106,9 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
     ++posted_;
     // The staged header stays (the recovery walk reads it); only the
     // payload goes when the stream continues where it left off.
+    const BareTrack& t = tx_bare_[bare_slot(stream)];
     bool bare = type == RecordType::data && len > 0 && len < (1u << kBareLenBits) &&
-                stream < kBareStreams && tx_next_[stream] == seq;
+                t.stream == stream && t.next == seq;
     if (bare)
       st = link_->post_write_imm(off + sizeof h, len, bare_imm(stream, static_cast<uint32_t>(len)),
                                  signaled, posted_);
@@ -118,7 +119,7 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
     failed_ = true;
     return st;
   }
-  if (type == RecordType::data && stream < kBareStreams) tx_next_[stream] = seq + len;
+  if (type == RecordType::data) tx_bare_[bare_slot(stream)] = BareTrack{seq + len, stream, 0};
   ++counters_.records_sent;
   XP_SLOG(XP_SLOG_TRACE, "rc %p: sent type %u stream %u seq %llu len %zu at %zu", (void*)this,
           static_cast<unsigned>(type), stream, static_cast<unsigned long long>(seq), len, off);
@@ -222,11 +223,11 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       size_t ring = link_->recv_ring_size();
       size_t bytes = c.imm;
       const bool bare = c.imm & kBareFlag;
-      const uint32_t bare_stream = (c.imm & ~kBareFlag) >> kBareLenBits;
+      const BareTrack& bt = rx_bare_[(c.imm & ~kBareFlag) >> kBareLenBits];
       const uint32_t bare_len = c.imm & ((1u << kBareLenBits) - 1);
       if (bare) {
-        // A stream that had no data record here yet cannot continue one.
-        if (bare_len == 0 || rx_next_[bare_stream] == kNoSeq) {
+        // A slot that had no data record here yet cannot continue one.
+        if (bare_len == 0 || bt.next == kNoSeq) {
           ++counters_.protocol_errors;
           failed_ = true;
           return Status::invalid;
@@ -254,8 +255,8 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         // there until we release it).
         RecordHeader bh{};
         bh.type = static_cast<uint8_t>(RecordType::data);
-        bh.stream = bare_stream;
-        bh.seq = rx_next_[bare_stream];
+        bh.stream = bt.stream;
+        bh.seq = bt.next;
         bh.len = bare_len;
         memcpy(const_cast<uint8_t*>(link_->recv_ring()) + off, &bh, sizeof bh);
       }
@@ -287,8 +288,8 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         failed_ = true;
         return Status::invalid;
       }
-      if (hdr.type == static_cast<uint8_t>(RecordType::data) && hdr.stream < kBareStreams)
-        rx_next_[hdr.stream] = hdr.seq + hdr.len;
+      if (hdr.type == static_cast<uint8_t>(RecordType::data))
+        rx_bare_[bare_slot(hdr.stream)] = BareTrack{hdr.seq + hdr.len, hdr.stream, 0};
       ++counters_.records_received;
       XP_SLOG(XP_SLOG_TRACE, "rc %p: got type %u stream %u seq %llu len %u at %zu", (void*)this,
               hdr.type, hdr.stream, static_cast<unsigned long long>(hdr.seq), hdr.len, off);

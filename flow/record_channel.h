@@ -66,12 +66,19 @@ inline size_t record_bytes(size_t payload) {
 // the stream's previous data record ended (RC delivers in order).  So a
 // 4 KiB message is 4 KiB on the wire (four 1 KiB packets on rxe, one at a
 // 4096-byte MTU) rather than 4 KiB and a header (five; two).  A regular
-// record's immediate is its ring bytes, below 2^31.
+// record's immediate is its ring bytes, below 2^31.  Stream ids are 32-bit
+// (never reused on a channel, stream/mux.h): the immediate carries the low
+// 12 bits (the id's "bare slot"), and the receiver takes the whole id from
+// the last data record in that slot, which the sender made sure was this
+// stream's (otherwise it sends a regular record).
 constexpr uint32_t kBareFlag = 1u << 31;
 constexpr uint32_t kBareLenBits = 19;
-constexpr uint32_t kBareStreams = 1u << 12;
+constexpr uint32_t kBareStreams = 1u << 12; // bare slots
+inline uint32_t bare_slot(uint32_t stream) {
+  return stream & (kBareStreams - 1);
+}
 inline uint32_t bare_imm(uint32_t stream, uint32_t len) {
-  return kBareFlag | (stream << kBareLenBits) | len;
+  return kBareFlag | (bare_slot(stream) << kBareLenBits) | len;
 }
 
 // A record as received: header and payload point into the receive ring and
@@ -197,12 +204,17 @@ private:
   Deferred* deferred_ = nullptr;
   uint64_t deferred_head_ = 0, deferred_tail_ = 0;
 
-  // Bare data records: where each stream's last data record ended, as
-  // posted (tx) and as received (rx); kNoSeq before the first.  Allocated
-  // with pending_.
+  // Bare data records: per bare slot, the stream of the last data record
+  // in it and where that record ended, as posted (tx) and as received
+  // (rx); next is kNoSeq before the first.  Allocated with pending_.
   static constexpr uint64_t kNoSeq = ~uint64_t{0};
-  uint64_t* tx_next_ = nullptr;
-  uint64_t* rx_next_ = nullptr;
+  struct BareTrack {
+    uint64_t next;
+    uint32_t stream;
+    uint32_t unused;
+  };
+  BareTrack* tx_bare_ = nullptr;
+  BareTrack* rx_bare_ = nullptr;
 
   verbs::Link* link_;
   uint32_t signal_every_;

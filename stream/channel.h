@@ -32,8 +32,12 @@ struct Channel {
   uint8_t peer_addr[4] = {}; // client side: the server's address and TCP port (the key)
   uint16_t peer_port = 0;
   std::vector<Conn*> conns; // streams' connections (each holds a ref)
-  std::vector<Conn*> by_id; // stream id -> connection, sized at creation
-  uint32_t next_id = 0;     // client side: round-robin id allocation
+  // Stream id -> connection, one per slot (id % size, as the mux keeps its
+  // streams), sized at creation; ids are never reused on a channel, so a
+  // slot names an id only while the mux holds that very stream.
+  std::vector<Conn*> by_id;
+  uint32_t slot(uint32_t id) const { return id % static_cast<uint32_t>(by_id.size()); }
+  Conn* conn_of(uint32_t id) const { return mux->find(id) ? by_id[slot(id)] : nullptr; }
   std::atomic<bool> failed{false};
   std::atomic<bool> inbox_pending{false};
   std::vector<ControlRecord> inbox; // guarded by mu

@@ -70,7 +70,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
   bool id_free;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
-    id_free = h.stream < ch->by_id.size() && ch->by_id[h.stream] == nullptr;
+    id_free = ch->by_id[ch->slot(h.stream)] == nullptr;
   }
   if (!id_free || c->ch != nullptr || c->accepting || c->closed.load()) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::busy));
@@ -88,7 +88,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     std::lock_guard<std::mutex> chl(ch->mu);
     s = ch->mux->open(h.stream, 0, 0);
     if (s) {
-      ch->by_id[h.stream] = c;
+      ch->by_id[ch->slot(h.stream)] = c;
       ch->conns.push_back(c);
       c->ref();
     }
@@ -124,7 +124,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
   Conn* c = nullptr;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
-    if (r.h.stream < ch->by_id.size()) c = ch->by_id[r.h.stream];
+    c = ch->conn_of(r.h.stream);
     if (c) c->ref();
   }
   if (c == nullptr) return; // a stream closed here meanwhile
@@ -164,7 +164,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
 } // namespace
 
 void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
-  ch->by_id[id] = c;
+  ch->by_id[ch->slot(id)] = c;
   ch->conns.push_back(c);
   ch->idle_since_ms = 0;
   c->ref();
@@ -176,7 +176,7 @@ void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
 void detach(Conn* c, Channel* ch) {
   if (c->st) ch->mux->close(c->st);
   c->st = nullptr;
-  if (c->sid < ch->by_id.size() && ch->by_id[c->sid] == c) ch->by_id[c->sid] = nullptr;
+  if (ch->by_id[ch->slot(c->sid)] == c) ch->by_id[ch->slot(c->sid)] = nullptr;
   for (size_t i = 0; i < ch->conns.size(); ++i) {
     if (ch->conns[i] == c) {
       ch->conns[i] = ch->conns.back();
@@ -336,8 +336,8 @@ Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* 
   // The peer's data follows its SWITCH on the channel: accept it from S on
   // at once; it is delivered only once the switch is verified and the TCP
   // bytes below S were read (Conn::rx_rdma).
-  if (h.type == static_cast<uint8_t>(RecordType::switch_) && h.stream < ch->by_id.size()) {
-    if (Conn* c = ch->by_id[h.stream]) {
+  if (h.type == static_cast<uint8_t>(RecordType::switch_)) {
+    if (Conn* c = ch->conn_of(h.stream)) {
       if (c->st) c->st->set_rx_start(h.seq);
     }
   }

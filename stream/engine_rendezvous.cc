@@ -222,12 +222,11 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
   Stream* st;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
-    st = sid < ch->by_id.size() ? ch->mux->open(sid, 0, 0) : nullptr;
+    st = ch->mux->open(sid, 0, 0);
     if (st) {
-      ch->by_id[sid] = c;
+      ch->by_id[ch->slot(sid)] = c;
       ch->conns.push_back(c);
       c->ref();
-      if (ch->client_side) ch->next_id = sid + 1;
     }
   }
   if (st == nullptr) return fail(c, Reason::resources_exhausted);
@@ -339,15 +338,10 @@ void start_client(Conn* c) {
     if (c->attach_refused) break;
     ++to_this_peer;
     std::lock_guard<std::mutex> chl(ch->mu);
-    uint32_t n = static_cast<uint32_t>(ch->by_id.size());
-    Stream* st = nullptr;
     uint32_t id = 0;
-    for (uint32_t k = 0; k < n && st == nullptr; ++k) {
-      id = (ch->next_id + k) % n;
-      if (ch->by_id[id] == nullptr) st = ch->mux->open(id, 0, 0);
-    }
+    Stream* st = nullptr;
+    if (ch->mux->fresh_id(&id) && ch->by_id[ch->slot(id)] == nullptr) st = ch->mux->open(id, 0, 0);
     if (st == nullptr) continue;
-    ch->next_id = id + 1;
     link_stream(c, ch, st, id);
     recover::Message m;
     if (c->sess.start_attach(id, &m) == Status::ok)

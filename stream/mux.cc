@@ -240,7 +240,9 @@ Mux::~Mux() {
 }
 
 Stream* Mux::open(uint32_t id, uint64_t tx_start, uint64_t rx_start) {
-  if (failed_ || id >= params_.max_streams || streams_[id] != nullptr) return nullptr;
+  if (failed_ || params_.max_streams == 0 || id > kMaxStreamId ||
+      streams_[id % params_.max_streams] != nullptr)
+    return nullptr;
   auto* s =
       new (std::nothrow) Stream(this, id, tx_start, rx_start, params_.stream_window, &budget_);
   if (s == nullptr) return nullptr;
@@ -249,23 +251,36 @@ Stream* Mux::open(uint32_t id, uint64_t tx_start, uint64_t rx_start) {
     return nullptr;
   }
   s->open_cursor_ = channel_.send_cursor();
-  streams_[id] = s;
+  streams_[id % params_.max_streams] = s;
+  if (id >= fresh_from_) fresh_from_ = id + 1;
   return s;
 }
 
+bool Mux::fresh_id(uint32_t* id) const {
+  for (uint32_t k = 0; k < params_.max_streams; ++k) {
+    const uint64_t cand = uint64_t{fresh_from_} + k;
+    if (cand > kMaxStreamId) return false;
+    if (streams_[cand % params_.max_streams] == nullptr) {
+      *id = static_cast<uint32_t>(cand);
+      return true;
+    }
+  }
+  return false;
+}
+
 void Mux::close(Stream* s) {
-  if (s == nullptr || s->id_ >= params_.max_streams || streams_[s->id_] != s) return;
+  if (s == nullptr || find(s->id_) != s) return;
   if (!s->fin_sent_ && !s->reset_ && !failed_) s->shutdown_write();
   // Unacknowledged bytes leave the channel budget with the stream.
   budget_.give(s->window_.unacked());
-  streams_[s->id_] = nullptr;
+  streams_[s->id_ % params_.max_streams] = nullptr;
   delete s;
 }
 
 void Mux::forget(Stream* s) {
-  if (s == nullptr || s->id_ >= params_.max_streams || streams_[s->id_] != s) return;
+  if (s == nullptr || find(s->id_) != s) return;
   budget_.give(s->window_.unacked());
-  streams_[s->id_] = nullptr;
+  streams_[s->id_ % params_.max_streams] = nullptr;
   delete s;
 }
 
@@ -281,7 +296,7 @@ Status Mux::progress() {
     }
     for (int i = 0; i < got; ++i) {
       flow::RecordHeader h = *r[i].hdr; // a copy: the ring is peer-writable
-      Stream* s = h.stream < params_.max_streams ? streams_[h.stream] : nullptr;
+      Stream* s = find(h.stream);
       Status rs = Status::ok;
       if (h.type >= static_cast<uint8_t>(flow::RecordType::attach)) {
         rs = control_ ? control_(control_ctx_, h, r[i].payload) : Status::invalid;

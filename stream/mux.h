@@ -153,9 +153,18 @@ public:
   Mux& operator=(const Mux&) = delete;
 
   // Both ends open the same id (the attach handshake assigns it) with the
-  // switch offsets of each direction.  null: id in use, out of range, or no
-  // memory for the receive buffer.
+  // switch offsets of each direction.  null: the id's slot in use (slot =
+  // id % max_streams), or no memory for the receive buffer.
   Stream* open(uint32_t id, uint64_t tx_start, uint64_t rx_start);
+  // The channel's client proposes stream ids (docs/protocol.md §4 "Stream
+  // ids"): 0 is the first stream's (named in the rdma_cm request), then 1,
+  // 2, ... and never one that was opened here before, so a record the peer
+  // sent for an earlier stream can never be taken for a later one (the
+  // peer may still hold a stream this end closed, and its records cross our
+  // ATTACH).  False when every slot is taken or the ids ran out (then a new
+  // channel serves).
+  bool fresh_id(uint32_t* id) const;
+  static constexpr uint32_t kMaxStreamId = 0x7fffffffu;
   // Forget a stream (after close()); later records for it are dropped.
   void close(Stream* s);
   // Forget a stream that moved to TCP: no FIN (the stream goes on there).
@@ -172,7 +181,10 @@ public:
     control_ = fn;
     control_ctx_ = ctx;
   }
-  Stream* find(uint32_t id) const { return id < params_.max_streams ? streams_[id] : nullptr; }
+  Stream* find(uint32_t id) const {
+    Stream* s = params_.max_streams ? streams_[id % params_.max_streams] : nullptr;
+    return s && s->id_ == id ? s : nullptr;
+  }
   // Recovery: stop using the channel (no record is processed or sent any
   // more; the streams' state is frozen for the resume).
   void fail() {
@@ -188,7 +200,8 @@ private:
   verbs::Link* link_; // for the test-only fault injection (stream/fault.h)
   MuxParams params_;
   flow::WindowBudget budget_;
-  Stream** streams_ = nullptr; // indexed by id, sized max_streams at set-up
+  Stream** streams_ = nullptr; // indexed by id % max_streams, sized at set-up
+  uint32_t fresh_from_ = 1;    // above every id opened here (0: the first stream's)
   MuxCounters counters_;
   bool failed_ = false;
   bool acks_pending_ = false; // some stream owes an ack that found no credit

@@ -52,7 +52,7 @@ bool send_ctl(Channel* ch, RecordType t, uint32_t id, uint64_t seq, const void* 
 
 // ch->mu held: c's stream on ch at id (false: id taken or no memory).
 bool bind(Conn* c, Channel* ch, uint32_t id) {
-  if (id >= ch->by_id.size() || ch->by_id[id] != nullptr) return false;
+  if (ch->by_id[ch->slot(id)] != nullptr) return false;
   Stream* st = ch->mux->open(id, 0, 0);
   if (st == nullptr) return false;
   engine::link_stream(c, ch, st, id);
@@ -282,11 +282,8 @@ void start(Conn* c) {
       bool ok = false;
       {
         std::lock_guard<std::mutex> chl(ch->mu);
-        const uint32_t n = static_cast<uint32_t>(ch->by_id.size());
-        for (uint32_t k = 0; k < n && !ok; ++k) {
-          uint32_t id = (ch->next_id + k) % n;
-          if ((ok = bind(c, ch, id))) ch->next_id = id + 1;
-        }
+        uint32_t id = 0;
+        ok = ch->mux->fresh_id(&id) && bind(c, ch, id);
       }
       if (!ok) continue;
       ++c->reup.counter;
@@ -325,8 +322,7 @@ void over_channel(Conn* c, Channel* ch) {
   bool ok;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
-    ok = bind(c, ch, 0);
-    if (ok) ch->next_id = 1;
+    ok = bind(c, ch, 0); // the first stream's id (rdma_cm named none)
   }
   if (!ok) return failed_attempt(c);
   send_reattach(c);

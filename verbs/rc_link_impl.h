@@ -15,7 +15,7 @@
 namespace xp::verbs::detail {
 
 constexpr uint32_t kMagic = 0x4c525058; // "XPRL"
-constexpr uint16_t kVersion = 2;        // 2: bare data records (flow/record_channel.h)
+constexpr uint16_t kVersion = 3; // 2: bare data records; 3: stream ids never reused (stream/mux.h)
 
 // What each side tells the other in the rdma_cm private data.
 struct WireRing {

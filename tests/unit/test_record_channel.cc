@@ -139,6 +139,13 @@ TEST_CASE("record channel: a data record that continues its stream goes without 
       {3, 8292, 7, true},     // stream 3 still continues
       {3, 9999, 10, false},   // a jump (a new stream on the same id): header
       {3, 10009, 4000, true}, // continues from there
+      // Ids share a bare slot (their low 12 bits): the header comes back
+      // whenever the slot's last data record was another stream's.
+      {4099, 14009, 100, false}, // slot 3, another stream
+      {4099, 14109, 100, true},  // continues
+      {3, 14009, 50, false},     // stream 3 again: the slot was 4099's
+      {3, 14059, 50, true},
+      {4099, 14209, 20, false},
   };
   std::vector<uint8_t> got;
   for (const Step& s : steps) {
@@ -159,7 +166,7 @@ TEST_CASE("record channel: a data record that continues its stream goes without 
   }
   // Control records and zero-length data always carry their header.
   uint64_t before = p.la.wire_bytes;
-  REQUIRE(p.a.send_control(RecordType::fin, 3, 14009) == Status::ok);
+  REQUIRE(p.a.send_control(RecordType::fin, 3, 14109) == Status::ok);
   CHECK(p.la.wire_bytes - before == record_bytes(0));
 }
 

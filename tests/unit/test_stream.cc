@@ -155,16 +155,74 @@ TEST_CASE("streams: open rules and records for closed streams") {
   MuxParams mp;
   mp.max_streams = 4;
   MuxPair p(65536, mp);
-  CHECK(p.a.open(4, 0, 0) == nullptr);
   Stream* s = p.a.open(3, 0, 0);
   CHECK(s != nullptr);
   CHECK(p.a.open(3, 0, 0) == nullptr);
+  CHECK(p.a.open(7, 0, 0) == nullptr); // slot 3 is taken
+  CHECK(p.a.open(Mux::kMaxStreamId + 1, 0, 0) == nullptr);
+  CHECK(p.a.find(7) == nullptr);
+  CHECK(p.a.find(3) == s);
   Stream* r = p.b.open(3, 0, 0);
   size_t done;
   CHECK(s->write("abc", 3, &done) == Status::ok);
   p.b.close(r); // closed here, the peer's data still arrives
   CHECK(p.b.progress() == Status::ok);
   CHECK(p.b.counters().unknown_stream_records == 1);
+}
+
+TEST_CASE(
+    "streams: ids are never reused, so a closed stream's late records never reach a new one") {
+  // redis-benchmark over Soft-RoCE (CI): the client closed a stream whose
+  // upgrade was under way and attached the next connection with the same
+  // id while the server still held the first; the server's FIN and data
+  // for the first then landed in the second (a refused record, a failed
+  // channel, three connections reset).  Now the client proposes ids never
+  // used on the channel, and a slot's records carry the whole id.
+  MuxParams mp;
+  mp.max_streams = 2;
+  MuxPair p(65536, mp);
+  uint32_t id = 99;
+  REQUIRE(p.a.fresh_id(&id));
+  CHECK(id == 1); // 0 is the first stream's (named in the rdma_cm request)
+  Stream* a_old = p.a.open(0, 0, 0);
+  Stream* b_old = p.b.open(0, 0, 0);
+  REQUIRE((a_old && b_old));
+  size_t done = 0;
+  REQUIRE(b_old->write("0123456789", 10, &done) == Status::ok);
+  p.pump();
+  p.a.close(a_old); // the client is done with it; the server is not yet
+  REQUIRE(p.a.fresh_id(&id));
+  CHECK(id == 1);
+  Stream* a_one = p.a.open(id, 0, 0);
+  REQUIRE(a_one != nullptr);
+  REQUIRE(p.a.fresh_id(&id));
+  CHECK(id == 2); // slot 0 again, under a new id
+  Stream* a_new = p.a.open(id, 0, 0);
+  REQUIRE(a_new != nullptr);
+  // The server's first stream goes on: data, then its FIN, all crossing
+  // the client's new stream in the same slot.
+  REQUIRE(b_old->write("late", 4, &done) == Status::ok);
+  p.b.close(b_old);
+  const uint64_t dropped = p.a.counters().unknown_stream_records;
+  REQUIRE(p.a.progress() == Status::ok);
+  CHECK(p.a.counters().unknown_stream_records == dropped + 2);
+  CHECK(a_new->readable_bytes() == 0);
+  CHECK_FALSE(a_new->readable());
+  // The server opens the new stream (its ATTACH arrived): bytes flow.
+  Stream* b_new = p.b.open(2, 0, 0);
+  REQUIRE(b_new != nullptr);
+  REQUIRE(b_new->write("fresh", 5, &done) == Status::ok);
+  REQUIRE(p.a.progress() == Status::ok);
+  char out[8];
+  size_t got = 0;
+  REQUIRE(a_new->read(out, sizeof out, &got, false) == Status::ok);
+  CHECK(got == 5);
+  CHECK(memcmp(out, "fresh", 5) == 0);
+  // Every id is used once: with both slots taken there is none to give.
+  CHECK_FALSE(p.a.fresh_id(&id));
+  p.a.close(a_one);
+  REQUIRE(p.a.fresh_id(&id));
+  CHECK(id == 3);
 }
 
 TEST_CASE("streams: hostile records break the channel, never the process") {
