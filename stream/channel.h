@@ -50,6 +50,9 @@ struct Channel {
   std::atomic<bool> armed{true};
   std::atomic<int> spinners{0};
   std::atomic<uint64_t> last_spin_ns{0};
+  // When a send() last left the channel (it polls an unarmed channel
+  // itself, so a sending thread keeps it unarmed: channel_events.cc).
+  std::atomic<uint64_t> last_send_ns{0};
   // The engine took an event but found the channel's lock taken (a sender
   // at work): it owes a poll, which whoever gets the lock first pays
   // (channel_events.cc).

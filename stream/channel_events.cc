@@ -12,9 +12,14 @@
 //     waits at most that long when nobody polls);
 //   - a thread about to sleep in the kernel (a blocked call, epoll_wait,
 //     poll, select) arms every unarmed channel first and polls it once, so
-//     no completion that arrived while it was unarmed is left unseen.
-// Invariant: a channel is unarmed only while some thread spins on it, or
-// for at most about kIdleRearmNs + kUnarmedTickMs after the last one left,
+//     no completion that arrived while it was unarmed is left unseen;
+//   - a thread that sends counts as a spinner for kSentLatelyNs: it polls
+//     the channel on each send while the channel is unarmed (conn_io.cc,
+//     send_stream), so a stream's credit and acknowledgements raise no
+//     event, no wake-up of the engine on the sender's CPU.
+// Invariant: a channel is unarmed only while some thread spins on it or
+// sends on it, or for at most about kIdleRearmNs + kUnarmedTickMs after the
+// last one left,
 // and never while a thread sleeps waiting for it, except a blocked call
 // that leaves the channel to its spinner (conn_io.cc: it sleeps on its
 // eventfd, which the spinner's polling writes, and looks again every
@@ -75,6 +80,11 @@ bool spun_lately(Channel* ch, uint64_t now) {
   return now - ch->last_spin_ns.load(std::memory_order_relaxed) < kIdleRearmNs;
 }
 
+bool sent_lately(Channel* ch, uint64_t now) {
+  if (now == 0) now = mono_ns();
+  return now - ch->last_send_ns.load(std::memory_order_relaxed) < kSentLatelyNs;
+}
+
 bool rearm(Channel* ch) {
   if (ch->armed.exchange(true, std::memory_order_seq_cst)) return false;
   ch->link->arm();
@@ -88,7 +98,7 @@ void take_event(Channel* ch, bool leave_to_spinner) {
     // later (the engine re-arms after the idle time), or this load sees the
     // spinner gone.  A channel spun on lately stays unarmed: its thread is
     // likely back within microseconds (a request/response loop).
-    if (spun_lately(ch))
+    if (spun_lately(ch) || sent_lately(ch))
       note_unarmed();
     else
       rearm(ch);
@@ -243,7 +253,7 @@ void arm_idle_channels() {
   bool left = false;
   for (Channel* ch : channels_snapshot()) {
     if (ch->failed.load() || ch->armed.load()) continue;
-    if (spun_lately(ch, now)) {
+    if (spun_lately(ch, now) || sent_lately(ch, now)) {
       left = true;
       continue;
     }

@@ -459,10 +459,14 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
     }
     // The engine took a completion event while we held the lock and left
     // the poll to us (channel_events.cc, take_event).
-    if (ch->poll_owed.load(std::memory_order_acquire)) {
+    // So does a sender on an unarmed channel: no event tells anyone of what
+    // arrives, and its own credit and acknowledgements are among it.
+    if (ch->poll_owed.load(std::memory_order_acquire) ||
+        !ch->armed.load(std::memory_order_relaxed)) {
       ch->poll_owed.store(0, std::memory_order_relaxed);
       engine::progress_locked(ch, c, &changed);
     }
+    ch->last_send_ns.store(now_ns(), std::memory_order_relaxed);
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
     mux_failed = ch->mux->failed();
     if (engine::refresh(c)) changed.add(c);

@@ -186,6 +186,10 @@ constexpr int kUnarmedTickMs = 10;
 void take_event(Channel* ch, bool leave_to_spinner = false);
 // Someone busy-polls ch, or did within kIdleRearmNs (now: 0 = read the clock).
 bool spun_lately(Channel* ch, uint64_t now = 0);
+// A send() left ch within kSentLatelyNs: the sending thread polls ch
+// (while it is unarmed) on each send.
+constexpr uint64_t kSentLatelyNs = 2000000;
+bool sent_lately(Channel* ch, uint64_t now = 0);
 // A blocked call busy-polls ch / stops doing so (returns when: the
 // clock spun_lately reads).
 void spin_enter(Channel* ch);

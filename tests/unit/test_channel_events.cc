@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <ctime>
 #include <mutex>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -107,6 +108,35 @@ TEST_CASE("channel events: the engine is not woken for an event a sleeping calle
     CHECK(engine_ep.woken() == 1);
     CHECK(a.ack_event());
   }
+  drop(ch);
+}
+
+TEST_CASE("channel events: an event taken while a thread sends leaves the channel unarmed") {
+  EventLink a, b;
+  test::FakeLink::connect(a, b);
+  Channel* ch;
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    ch = engine::make_channel(&a, true);
+  }
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  ch->last_send_ns.store(now); // a send() just left it: that thread polls it
+  a.event();
+  engine::take_event(ch);
+  CHECK_FALSE(ch->armed.load());
+  CHECK(engine::maybe_unarmed());
+  engine::arm_idle_channels(); // still sending lately: left alone
+  CHECK_FALSE(ch->armed.load());
+  ch->last_send_ns.store(0); // the sender went away: the engine's tick re-arms
+  engine::arm_idle_channels();
+  CHECK(ch->armed.load());
+  // Nobody sends or spins: an event is re-armed at once.
+  a.event();
+  engine::take_event(ch);
+  CHECK(ch->armed.load());
   drop(ch);
 }
 

@@ -470,6 +470,43 @@ TEST_CASE("conn io: the engine never waits for a channel lock a sender holds") {
   CHECK(p.a.bad == 0);
 }
 
+TEST_CASE("conn io: a sender polls an unarmed channel itself, and keeps it unarmed") {
+  // 4 KiB stream on Soft-RoCE: every credit and acknowledgement raised a
+  // completion event, and each woke the sender's engine thread on the
+  // sender's CPU, which also does Soft-RoCE's work.  A thread that sends
+  // now polls an unarmed channel on each send (what it needs, its credit
+  // and acknowledgements, is among what arrives), and an event taken
+  // while it sends leaves the channel unarmed: 0.19 -> 0.20 Gb/s, client
+  // CPU per GB -12%.
+  Pair p(true);
+  run(p, 3000, 11);
+  settle(p,
+         [&] { return p.a.c->rx_rdma.load() && p.a.c->tx_rdma.load() && p.b.c->tx_rdma.load(); });
+  REQUIRE(p.a.c->rx_rdma.load());
+  REQUIRE(p.a.c->tx_rdma.load());
+  while (take(p.a, 4096, 1) > 0) {
+  }
+  p.a.ch->armed.store(false); // an event was taken and not re-armed
+  uint64_t before = p.a.c->st->received();
+  REQUIRE(put(p.b, 64) == 64); // arrives unannounced
+  REQUIRE(put(p.a, 64) == 64); // a's send looks
+  CHECK(p.a.c->st->received() == before + 64);
+  CHECK(engine::sent_lately(p.a.ch));
+  CHECK(take(p.a, 64, 1) == 64);
+  // Armed: the event's taker polls, not the sender.
+  p.a.ch->armed.store(true);
+  REQUIRE(put(p.b, 32) == 32);
+  REQUIRE(put(p.a, 32) == 32);
+  CHECK(p.a.c->st->received() == before + 64);
+  engine::progress(p.a.ch);
+  CHECK(p.a.c->st->received() == before + 96);
+  CHECK(take(p.a, 32, 1) == 32);
+  CHECK(p.a.bad == 0);
+  // Long after the last send, nobody keeps it unarmed.
+  p.a.ch->last_send_ns.store(0);
+  CHECK_FALSE(engine::sent_lately(p.a.ch));
+}
+
 TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
   // Regression: every 10 ms tick (it ticks that often while a channel
   // stays unarmed for its spinner) locked each connection, each channel
