@@ -22,8 +22,8 @@
 // last one left,
 // and never while a thread sleeps waiting for it, except a blocked call
 // that leaves the channel to its spinner (conn_io.cc: it sleeps on its
-// eventfd, which the spinner's polling writes, and looks again every
-// kUnarmedTickMs).
+// eventfd, which the spinner's polling writes, and looks again after
+// kLeftToSpinnerMs at most).
 #include <atomic>
 #include <ctime>
 #include <sys/epoll.h>

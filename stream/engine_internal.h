@@ -180,6 +180,12 @@ void report(Conn* c, Mode m, Reason why);
 // ATTACH, credit for the peer; every sleeper arms before it sleeps).
 constexpr uint64_t kIdleRearmNs = 10000000;
 constexpr int kUnarmedTickMs = 10;
+// A blocked call that left the channel to its spinner (conn_io.cc) looks
+// again after this long at most: a safety net only, since whoever polls
+// the channel (the spinner, a sleeper's event, the engine's idle re-arm
+// within kIdleRearmNs + kUnarmedTickMs) wakes it through its eventfd.
+// Every look is a wake-up on a CPU a spinner wants (10 ms: 100 a second).
+constexpr int kLeftToSpinnerMs = 100;
 // This thread saw ch's completion fd readable: take the event, re-arm
 // unless someone spins on ch, and poll (leave_to_spinner, the engine
 // thread: not while another thread spins on ch).
