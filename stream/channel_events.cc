@@ -7,9 +7,10 @@
 //     it itself; an event taken while someone spins is not re-armed;
 //   - the last spinner leaving does not re-arm either (it is likely back
 //     within microseconds: ping-pong); the engine re-arms a channel nobody
-//     spun on for kIdleRearmNs, ticking every kUnarmedTickMs meanwhile (a
-//     control record such as a new stream's ATTACH, or the peer's credit,
-//     waits at most that long when nobody polls);
+//     spun on for kIdleRearmNs, ticking every kUnarmedTickMs meanwhile, or
+//     every kBusyUnarmedTickMs while they are all still in use (a control
+//     record such as a new stream's ATTACH, or the peer's credit, waits at
+//     most about that long when nobody polls);
 //   - a thread about to sleep in the kernel (a blocked call, epoll_wait,
 //     poll, select) arms every unarmed channel first and polls it once, so
 //     no completion that arrived while it was unarmed is left unseen;
@@ -18,8 +19,9 @@
 //     send_stream), so a stream's credit and acknowledgements raise no
 //     event, no wake-up of the engine on the sender's CPU.
 // Invariant: a channel is unarmed only while some thread spins on it or
-// sends on it, or for at most about kIdleRearmNs + kUnarmedTickMs after the
-// last one left,
+// sends on it, or for at most about kIdleRearmNs + kBusyUnarmedTickMs after
+// the last one left (the engine looks every kUnarmedTickMs, or every
+// kBusyUnarmedTickMs while all it left unarmed are in use),
 // and never while a thread sleeps waiting for it, except a blocked call
 // that leaves the channel to its spinner (conn_io.cc: it sleeps on its
 // eventfd, which the spinner's polling writes, and looks again after
@@ -49,6 +51,9 @@ uint64_t mono_ns() {
 
 // Some channel's poll is owed (take_event found its lock taken).
 std::atomic<bool> g_polls_owed{false};
+
+// The last arm_idle_channels() left channels unarmed, all still in use.
+std::atomic<bool> g_unarmed_in_use{false};
 } // namespace
 
 void owe_poll(Channel* ch) {
@@ -259,7 +264,12 @@ void arm_idle_channels() {
     }
     if (rearm(ch)) progress(ch);
   }
+  g_unarmed_in_use.store(left, std::memory_order_release);
   if (left) g_maybe_unarmed.store(true, std::memory_order_seq_cst);
+}
+
+bool unarmed_in_use() {
+  return g_unarmed_in_use.load(std::memory_order_acquire);
 }
 
 } // namespace xp::stream::engine

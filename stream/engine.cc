@@ -187,6 +187,8 @@ void run_commands() {
   }
 }
 
+} // namespace
+
 // How long the engine may sleep: ticks only while something is timed (an
 // upgrade under way, a request or attach waiting, channels to reap); an
 // idle process with nothing to time sleeps until an event comes.
@@ -194,7 +196,7 @@ int wait_ms() {
   State& s = g_state;
   std::lock_guard<std::mutex> l(s.mu);
   if (polls_owed()) return kOwedPollMs;
-  if (maybe_unarmed()) return kUnarmedTickMs;
+  if (maybe_unarmed()) return unarmed_in_use() ? kBusyUnarmedTickMs : kUnarmedTickMs;
   if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
   for (Conn* c : s.conns)
     if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading) return kTickMs;
@@ -205,6 +207,8 @@ int wait_ms() {
   }
   return -1;
 }
+
+namespace {
 
 void* engine_main(void*) {
   State& s = g_state;

@@ -130,9 +130,14 @@ TEST_CASE("channel events: an event taken while a thread sends leaves the channe
   CHECK(engine::maybe_unarmed());
   engine::arm_idle_channels(); // still sending lately: left alone
   CHECK_FALSE(ch->armed.load());
+  // Left unarmed because it is in use: the engine looks again only every
+  // kBusyUnarmedTickMs (each look is a wake-up on a busy CPU).
+  CHECK(engine::unarmed_in_use());
+  CHECK(engine::wait_ms() == engine::kBusyUnarmedTickMs);
   ch->last_send_ns.store(0); // the sender went away: the engine's tick re-arms
   engine::arm_idle_channels();
   CHECK(ch->armed.load());
+  CHECK_FALSE(engine::unarmed_in_use());
   // Nobody sends or spins: an event is re-armed at once.
   a.event();
   engine::take_event(ch);
