@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -37,6 +38,7 @@ private:
   std::atomic<bool> run_{false};
   std::thread thread_;
   std::mutex mu_;
+  std::condition_variable cv_; // stop() ends the wait at once
 };
 
 struct LocalSample {
