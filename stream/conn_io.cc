@@ -228,9 +228,8 @@ struct Waiter {
     // ping-pong message, on the spinner's CPU).  "At work": spinning now, or
     // within the last kIdleRearmNs after this call's own spin ended (a
     // request/response loop's thread is out of its spin while it writes).
-    // A spinner may stop without arming (channel_events.cc): the engine's
-    // idle re-arm then polls and wakes us; looking again ourselves is only
-    // a safety net, rare because each look costs the spinner's CPU.
+    // A spinner may stop without arming (channel_events.cc), so look again
+    // after kLeftToSpinnerMs at most.
     if (cfd >= 0 && registered && engine::others_poll(ch, spin_left_ns)) {
       cfd = -1;
       if (timeout < 0 || timeout > engine::kLeftToSpinnerMs) timeout = engine::kLeftToSpinnerMs;

@@ -184,16 +184,21 @@ constexpr int kUnarmedTickMs = 10;
 // kIdleRearmNs at the last check), the engine looks every
 // kBusyUnarmedTickMs instead: each tick is a wake-up on a CPU a spinner
 // wants, and a request/response loop keeps its channel in use for good
-// (64 B ping-pong on Soft-RoCE, both processes ticking every 10 ms: p99
-// ~480 us; every 100 ms: ~360 us).  A channel whose spinner left without
-// arming is then re-armed within about kBusyUnarmedTickMs.
+// (64 B ping-pong on Soft-RoCE, both engines ticking every 10 ms: p99
+// ~480 us; every 100 ms: ~445 us, and ~340 us when the blocked calls that
+// leave their channel to a spinner look every 200 ms as well, see
+// kLeftToSpinnerMs).  A channel whose spinner left without arming is then
+// re-armed within about kBusyUnarmedTickMs.
 constexpr int kBusyUnarmedTickMs = 100;
 // A blocked call that left the channel to its spinner (conn_io.cc) looks
-// again after this long at most: a safety net only, since whoever polls
-// the channel (the spinner, a sleeper's event, the engine's idle re-arm
-// within kIdleRearmNs + kBusyUnarmedTickMs) wakes it through its eventfd.
-// Every look is a wake-up on a CPU a spinner wants (10 ms: 100 a second).
-constexpr int kLeftToSpinnerMs = 100;
+// again after this long at most.  Meant as a safety net (whoever polls
+// the channel wakes it through its eventfd), but the parameter-server
+// scenario depends on it: at 100 ms its fetch p99 went 69 -> 115 ms and
+// push p99 94 -> 151 ms on Soft-RoCE, also with the engine re-arming idle
+// channels every 10 ms, so some wake-up is missing on a path not found
+// yet.  Each look is a wake-up on a CPU the spinner wants (64 B ping-pong
+// p99 ~480 us with 10 ms looks, ~390 us with 100 ms).
+constexpr int kLeftToSpinnerMs = 10;
 // This thread saw ch's completion fd readable: take the event, re-arm
 // unless someone spins on ch, and poll (leave_to_spinner, the engine
 // thread: not while another thread spins on ch).
