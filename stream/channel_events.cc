@@ -103,7 +103,8 @@ void take_event(Channel* ch, bool leave_to_spinner) {
     // later (the engine re-arms after the idle time), or this load sees the
     // spinner gone.  A channel spun on lately stays unarmed: its thread is
     // likely back within microseconds (a request/response loop).
-    if (spun_lately(ch) || sent_lately(ch))
+    const uint64_t now = mono_ns();
+    if (spun_lately(ch, now) || sent_lately(ch, now))
       note_unarmed();
     else
       rearm(ch);

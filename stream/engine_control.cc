@@ -173,6 +173,14 @@ void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
   c->sid = id;
 }
 
+bool bind_stream(Conn* c, Channel* ch, uint32_t id) {
+  if (ch->by_id[ch->slot(id)] != nullptr) return false;
+  Stream* st = ch->mux->open(id, 0, 0);
+  if (st == nullptr) return false;
+  link_stream(c, ch, st, id);
+  return true;
+}
+
 void detach(Conn* c, Channel* ch) {
   if (c->st) ch->mux->close(c->st);
   c->st = nullptr;

@@ -121,6 +121,9 @@ void flush(Conn* c);
 void detach(Conn* c, Channel* ch);
 // detach's inverse, ch->mu held: c's stream st, with id `id`, is on ch.
 void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id);
+// ch->mu held: c's stream on ch at id, opened and linked (false: the id's
+// slot taken, or no memory).
+bool bind_stream(Conn* c, Channel* ch, uint32_t id);
 void advance(Conn* c);
 // The engine's edge-triggered watch of c's socket reported `events`.
 void tcp_event(Conn* c, uint32_t events);

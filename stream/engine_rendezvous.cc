@@ -339,10 +339,7 @@ void start_client(Conn* c) {
     ++to_this_peer;
     std::lock_guard<std::mutex> chl(ch->mu);
     uint32_t id = 0;
-    Stream* st = nullptr;
-    if (ch->mux->fresh_id(&id) && ch->by_id[ch->slot(id)] == nullptr) st = ch->mux->open(id, 0, 0);
-    if (st == nullptr) continue;
-    link_stream(c, ch, st, id);
+    if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) continue;
     recover::Message m;
     if (c->sess.start_attach(id, &m) == Status::ok)
       ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,

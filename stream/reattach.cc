@@ -52,10 +52,7 @@ bool send_ctl(Channel* ch, RecordType t, uint32_t id, uint64_t seq, const void* 
 
 // ch->mu held: c's stream on ch at id (false: id taken or no memory).
 bool bind(Conn* c, Channel* ch, uint32_t id) {
-  if (ch->by_id[ch->slot(id)] != nullptr) return false;
-  Stream* st = ch->mux->open(id, 0, 0);
-  if (st == nullptr) return false;
-  engine::link_stream(c, ch, st, id);
+  if (!engine::bind_stream(c, ch, id)) return false;
   c->reup.peer_switch = false;
   return true;
 }

@@ -63,6 +63,13 @@ struct EngineEpoll {
   }
 };
 
+// a's client-side channel to b, in the engine's table.
+Channel* client_channel(EventLink& a, EventLink& b) {
+  test::FakeLink::connect(a, b);
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  return engine::make_channel(&a, true);
+}
+
 void drop(Channel* ch) {
   std::lock_guard<std::mutex> g(engine::g().mu);
   auto& v = engine::g().channels;
@@ -76,12 +83,7 @@ void drop(Channel* ch) {
 
 TEST_CASE("channel events: the engine is not woken for an event a sleeping caller takes") {
   EventLink a, b;
-  test::FakeLink::connect(a, b);
-  Channel* ch;
-  {
-    std::lock_guard<std::mutex> g(engine::g().mu);
-    ch = engine::make_channel(&a, true);
-  }
+  Channel* ch = client_channel(a, b);
   {
     EngineEpoll engine_ep(ch);
     a.event();
@@ -113,12 +115,7 @@ TEST_CASE("channel events: the engine is not woken for an event a sleeping calle
 
 TEST_CASE("channel events: an event taken while a thread sends leaves the channel unarmed") {
   EventLink a, b;
-  test::FakeLink::connect(a, b);
-  Channel* ch;
-  {
-    std::lock_guard<std::mutex> g(engine::g().mu);
-    ch = engine::make_channel(&a, true);
-  }
+  Channel* ch = client_channel(a, b);
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const uint64_t now =

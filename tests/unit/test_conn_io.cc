@@ -207,6 +207,18 @@ template <typename Done> void settle(Pair& p, Done done) {
   }
 }
 
+// a's both directions (and b's sending one) on RDMA after some traffic,
+// with nothing left for a to read.
+void a_on_rdma_drained(Pair& p, unsigned seed) {
+  run(p, 3000, seed);
+  settle(p,
+         [&] { return p.a.c->rx_rdma.load() && p.a.c->tx_rdma.load() && p.b.c->tx_rdma.load(); });
+  REQUIRE(p.a.c->rx_rdma.load());
+  REQUIRE(p.a.c->tx_rdma.load());
+  while (take(p.a, 4096, 1) > 0) {
+  }
+}
+
 // Runs fn in another thread while the caller holds `held` (locks a
 // program's thread holds at work): whether it returned within 1 s, i.e.
 // took none of them.  The locks are let go before the join either way.
@@ -441,13 +453,7 @@ TEST_CASE("conn io: the engine never waits for a channel lock a sender holds") {
   // sender's CPU).  It now leaves the poll owed and does not block; the
   // sender pays it under the lock it holds, or the engine's retry does.
   Pair p(true);
-  run(p, 3000, 7);
-  settle(p,
-         [&] { return p.a.c->rx_rdma.load() && p.a.c->tx_rdma.load() && p.b.c->tx_rdma.load(); });
-  REQUIRE(p.a.c->rx_rdma.load());
-  REQUIRE(p.a.c->tx_rdma.load());
-  while (take(p.a, 4096, 1) > 0) {
-  }
+  a_on_rdma_drained(p, 7);
   {
     std::unique_lock<std::mutex> held(p.a.ch->mu); // a sender at work
     CHECK(returns_while_held([&] { engine::take_event(p.a.ch, true); }, held));
@@ -481,13 +487,7 @@ TEST_CASE("conn io: a sender polls an unarmed channel itself, and keeps it unarm
   // while it sends leaves the channel unarmed: 0.19 -> 0.20 Gb/s, client
   // CPU per GB -12%.
   Pair p(true);
-  run(p, 3000, 11);
-  settle(p,
-         [&] { return p.a.c->rx_rdma.load() && p.a.c->tx_rdma.load() && p.b.c->tx_rdma.load(); });
-  REQUIRE(p.a.c->rx_rdma.load());
-  REQUIRE(p.a.c->tx_rdma.load());
-  while (take(p.a, 4096, 1) > 0) {
-  }
+  a_on_rdma_drained(p, 11);
   p.a.ch->armed.store(false); // an event was taken and not re-armed
   uint64_t before = p.a.c->st->received();
   REQUIRE(put(p.b, 64) == 64); // arrives unannounced
