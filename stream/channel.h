@@ -53,6 +53,10 @@ struct Channel {
   // When a send() last left the channel (it polls an unarmed channel
   // itself, so a sending thread keeps it unarmed: channel_events.cc).
   std::atomic<uint64_t> last_send_ns{0};
+  // Blocked calls sleeping on their eventfd only, leaving the channel to
+  // whoever polls it (conn_io.cc): the engine re-arms the channel for them
+  // once nobody does any more (channel_events.cc, arm_idle_channels).
+  std::atomic<int> left_sleepers{0};
   // The engine took an event but found the channel's lock taken (a sender
   // at work): it owes a poll, which whoever gets the lock first pays
   // (channel_events.cc).

@@ -24,8 +24,10 @@
 // kBusyUnarmedTickMs while all it left unarmed are in use),
 // and never while a thread sleeps waiting for it, except a blocked call
 // that leaves the channel to its spinner (conn_io.cc: it sleeps on its
-// eventfd, which the spinner's polling writes, and looks again after
-// kLeftToSpinnerMs at most).
+// eventfd, which the spinner's polling writes).  Such a left sleeper
+// shortens the "in use" grace: once nobody spun or sent on its channel for
+// kLeftUncoveredNs the engine re-arms and polls it, looking every
+// kLeftTickMs while left sleepers wait on an unarmed channel.
 #include <atomic>
 #include <ctime>
 #include <sys/epoll.h>
@@ -54,7 +56,41 @@ std::atomic<bool> g_polls_owed{false};
 
 // The last arm_idle_channels() left channels unarmed, all still in use.
 std::atomic<bool> g_unarmed_in_use{false};
+
+// Blocked calls that left their channel to a spinner, over all channels,
+// and whether the engine waits longer than kLeftTickMs (a new left
+// sleeper then kicks it).
+std::atomic<int> g_left_total{0};
+std::atomic<bool> g_engine_long_wait{false};
 } // namespace
+
+void left_enter(Channel* ch) {
+  ch->left_sleepers.fetch_add(1, std::memory_order_seq_cst);
+  g_left_total.fetch_add(1, std::memory_order_seq_cst);
+  // Pairs with engine_wait_ms(): the engine either counts this sleeper
+  // before it sleeps or is kicked out of its long wait.
+  if (g_engine_long_wait.load(std::memory_order_seq_cst) && g_maybe_unarmed.load()) kick();
+}
+
+void left_leave(Channel* ch) {
+  ch->left_sleepers.fetch_sub(1, std::memory_order_relaxed);
+  g_left_total.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int engine_wait_ms(int ms) {
+  if (ms >= 0 && ms <= kLeftTickMs) return ms;
+  g_engine_long_wait.store(true, std::memory_order_seq_cst);
+  if (g_left_total.load(std::memory_order_seq_cst) > 0 &&
+      g_maybe_unarmed.load(std::memory_order_seq_cst)) {
+    g_engine_long_wait.store(false, std::memory_order_relaxed);
+    return kLeftTickMs;
+  }
+  return ms;
+}
+
+void engine_waited() {
+  g_engine_long_wait.store(false, std::memory_order_relaxed);
+}
 
 void owe_poll(Channel* ch) {
   ch->poll_owed.store(1, std::memory_order_release);
@@ -253,13 +289,24 @@ bool spin_poll_channels() {
   return n > 0;
 }
 
+namespace {
+// Blocked calls left ch to a spinner that is gone: nobody spins on it and
+// nobody spun or sent on it for kLeftUncoveredNs.
+bool uncovered(Channel* ch, uint64_t now) {
+  if (ch->left_sleepers.load(std::memory_order_seq_cst) == 0) return false;
+  if (ch->spinners.load(std::memory_order_seq_cst) > 0) return false;
+  if (now - ch->last_spin_ns.load(std::memory_order_relaxed) < kLeftUncoveredNs) return false;
+  return now - ch->last_send_ns.load(std::memory_order_relaxed) >= kLeftUncoveredNs;
+}
+} // namespace
+
 void arm_idle_channels() {
   if (!g_maybe_unarmed.exchange(false, std::memory_order_seq_cst)) return;
   uint64_t now = mono_ns();
   bool left = false;
   for (Channel* ch : channels_snapshot()) {
     if (ch->failed.load() || ch->armed.load()) continue;
-    if (spun_lately(ch, now) || sent_lately(ch, now)) {
+    if ((spun_lately(ch, now) || sent_lately(ch, now)) && !uncovered(ch, now)) {
       left = true;
       continue;
     }

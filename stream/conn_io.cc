@@ -228,11 +228,14 @@ struct Waiter {
     // ping-pong message, on the spinner's CPU).  "At work": spinning now, or
     // within the last kIdleRearmNs after this call's own spin ended (a
     // request/response loop's thread is out of its spin while it writes).
-    // A spinner may stop without arming (channel_events.cc), so look again
-    // after kLeftToSpinnerMs at most.
+    // A spinner may stop without arming (channel_events.cc): the engine
+    // then re-arms and polls for the calls counted as left sleepers
+    // (left_enter), and each looks again after kLeftToSpinnerMs at most.
+    Channel* left = nullptr;
     if (cfd >= 0 && registered && engine::others_poll(ch, spin_left_ns)) {
       cfd = -1;
       if (timeout < 0 || timeout > engine::kLeftToSpinnerMs) timeout = engine::kLeftToSpinnerMs;
+      left = ch;
     }
     if (cfd >= 0 && engine::rearm(ch)) { // nobody took events while it spun: poll once more
       engine::progress(ch);
@@ -243,6 +246,7 @@ struct Waiter {
     if (!registered) p[0].fd = -1;
     long r;
     if (cfd >= 0) engine::sleep_enter(ch);
+    if (left) engine::left_enter(left);
     if (masked) {
       timespec ts = {timeout / 1000, (timeout % 1000) * 1000000L};
       r = syscall(SYS_ppoll, p, n, timeout < 0 ? nullptr : &ts, &saved, _NSIG / 8);
@@ -250,6 +254,7 @@ struct Waiter {
       r = syscall(SYS_poll, p, n, timeout);
     }
     int saved_errno = errno;
+    if (left) engine::left_leave(left);
     // The event first, then the engine's watch again: re-enabling a watch
     // on a readable fd would wake the engine for an event this thread takes.
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);

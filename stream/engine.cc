@@ -222,7 +222,8 @@ void* engine_main(void*) {
     }
     for (Conn* c : dead)
       delete c;
-    int n = static_cast<int>(syscall(SYS_epoll_wait, s.epfd, evs, 64, wait_ms()));
+    int n = static_cast<int>(syscall(SYS_epoll_wait, s.epfd, evs, 64, engine_wait_ms(wait_ms())));
+    engine_waited();
     for (int i = 0; i < n; ++i) {
       uint64_t d = evs[i].data.u64;
       if (d == 0) {

@@ -193,15 +193,30 @@ constexpr int kUnarmedTickMs = 10;
 // kLeftToSpinnerMs).  A channel whose spinner left without arming is then
 // re-armed within about kBusyUnarmedTickMs.
 constexpr int kBusyUnarmedTickMs = 100;
-// A blocked call that left the channel to its spinner (conn_io.cc) looks
-// again after this long at most.  Meant as a safety net (whoever polls
-// the channel wakes it through its eventfd), but the parameter-server
-// scenario depends on it: at 100 ms its fetch p99 went 69 -> 115 ms and
-// push p99 94 -> 151 ms on Soft-RoCE, also with the engine re-arming idle
-// channels every 10 ms, so some wake-up is missing on a path not found
-// yet.  Each look is a wake-up on a CPU the spinner wants (64 B ping-pong
-// p99 ~480 us with 10 ms looks, ~390 us with 100 ms).
-constexpr int kLeftToSpinnerMs = 10;
+// A blocked call that left the channel to its spinner (conn_io.cc) counts
+// itself in Channel::left_sleepers while it sleeps on its eventfd, and looks
+// again after kLeftToSpinnerMs at most, a safety net only: each look is a
+// wake-up on a CPU the spinner wants (64 B ping-pong p99 ~480 us with
+// 10 ms looks, ~390 us with 100 ms).  What wakes it is whoever polls the
+// channel: the spinner, or, once the channel is uncovered (left sleepers,
+// nobody spinning or sending for kLeftUncoveredNs), the engine, which
+// re-arms and polls it and, while left sleepers wait on an unarmed
+// channel, ticks every kLeftTickMs instead of kBusyUnarmedTickMs.  (Found
+// in the parameter-server scenario: its threads all left their channel
+// to each other, and nobody polled it until the engine's 100 ms tick:
+// fetch p99 69 -> 115 ms.)
+constexpr int kLeftToSpinnerMs = 200;
+constexpr uint64_t kLeftUncoveredNs = 2000000;
+constexpr int kLeftTickMs = 10;
+// A blocked call sleeps on its eventfd only, leaving ch to its spinner /
+// wakes up (the engine is told when it waits longer than kLeftTickMs).
+void left_enter(Channel* ch);
+void left_leave(Channel* ch);
+// The engine thread is about to wait `ms` (-1: no limit): the time it may
+// wait given the left sleepers (kLeftTickMs at most while there are any
+// and some channel may be unarmed).  Clears with waited().
+int engine_wait_ms(int ms);
+void engine_waited();
 // This thread saw ch's completion fd readable: take the event, re-arm
 // unless someone spins on ch, and poll (leave_to_spinner, the engine
 // thread: not while another thread spins on ch).

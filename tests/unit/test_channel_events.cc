@@ -258,3 +258,38 @@ TEST_CASE("spin budget: the whole ceiling while waits average within it, the min
     avg = engine::wait_avg(avg, uint64_t{4} * max * 1000);
   CHECK(engine::spin_budget_ns(avg) == 20 * 1000);
 }
+
+TEST_CASE("channel events: a call left to a spinner that went away is covered by the engine") {
+  // The parameter-server scenario's threads all left their channel to each
+  // other's spinning; the last spinner went on without arming, and nothing
+  // polled the channel until the engine's 100 ms busy tick (fetch p99
+  // 69 -> 115 ms once the left calls stopped looking every 10 ms).
+  EventLink a, b;
+  Channel* ch = client_channel(a, b);
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  ch->last_spin_ns.store(now); // a spinner just left: the channel stays unarmed
+  a.event();
+  engine::take_event(ch);
+  CHECK_FALSE(ch->armed.load());
+  engine::left_enter(ch); // a blocked call leaves the channel to it
+  engine::arm_idle_channels();
+  CHECK_FALSE(ch->armed.load()); // within kLeftUncoveredNs: still covered
+  // The engine looks again within kLeftTickMs, not kBusyUnarmedTickMs.
+  CHECK(engine::engine_wait_ms(engine::kBusyUnarmedTickMs) == engine::kLeftTickMs);
+  engine::engine_waited();
+  CHECK(engine::engine_wait_ms(-1) == engine::kLeftTickMs);
+  engine::engine_waited();
+  // Nobody spun or sent since: uncovered, although within kIdleRearmNs.
+  ch->last_spin_ns.store(now - engine::kLeftUncoveredNs - 1000000);
+  static_assert(engine::kLeftUncoveredNs + 1000000 < engine::kIdleRearmNs);
+  engine::arm_idle_channels();
+  CHECK(ch->armed.load());
+  engine::left_leave(ch);
+  // Without left sleepers the engine's long waits are its own.
+  CHECK(engine::engine_wait_ms(engine::kBusyUnarmedTickMs) == engine::kBusyUnarmedTickMs);
+  engine::engine_waited();
+  drop(ch);
+}
