@@ -27,7 +27,8 @@
 // eventfd, which the spinner's polling writes).  Such a left sleeper
 // shortens the "in use" grace: once nobody spun or sent on its channel for
 // kLeftUncoveredNs the engine re-arms and polls it, looking every
-// kLeftTickMs while left sleepers wait on an unarmed channel.
+// kLeftTickMs while left sleepers wait on an unarmed channel
+// (kIdleLeftTickMs while all of them have waited kLeftIdleNs already).
 #include <atomic>
 #include <ctime>
 #include <sys/epoll.h>
@@ -58,38 +59,48 @@ std::atomic<bool> g_polls_owed{false};
 std::atomic<bool> g_unarmed_in_use{false};
 
 // Blocked calls that left their channel to a spinner, over all channels,
-// and whether the engine waits longer than kLeftTickMs (a new left
-// sleeper then kicks it).
-std::atomic<int> g_left_total{0};
-std::atomic<bool> g_engine_long_wait{false};
+// by kind (an idle one has waited kLeftIdleNs already), and how long the
+// engine waits now (-1: no limit; a new left sleeper that needs a shorter
+// look kicks it).
+std::atomic<int> g_left_active{0}, g_left_idle{0};
+std::atomic<int> g_engine_wait{0};
+
+// The longest the engine may wait with these left sleepers (-1: any).
+int left_cap() {
+  if (g_left_active.load(std::memory_order_seq_cst) > 0) return kLeftTickMs;
+  if (g_left_idle.load(std::memory_order_seq_cst) > 0) return kIdleLeftTickMs;
+  return -1;
+}
 } // namespace
 
-void left_enter(Channel* ch) {
+void left_enter(Channel* ch, bool idle) {
   ch->left_sleepers.fetch_add(1, std::memory_order_seq_cst);
-  g_left_total.fetch_add(1, std::memory_order_seq_cst);
+  (idle ? g_left_idle : g_left_active).fetch_add(1, std::memory_order_seq_cst);
   // Pairs with engine_wait_ms(): the engine either counts this sleeper
-  // before it sleeps or is kicked out of its long wait.
-  if (g_engine_long_wait.load(std::memory_order_seq_cst) && g_maybe_unarmed.load()) kick();
+  // before it sleeps or is kicked out of a wait longer than it may be.
+  const int cap = idle ? kIdleLeftTickMs : kLeftTickMs;
+  const int w = g_engine_wait.load(std::memory_order_seq_cst);
+  if ((w < 0 || w > cap) && g_maybe_unarmed.load()) kick();
 }
 
-void left_leave(Channel* ch) {
+void left_leave(Channel* ch, bool idle) {
   ch->left_sleepers.fetch_sub(1, std::memory_order_relaxed);
-  g_left_total.fetch_sub(1, std::memory_order_relaxed);
+  (idle ? g_left_idle : g_left_active).fetch_sub(1, std::memory_order_relaxed);
 }
 
 int engine_wait_ms(int ms) {
-  if (ms >= 0 && ms <= kLeftTickMs) return ms;
-  g_engine_long_wait.store(true, std::memory_order_seq_cst);
-  if (g_left_total.load(std::memory_order_seq_cst) > 0 &&
-      g_maybe_unarmed.load(std::memory_order_seq_cst)) {
-    g_engine_long_wait.store(false, std::memory_order_relaxed);
-    return kLeftTickMs;
+  g_engine_wait.store(ms, std::memory_order_seq_cst);
+  if (!g_maybe_unarmed.load(std::memory_order_seq_cst)) return ms;
+  const int cap = left_cap();
+  if (cap >= 0 && (ms < 0 || ms > cap)) {
+    ms = cap;
+    g_engine_wait.store(ms, std::memory_order_relaxed);
   }
   return ms;
 }
 
 void engine_waited() {
-  g_engine_long_wait.store(false, std::memory_order_relaxed);
+  g_engine_wait.store(0, std::memory_order_relaxed);
 }
 
 void owe_poll(Channel* ch) {
@@ -104,8 +115,14 @@ void disarm(Channel* ch) {
 }
 // Only a channel left unarmed makes the engine tick (wait_ms): one re-armed
 // at once (nobody spins on it) costs the engine nothing.
+// Left sleepers rely on the engine's look once a channel is unarmed: one in
+// a longer wait is kicked (pairs with engine_wait_ms()).
 void note_unarmed() {
   g_maybe_unarmed.store(true, std::memory_order_seq_cst);
+  const int cap = left_cap();
+  if (cap < 0) return;
+  const int w = g_engine_wait.load(std::memory_order_seq_cst);
+  if (w < 0 || w > cap) kick();
 }
 
 std::vector<Channel*> channels_snapshot() {

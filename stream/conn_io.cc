@@ -232,6 +232,7 @@ struct Waiter {
     // then re-arms and polls for the calls counted as left sleepers
     // (left_enter), and each looks again after kLeftToSpinnerMs at most.
     Channel* left = nullptr;
+    const bool idle = now_ns() - began_ns > engine::kLeftIdleNs;
     if (cfd >= 0 && registered && engine::others_poll(ch, spin_left_ns)) {
       cfd = -1;
       if (timeout < 0 || timeout > engine::kLeftToSpinnerMs) timeout = engine::kLeftToSpinnerMs;
@@ -246,7 +247,7 @@ struct Waiter {
     if (!registered) p[0].fd = -1;
     long r;
     if (cfd >= 0) engine::sleep_enter(ch);
-    if (left) engine::left_enter(left);
+    if (left) engine::left_enter(left, idle);
     if (masked) {
       timespec ts = {timeout / 1000, (timeout % 1000) * 1000000L};
       r = syscall(SYS_ppoll, p, n, timeout < 0 ? nullptr : &ts, &saved, _NSIG / 8);
@@ -254,7 +255,7 @@ struct Waiter {
       r = syscall(SYS_poll, p, n, timeout);
     }
     int saved_errno = errno;
-    if (left) engine::left_leave(left);
+    if (left) engine::left_leave(left, idle);
     // The event first, then the engine's watch again: re-enabling a watch
     // on a readable fd would wake the engine for an event this thread takes.
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);

@@ -208,13 +208,21 @@ constexpr int kBusyUnarmedTickMs = 100;
 constexpr int kLeftToSpinnerMs = 200;
 constexpr uint64_t kLeftUncoveredNs = 2000000;
 constexpr int kLeftTickMs = 10;
+// A left call that has waited kLeftIdleNs already (an idle connection:
+// xpress-bench's control connection beside a ping-pong) makes the engine
+// look only every kIdleLeftTickMs: each look is a wake-up on the CPU the
+// ping-pong's spinner wants, 100 a second at kLeftTickMs on both ends.
+constexpr uint64_t kLeftIdleNs = 1000000000;
+constexpr int kIdleLeftTickMs = 50;
 // A blocked call sleeps on its eventfd only, leaving ch to its spinner /
-// wakes up (the engine is told when it waits longer than kLeftTickMs).
-void left_enter(Channel* ch);
-void left_leave(Channel* ch);
+// wakes up (the engine is kicked when it waits longer than this sleeper's
+// tick allows).  idle: the call has waited kLeftIdleNs.
+void left_enter(Channel* ch, bool idle = false);
+void left_leave(Channel* ch, bool idle = false);
 // The engine thread is about to wait `ms` (-1: no limit): the time it may
-// wait given the left sleepers (kLeftTickMs at most while there are any
-// and some channel may be unarmed).  Clears with waited().
+// wait given the left sleepers (kLeftTickMs, or kIdleLeftTickMs when they
+// are all idle, at most while some channel may be unarmed).  Ends with
+// engine_waited().
 int engine_wait_ms(int ms);
 void engine_waited();
 // This thread saw ch's completion fd readable: take the event, re-arm

@@ -293,3 +293,57 @@ TEST_CASE("channel events: a call left to a spinner that went away is covered by
   engine::engine_waited();
   drop(ch);
 }
+
+TEST_CASE("channel events: left sleepers set the engine's look; one unarmed later kicks it") {
+  EventLink a, b;
+  Channel* ch = client_channel(a, b);
+  const int saved_cmd = engine::g().cmdfd;
+  const int cmd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  engine::g().cmdfd = cmd;
+  auto kicked = [&] {
+    uint64_t v;
+    return read(cmd, &v, sizeof v) == sizeof v;
+  };
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  ch->last_spin_ns.store(now);
+  a.event();
+  engine::take_event(ch); // spun on lately: left unarmed
+  REQUIRE_FALSE(ch->armed.load());
+  // An idle connection's call (xpress-bench's control connection beside a
+  // ping-pong) asks for a look every kIdleLeftTickMs only; an active one
+  // for kLeftTickMs.
+  engine::left_enter(ch, true);
+  CHECK(engine::engine_wait_ms(engine::kBusyUnarmedTickMs) == engine::kIdleLeftTickMs);
+  engine::left_enter(ch, false); // waits kIdleLeftTickMs > kLeftTickMs: kicked
+  CHECK(kicked());
+  engine::engine_waited();
+  CHECK(engine::engine_wait_ms(engine::kBusyUnarmedTickMs) == engine::kLeftTickMs);
+  engine::engine_waited();
+  engine::left_leave(ch, false);
+  engine::left_leave(ch, true);
+  // The channel armed again, the engine in a long wait: a call left to a
+  // spinner then, and the channel unarmed afterwards (an event taken while
+  // someone spins), kicks the engine, whose next look is kLeftTickMs.
+  ch->last_spin_ns.store(0);
+  engine::arm_idle_channels();
+  REQUIRE(ch->armed.load());
+  CHECK_FALSE(engine::maybe_unarmed());
+  CHECK(engine::engine_wait_ms(1000) == 1000);
+  engine::left_enter(ch);
+  CHECK_FALSE(kicked()); // armed: an event reaches the engine anyway
+  ch->last_spin_ns.store(now);
+  a.event();
+  engine::take_event(ch);
+  CHECK_FALSE(ch->armed.load());
+  CHECK(kicked());
+  engine::engine_waited();
+  CHECK(engine::engine_wait_ms(1000) == engine::kLeftTickMs);
+  engine::engine_waited();
+  engine::left_leave(ch);
+  engine::g().cmdfd = saved_cmd;
+  close(cmd);
+  drop(ch);
+}
