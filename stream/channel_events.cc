@@ -71,16 +71,22 @@ int left_cap() {
   if (g_left_idle.load(std::memory_order_seq_cst) > 0) return kIdleLeftTickMs;
   return -1;
 }
+
+// Kick the engine out of a wait longer than cap ms (-1: no limit); pairs
+// with engine_wait_ms(), which publishes the wait before it reads the
+// counts above.
+void kick_if_waiting_longer(int cap) {
+  const int w = g_engine_wait.load(std::memory_order_seq_cst);
+  if (w < 0 || w > cap) kick();
+}
 } // namespace
 
 void left_enter(Channel* ch, bool idle) {
   ch->left_sleepers.fetch_add(1, std::memory_order_seq_cst);
   (idle ? g_left_idle : g_left_active).fetch_add(1, std::memory_order_seq_cst);
-  // Pairs with engine_wait_ms(): the engine either counts this sleeper
-  // before it sleeps or is kicked out of a wait longer than it may be.
-  const int cap = idle ? kIdleLeftTickMs : kLeftTickMs;
-  const int w = g_engine_wait.load(std::memory_order_seq_cst);
-  if ((w < 0 || w > cap) && g_maybe_unarmed.load()) kick();
+  // The engine either counts this sleeper before it sleeps or is kicked
+  // out of a wait longer than it may be.
+  if (g_maybe_unarmed.load()) kick_if_waiting_longer(idle ? kIdleLeftTickMs : kLeftTickMs);
 }
 
 void left_leave(Channel* ch, bool idle) {
@@ -120,9 +126,7 @@ void disarm(Channel* ch) {
 void note_unarmed() {
   g_maybe_unarmed.store(true, std::memory_order_seq_cst);
   const int cap = left_cap();
-  if (cap < 0) return;
-  const int w = g_engine_wait.load(std::memory_order_seq_cst);
-  if (w < 0 || w > cap) kick();
+  if (cap >= 0) kick_if_waiting_longer(cap);
 }
 
 std::vector<Channel*> channels_snapshot() {

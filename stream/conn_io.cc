@@ -232,11 +232,12 @@ struct Waiter {
     // then re-arms and polls for the calls counted as left sleepers
     // (left_enter), and each looks again after kLeftToSpinnerMs at most.
     Channel* left = nullptr;
-    const bool idle = now_ns() - began_ns > engine::kLeftIdleNs;
+    bool idle = false; // this call has waited kLeftIdleNs already
     if (cfd >= 0 && registered && engine::others_poll(ch, spin_left_ns)) {
       cfd = -1;
       if (timeout < 0 || timeout > engine::kLeftToSpinnerMs) timeout = engine::kLeftToSpinnerMs;
       left = ch;
+      idle = now_ns() - began_ns > engine::kLeftIdleNs;
     }
     if (cfd >= 0 && engine::rearm(ch)) { // nobody took events while it spun: poll once more
       engine::progress(ch);

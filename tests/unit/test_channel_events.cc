@@ -70,6 +70,20 @@ Channel* client_channel(EventLink& a, EventLink& b) {
   return engine::make_channel(&a, true);
 }
 
+// The clock channel_events.cc reads (CLOCK_MONOTONIC, ns).
+uint64_t mono_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// An event taken right after a spinner left ch: ch stays unarmed.
+void take_event_after_spin(EventLink& a, Channel* ch, uint64_t now) {
+  ch->last_spin_ns.store(now);
+  a.event();
+  engine::take_event(ch);
+}
+
 void drop(Channel* ch) {
   std::lock_guard<std::mutex> g(engine::g().mu);
   auto& v = engine::g().channels;
@@ -116,10 +130,7 @@ TEST_CASE("channel events: the engine is not woken for an event a sleeping calle
 TEST_CASE("channel events: an event taken while a thread sends leaves the channel unarmed") {
   EventLink a, b;
   Channel* ch = client_channel(a, b);
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now =
-      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  const uint64_t now = mono_now();
   ch->last_send_ns.store(now); // a send() just left it: that thread polls it
   a.event();
   engine::take_event(ch);
@@ -266,13 +277,8 @@ TEST_CASE("channel events: a call left to a spinner that went away is covered by
   // 69 -> 115 ms once the left calls stopped looking every 10 ms).
   EventLink a, b;
   Channel* ch = client_channel(a, b);
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now =
-      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-  ch->last_spin_ns.store(now); // a spinner just left: the channel stays unarmed
-  a.event();
-  engine::take_event(ch);
+  const uint64_t now = mono_now();
+  take_event_after_spin(a, ch, now); // a spinner just left: the channel stays unarmed
   CHECK_FALSE(ch->armed.load());
   engine::left_enter(ch); // a blocked call leaves the channel to it
   engine::arm_idle_channels();
@@ -304,13 +310,8 @@ TEST_CASE("channel events: left sleepers set the engine's look; one unarmed late
     uint64_t v;
     return read(cmd, &v, sizeof v) == sizeof v;
   };
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now =
-      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-  ch->last_spin_ns.store(now);
-  a.event();
-  engine::take_event(ch); // spun on lately: left unarmed
+  const uint64_t now = mono_now();
+  take_event_after_spin(a, ch, now); // spun on lately: left unarmed
   REQUIRE_FALSE(ch->armed.load());
   // An idle connection's call (xpress-bench's control connection beside a
   // ping-pong) asks for a look every kIdleLeftTickMs only; an active one
@@ -334,9 +335,7 @@ TEST_CASE("channel events: left sleepers set the engine's look; one unarmed late
   CHECK(engine::engine_wait_ms(1000) == 1000);
   engine::left_enter(ch);
   CHECK_FALSE(kicked()); // armed: an event reaches the engine anyway
-  ch->last_spin_ns.store(now);
-  a.event();
-  engine::take_event(ch);
+  take_event_after_spin(a, ch, now);
   CHECK_FALSE(ch->armed.load());
   CHECK(kicked());
   engine::engine_waited();
