@@ -158,8 +158,9 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
     return Status::ok;
   case msg::attach_nak:
     if (len != 0) return reject(Reason::handshake_failed, "NAK with a payload");
-    if (state_ == State::attaching && (seq == static_cast<uint64_t>(NakCode::unknown_stream) ||
-                                       seq == static_cast<uint64_t>(NakCode::busy))) {
+    if (state_ == State::attaching &&
+        ((seq & kNakCodeMask) == static_cast<uint64_t>(NakCode::unknown_stream) ||
+         (seq & kNakCodeMask) == static_cast<uint64_t>(NakCode::busy))) {
       // The protocol's answer is another try through UPGRADE_REQ (another
       // process may hold the tuple, or a fresh channel has room): keep what
       // was observed on TCP and let the caller attach again or give up.
@@ -168,6 +169,7 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
       timer_armed_ = false;
       return Status::ok;
     }
+    peer_reads_plain_ = (seq & kNakReadsPlain) != 0;
     fail_internal(nak_reason(seq), false, "the peer refused (NAK)"); // the peer already knows
     return Status::ok;
   case msg::keepalive:

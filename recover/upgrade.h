@@ -109,6 +109,10 @@ public:
   // Failed after a direction already switched: that direction must be
   // resumed on TCP by recovery (recover/resume.h) rather than just continue.
   bool needs_resume() const { return state_ == State::failed && (tx_switched_ || rx_switched_); }
+  // Our PROOF left: from then on the peer may switch its direction.
+  bool proof_sent() const { return proof_sent_; }
+  // The peer's NAK said it processed no SWITCH of ours (kNakReadsPlain).
+  bool peer_reads_plain() const { return state_ == State::failed && peer_reads_plain_; }
   // Recovery (recover/resume_wire.h): the key that authenticates RESUME
   // frames (nonce_c XOR nonce_s) and this end's sending direction.
   void session_key(uint8_t out[kNonceBytes]) const;
@@ -161,6 +165,7 @@ private:
   bool peer_proven_ = false;
   Pending peer_proof_, peer_switch_;
   bool peer_proof_seen_ = false, peer_switch_seen_ = false; // duplicates are violations
+  bool peer_reads_plain_ = false;
   bool tx_switched_ = false, rx_switched_ = false;
   uint64_t tx_offset_ = 0, rx_offset_ = 0;
 

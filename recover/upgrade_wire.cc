@@ -60,7 +60,7 @@ Status endpoint(const sockaddr* sa, uint8_t* family, uint8_t addr[16], uint16_t*
 } // namespace
 
 Reason nak_reason(uint64_t code) {
-  switch (static_cast<NakCode>(code)) {
+  switch (static_cast<NakCode>(code & kNakCodeMask)) {
   case NakCode::unknown_stream:
     // The process at the other end of the channel does not hold this
     // connection: for it, this TCP connection is not accelerated.

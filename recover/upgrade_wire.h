@@ -51,7 +51,14 @@ enum class NakCode : uint64_t {
   failed = 4,         // binding failed (bad proof, protocol violation)
   timeout = 5,        // the peer did not answer in time
 };
-// What the end that receives a NAK records as its fallback reason.
+// Flag above the code in an ATTACH_NAK's seq: its sender had processed no
+// SWITCH of ours when it gave up, and reads our direction as plain TCP from
+// then on.  A direction that had switched continues there, unframed, at its
+// S (docs/protocol.md §3, "An upgrade abandoned while a switch crosses").
+constexpr uint64_t kNakReadsPlain = uint64_t{1} << 8;
+constexpr uint64_t kNakCodeMask = 0xff;
+// What the end that receives a NAK records as its fallback reason (the
+// code: flags are ignored).
 Reason nak_reason(uint64_t code);
 
 // Directions of the connection; proofs name them, not "mine/yours".

@@ -309,20 +309,12 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
       }
       engine::advance(c);
     }
-  } else if (n == 0 && c->ch && !limited) {
+  } else if (n == 0 && c->ch && !limited && c->sess.proof_sent()) {
     // End of the TCP stream before the peer's SWITCH was seen: the peer may
-    // have switched and closed, its SWITCH still on the way over RDMA.
-    for (int i = 0; i < 50 && c->sess.rx_mode() != Mode::rdma; ++i) {
-      c->mu.unlock();
-      engine::progress(c->ch);
-      usleep(100);
-      c->mu.lock();
-      if (c->ch == nullptr) break;
-    }
-    if (c->sess.rx_mode() == Mode::rdma) {
-      engine::advance(c);
-      return -2;
-    }
+    // have switched and closed, its SWITCH still on the way over RDMA (late
+    // by a retransmission).  It had our PROOF: wait for its answer on the
+    // channel (docs/protocol.md §3).
+    if (!peer_ended_on_tcp(c)) return -2;
   }
   return n;
 }
@@ -755,6 +747,12 @@ int shutdown(Conn* c, int how, bool* kernel) {
     } else {
       // Our direction stays on TCP for good: the kernel sends the FIN.
       c->tx_shut = true;
+      if (Channel* ch = c->ch) {
+        // Our FIN record first: a reader that meets the kernel's FIN before
+        // any SWITCH of ours learns from it that none will come.
+        std::lock_guard<std::mutex> chl(ch->mu);
+        if (c->st) c->st->shutdown_write();
+      }
       long r = syscall(SYS_shutdown, c->sock(), SHUT_WR);
       if (r != 0) return -1;
     }

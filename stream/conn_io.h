@@ -30,4 +30,10 @@ bool conn_nonblocking(Conn* c);
 int64_t conn_timeout_ms(Conn* c, int opt);
 bool signals_restart();
 
+// recv's end of the TCP part (stream/conn_tcp_end.cc), under Conn::mu: the
+// kernel said end of stream before any SWITCH from a peer that had our
+// PROOF.  True: the peer's direction really ended on TCP; false: the state
+// moved (its SWITCH, a failure, a fallback), look again.
+bool peer_ended_on_tcp(Conn* c);
+
 } // namespace xp::stream::io

@@ -639,7 +639,9 @@ uint32_t Conn::ready_events() const {
     if (sb & (kFin | kReset)) out |= EPOLLRDHUP;
   }
   if (tx && (sb & (kOut | kReset | kWriteShut))) out |= EPOLLOUT | EPOLLWRNORM;
-  if ((sb & kFin) && (sb & kWriteShut)) out |= EPOLLHUP;
+  // (A direction still on TCP has its FIN record too, docs/protocol.md §3:
+  // there the kernel's own hang-up above is the one that counts.)
+  if (rx && (sb & kFin) && (sb & kWriteShut)) out |= EPOLLHUP;
   if ((sb & kReset) || dead.load(std::memory_order_acquire)) {
     // As the kernel after a reset: readable (the error, then end of
     // stream), writable (EPIPE), hung up; POLLERR until the error was

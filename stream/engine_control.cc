@@ -276,13 +276,44 @@ void fail(Conn* c, Reason why, const char* detail) {
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: upgrade ends: %s%s%s (tx %s, rx %s)", c->sock(), reason_name(why),
           *detail ? ": " : "", detail, c->tx_rdma.load() ? "rdma" : "tcp",
           c->rx_rdma.load() ? "rdma" : "tcp");
-  if (c->sess.state() != recover::State::failed) {
-    c->sess.fail(why);
+  // The session may have failed on its own (a timeout in tick, a proof that
+  // does not verify): its NAK still waits in the outbox.
+  if (c->sess.state() != recover::State::failed) c->sess.fail(why);
+  bool resume = c->tx_rdma.load() || c->rx_rdma.load() || c->sess.needs_resume();
+  if (!resume && c->phase.load() == Phase::upgrading && c->ch) {
+    // The peer may have switched its direction already (it may have had our
+    // PROOF).  The check and the NAK are one step under the channel's lock:
+    // a SWITCH polled after it finds the stream gone (its bytes are dropped
+    // here, and credited only after the NAK), one polled before started the
+    // stream's receive side (docs/protocol.md §3).
+    Channel* ch = c->ch;
+    std::lock_guard<std::mutex> chl(ch->mu);
+    if (c->st && c->st->rx_started()) {
+      // Its bytes after S may be credited here already: only recovery can
+      // tell the two ends apart now (or reset both, never a short stream).
+      resume = true;
+    } else {
+      recover::Message m;
+      while (c->sess.pop_output(&m)) {
+        // Nothing of the peer's direction was read over RDMA, nor will be:
+        // it continues on TCP, unframed, at its S (if it had switched).
+        if (m.type == recover::msg::attach_nak) m.seq |= recover::kNakReadsPlain;
+        Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream,
+                                                    m.seq, m.payload, m.len);
+        if (st != Status::ok)
+          XP_SLOG(XP_SLOG_DEBUG, "channel: control record type %u for stream %u not sent (%s)",
+                  static_cast<unsigned>(m.type), m.stream, status_name(st));
+      }
+      detach(c, ch);
+      c->ch = nullptr;
+    }
+  }
+  {
     recover::Message m;
     while (c->sess.pop_output(&m))
       if (c->ch) send_msg(c->ch, m);
   }
-  if (c->tx_rdma.load() || c->rx_rdma.load() || c->sess.needs_resume()) {
+  if (resume) {
     // Bytes may have moved over RDMA: the stream resumes on its TCP
     // connection (docs/protocol.md §7).  A channel is failed as a whole
     // (both ends then agree on every stream's state); its other streams

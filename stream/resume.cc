@@ -183,6 +183,17 @@ void give_up(Conn* c, Resume* r, const char* why) {
   report(c, r, false);
 }
 
+// The peer never saw our SWITCH: it reads our direction as plain TCP, and
+// it received nothing of it over RDMA.  Continue at S, unframed.
+static void continue_unframed(Conn* c, Resume* r) {
+  if (r->resend_seq != r->tx_start)
+    return give_up(c, r, "the peer lost our SWITCH but holds bytes after it");
+  uint64_t n = r->tx_next - r->tx_start;
+  queue_data(r, r->resend, n, r->tx_start, false);
+  r->resent += n;
+  r->tx = Resume::Tx::raw;
+}
+
 // The peer's RESUME arrived (its tag verified).
 void on_peer_resume(Conn* c, Resume* r, const recover::ResumeInfo& ri) {
   r->peer_resumed = true;
@@ -190,15 +201,9 @@ void on_peer_resume(Conn* c, Resume* r, const recover::ResumeInfo& ri) {
     if (ri.received > r->tx_next || ri.received < r->resend_seq)
       return give_up(c, r, "the peer's RESUME names bytes we do not have");
     if (ri.knows_start) return go_framed(c, r, ri.received);
-    // The peer never saw our SWITCH: it reads our direction as plain TCP,
-    // and it received nothing of it over RDMA.  Continue at S, unframed.
-    if (r->resend_seq != r->tx_start || ri.received > r->tx_start)
+    if (ri.received > r->tx_start)
       return give_up(c, r, "the peer lost our SWITCH but holds bytes after it");
-    uint64_t n = r->tx_next - r->tx_start;
-    queue_data(r, r->resend, n, r->tx_start, false);
-    r->resent += n;
-    r->tx = Resume::Tx::raw;
-    return;
+    return continue_unframed(c, r);
   }
   if (r->tx == Resume::Tx::framed && !ri.knows_start)
     give_up(c, r, "the peer acknowledged our SWITCH but says it never saw it");
@@ -586,6 +591,9 @@ void start(Conn* c, ResumeCause why) {
           rx_known ? "framed" : "raw", static_cast<unsigned long long>(r->rx_next), r->buf.size(),
           static_cast<unsigned long long>(r->raw_left));
   if (gap) give_up(c, r, "bytes to re-send are not in the staging ring");
+  // The peer gave the upgrade up before it processed our SWITCH, and said
+  // so in its NAK (recover::kNakReadsPlain): what its RESUME would say.
+  if (r->tx == Resume::Tx::wait && c->sess.peer_reads_plain()) continue_unframed(c, r);
   // Waiting is useless when we never verified the peer's SWITCH: then the
   // peer never had our acknowledgement of it, so its own direction is not
   // known to be framed here either, and no RESUME can come from it.  (Only

@@ -3,6 +3,7 @@
 // immediate, and count receive-queue underruns (what would be RNR retries).
 #pragma once
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <mutex>
 #include <unistd.h>
@@ -133,6 +134,7 @@ public:
       out[0] = {verbs::Completion::Kind::error, 0, 0, 5};
       return 1;
     }
+    if (late_until_ns && mono_ns() < late_until_ns) return 0; // "retransmitted" later
     int n = 0;
     while (n < max && !cq_.empty()) {
       out[n++] = cq_.front();
@@ -164,6 +166,14 @@ public:
   }
   // Records written but not yet polled by the peer are lost with it.
   void drop_in_flight() { cq_.clear(); }
+  // Nothing arrives before this CLOCK_MONOTONIC time (0: no delay): records
+  // that an RC retransmission brings late.
+  uint64_t late_until_ns = 0;
+  static uint64_t mono_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  }
 
   uint64_t posts = 0, rnr = 0, overruns = 0, fail_post_at = 0, corrupt_imm_at = 0, gathers = 0;
   bool failed = false;

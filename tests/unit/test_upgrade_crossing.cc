@@ -1,0 +1,146 @@
+// An upgrade given up at one end while the other end's SWITCH crosses it
+// (docs/protocol.md §3, "An upgrade abandoned while a switch crosses"): the
+// end that gave up reads the peer's direction as plain TCP, so the peer's
+// bytes after its S must follow there, unframed -- never a short stream
+// that ends in a clean EOF.  Found in the Soft-RoCE VM: the receiver's
+// handshake timer fired (its NAK was never sent), the sender's bytes over
+// RDMA met a stream the receiver had dropped, the sender got ECONNRESET and
+// the receiver a silent end of stream at S.
+#include <doctest/doctest.h>
+
+#include "recover/upgrade_wire.h"
+#include "resume_pair.h"
+
+using namespace xp;
+using namespace xp::test;
+
+namespace {
+
+// a wrote `first` bytes on TCP and b read them; a then had b's PROOF and
+// switched; b polled nothing of a's since.
+void a_switched_b_unaware(RPair& p, size_t first) {
+  REQUIRE(rput(p.a, first) == first);
+  while (p.b.got < first)
+    REQUIRE(rtake(p.b, 65536, 0) > 0); // b's PROOF leaves with these reads
+  stream::engine::progress(p.a.ch);    // a verifies it
+  {
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    stream::engine::advance(p.a.c);
+  }
+  REQUIRE(p.a.c->tx_rdma.load());
+}
+
+// b's handshake timer fires, as in the engine's tick.
+void b_times_out(RPair& p) {
+  std::lock_guard<std::mutex> l(p.b.c->mu);
+  const uint64_t now = stream::engine::now_ms();
+  p.b.c->sess.tick(now); // arms: b waits for a's PROOF (still in b's queue)
+  p.b.c->sess.tick(now + 60000);
+  REQUIRE(p.b.c->sess.state() == recover::State::failed);
+  stream::engine::fail(p.b.c, p.b.c->sess.fallback_reason());
+}
+
+} // namespace
+
+TEST_CASE("upgrade crossing: a receiver that gives up before it saw the SWITCH loses no byte") {
+  for (size_t after : {size_t{0}, size_t{1}, size_t{30000}, size_t{200000}}) {
+    CAPTURE(after);
+    RPair p;
+    const uint64_t total = 5000 + after + 40000;
+    a_switched_b_unaware(p, 5000);
+    // Bytes after S, over RDMA, before b gives up.
+    if (after) REQUIRE(rput(p.a, after) > 0);
+    b_times_out(p);
+    CHECK(p.b.c->phase.load() == stream::Phase::tcp); // b reads plain TCP from here
+    rdrive(p, total, 7, -1, [] {});
+    // b never sends: its direction is done once a's bytes all arrived.
+    CHECK_FALSE(p.a.reset);
+    CHECK_FALSE(p.b.reset);
+    CHECK_FALSE(p.b.eof);
+    CHECK(p.b.got == total);
+    CHECK(p.b.bad == 0);
+    CHECK(p.a.c->resumed.load()); // a left the channel: its bytes went on TCP
+  }
+}
+
+TEST_CASE(
+    "upgrade crossing: a receiver that gives up after it polled the SWITCH never ends short") {
+  // b's stream accepted a's SWITCH and bytes (polled, not yet handled by
+  // the session) when b gives up: those bytes may be credited, so only
+  // recovery can settle it -- every byte, or a reset at both ends, never a
+  // clean end of stream after a short read.
+  RPair p;
+  const uint64_t total = 300000;
+  a_switched_b_unaware(p, 5000);
+  REQUIRE(rput(p.a, 60000) > 0);
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    REQUIRE(p.b.ch->mux->progress() == Status::ok); // records in, inbox not drained
+  }
+  REQUIRE(p.b.c->st->rx_started());
+  {
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    p.b.c->sess.fail(Reason::handshake_failed);
+    stream::engine::fail(p.b.c, Reason::handshake_failed);
+  }
+  CHECK(p.b.c->phase.load() != stream::Phase::tcp); // not plain: recovery decides
+  rdrive(p, total, 11, -1, [] {});
+  for (int i = 0; i < 50 && !p.b.reset && p.b.got < total; ++i) {
+    rtake(p.b, 65536, 0);
+    engine_step(p);
+  }
+  // (a's reset reaches b as a TCP reset on a real socket, not on this
+  // socketpair.)
+  CHECK(p.b.bad == 0);
+  CHECK_FALSE((p.b.eof && p.b.got < total));
+  CHECK((p.b.got == total || p.a.reset || p.b.reset));
+}
+
+TEST_CASE("upgrade crossing: the kernel's end of stream before a late SWITCH is not the end") {
+  // a switched, sent the rest over RDMA and shut its direction (FIN record,
+  // then the kernel's FIN); b meets the kernel's FIN at S while the SWITCH
+  // is still "being retransmitted" (50 ms: beyond the 5 ms b waited before).
+  RPair p;
+  a_switched_b_unaware(p, 5000);
+  REQUIRE(rput(p.a, 30000) == 30000);
+  bool kernel = false;
+  REQUIRE(stream::io::shutdown(p.a.c, SHUT_WR, &kernel) == 0);
+  p.lb.late_until_ns = FakeLink::mono_ns() + 50000000ull;
+  for (int i = 0; i < 100 && !p.b.eof && !p.b.reset; ++i)
+    rtake(p.b, 65536, 0);
+  CHECK_FALSE(p.b.reset);
+  CHECK(p.b.got == 35000);
+  CHECK(p.b.bad == 0);
+  CHECK(p.b.eof); // after every byte
+}
+
+TEST_CASE("upgrade crossing: a direction that ends on TCP says so on the channel") {
+  // a shuts its direction before it ever switched: its FIN record (no SWITCH
+  // before it) tells b at once that the kernel's FIN is the end; b does not
+  // wait for a SWITCH that will never come.
+  auto& prm = stream::engine::g().p;
+  const uint32_t saved = prm.handshake_timeout_ms;
+  prm.handshake_timeout_ms = 60000; // b's longest wait, were the FIN record missed
+  {
+    RPair p;
+    REQUIRE(rput(p.a, 5000) == 5000);
+    bool kernel = false;
+    REQUIRE(stream::io::shutdown(p.a.c, SHUT_WR, &kernel) == 0);
+    CHECK_FALSE(p.a.c->tx_rdma.load());
+    const uint64_t t0 = FakeLink::mono_ns();
+    for (int i = 0; i < 100 && !p.b.eof && !p.b.reset; ++i)
+      rtake(p.b, 65536, 0);
+    CHECK(p.b.eof);
+    CHECK(p.b.got == 5000);
+    CHECK(p.b.bad == 0);
+    CHECK(FakeLink::mono_ns() - t0 < 30000000000ull); // not the 60 s bound
+  }
+  prm.handshake_timeout_ms = saved;
+}
+
+TEST_CASE("upgrade crossing: a NAK's reads-plain flag") {
+  using namespace recover;
+  Message m = make_nak(3, NakCode::timeout);
+  CHECK(nak_reason(m.seq | kNakReadsPlain) == xp::Reason::handshake_timeout);
+  CHECK(nak_reason(m.seq) == xp::Reason::handshake_timeout);
+}
