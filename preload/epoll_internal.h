@@ -33,7 +33,7 @@ private:
   ClaimTable t_;
 };
 // Shared by all epoll sets: an EPOLLEXCLUSIVE event goes to one set only.
-extern LockedClaims g_claims;
+LockedClaims& claims(); // never destroyed (epoll_state.cc)
 
 struct Nested {
   int fd;
@@ -50,7 +50,7 @@ public:
   std::atomic<bool> kernel_first{false}; // the last batch was all user events
   std::atomic<uint32_t> idle{0};         // waits in the kernel not registered as sleepers
   std::mutex mu;
-  Regs regs{&g_claims};
+  Regs regs{&claims()};
   std::vector<Nested> nested; // members that are epoll sets themselves
   int epfd = -1;              // a number naming the set, for calls made from hooks
   int wake = -1;              // eventfd, made on the first user-mode member

@@ -15,7 +15,12 @@
 namespace xp::epoll {
 
 std::atomic<uint32_t> g_active{0};
-constinit LockedClaims g_claims;
+// Never destroyed: the engine thread and the program's other threads still
+// use it (epoll_wait, close) while exit() runs the static destructors.
+LockedClaims& claims() {
+  static LockedClaims* c = new LockedClaims();
+  return *c;
+}
 
 namespace {
 
@@ -431,7 +436,7 @@ void on_close(int fd, FdSlot* s, SocketRecord* rec, bool last) {
   bool named = s != nullptr && s->nregs.load(std::memory_order_acquire) != 0;
   bool orphans = last && g_orphans.load(std::memory_order_acquire) != 0;
   if (!named && !orphans) {
-    if (last) g_claims.forget(rec);
+    if (last) claims().forget(rec);
     return;
   }
   Drops drops;
@@ -459,7 +464,7 @@ void on_close(int fd, FdSlot* s, SocketRecord* rec, bool last) {
       }
     }
   }
-  if (last) g_claims.forget(rec);
+  if (last) claims().forget(rec);
 }
 
 void on_dup(int oldfd, int newfd) {
@@ -498,7 +503,7 @@ namespace {
 // the fork would never be released.
 void atfork_child() {
   new (&g_mu) std::mutex;
-  g_claims.reset_lock();
+  claims().reset_lock();
   for (EpollState* e = g_list; e; e = e->next)
     new (&e->mu) std::mutex;
 }

@@ -26,6 +26,14 @@ malloc_usable_size mmap mmap64 munmap mremap madvise brk sbrk shmdt"
 for f in $required; do
   grep -qx "$f" <<<"$want" || { echo "symbols: required function $f missing from the table"; fail=1; }
 done
+# Nothing of ours is destroyed by exit(): the engine thread (and the
+# program's other threads) keep running through the static destructors, so
+# a destroyed global would be freed memory under them.
+if [ -n "$(nm -D --undefined-only "$lib" | grep ' __cxa_atexit@' || true)" ]; then
+  echo "symbols: a global with a destructor registers with __cxa_atexit (make it never destroyed):"
+  for o in "$(dirname "$lib")"/*/*.o; do nm "$o" 2>/dev/null | grep -q 'U __cxa_atexit' && echo "  $o"; done
+  fail=1
+fi
 n=$(wc -l <<<"$want")
 if [ $fail -eq 0 ]; then
   echo "symbols: $n wrapped functions exported, matching the table"
