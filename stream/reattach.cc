@@ -91,7 +91,8 @@ bool eligible(const Conn* c) {
          !c->dead.load() && !c->rd_shut.load() && c->tuple.family == 4 &&
          r->tx == Resume::Tx::framed && r->rx_framed && r->peer_resumed && !r->moved &&
          !r->rx_raw && !r->broken && !r->app_shut && !r->shut_pending && !r->tx_eof && !r->fin &&
-         !r->eof && r->raw_left == 0 && r->pre.size() == 0 && !r->rx_back && r->ahead_len == 0;
+         !r->eof && r->raw_left == 0 && r->pre.size() == 0 && !r->rx_back && r->ahead_len == 0 &&
+         !r->ahead_fin;
 }
 
 void send_reattach(Conn* c) {
@@ -161,6 +162,9 @@ void finish(Conn* c, Resume* r) {
   c->reup.at_ms = 0;
   // A data call that waits for Conn::mu finds no resume state and starts
   // over on the stream (resume_io.cc kRetry).
+  // A FIN that went over the channel meanwhile: the kernel's follows now
+  // (as for any stream on RDMA, stream/conn_io.cc shutdown).
+  if (r->app_shut) syscall(SYS_shutdown, c->sock(), SHUT_WR);
   c->rs = nullptr;
   c->resumed.store(false, std::memory_order_release);
   resume::release(r);
@@ -422,13 +426,18 @@ void fold(Conn* c) {
         // before its SWITCHBACK was read, kept until it is.
         const size_t n = s->readable_bytes();
         uint8_t* dst = nullptr;
-        if (!rx_back && n > 0) {
-          void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (!rx_back && (n > 0 || s->peer_finished())) {
+          // The peer's FIN too: its direction ended there, and no RESUME
+          // with frames may follow its SWITCHBACK (it may be gone).
+          void* m =
+              n > 0 ? mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                    : nullptr;
           if (m != MAP_FAILED) {
             r->ahead = static_cast<uint8_t*>(m);
             r->ahead_cap = n;
             r->ahead_seq = s->delivered();
             r->ahead_counter = c->reup.counter;
+            r->ahead_fin = s->peer_finished();
             dst = r->ahead;
           } else {
             gap = true;
@@ -471,6 +480,8 @@ void fold(Conn* c) {
   } else if (r->tx == Resume::Tx::back) {
     r->tx = Resume::Tx::framed;
   }
+  // Our FIN went over the failed channel: the kernel's after the frames.
+  if (r->app_shut && !r->tx_eof) r->shut_pending = true;
   XP_SLOG(XP_SLOG_INFO, "fd %d: stream %u: the channel it went back to failed: on TCP again",
           c->sock(), c->sid);
   if (was_bound || c->reup.state == waiting) failed_attempt(c);
@@ -491,7 +502,9 @@ bool on_switchback(Conn* c, Resume* r) {
                     (c->reup.state == waiting || c->reup.state == bound) && c->ch != nullptr;
   const bool earlier = r->again && counter <= r->again_counter;
   if (!live && !earlier) return false; // no attempt of ours it could belong to
-  if (r->ahead_len > 0 && counter == r->ahead_counter && r->ahead_seq != r->rx_next) return false;
+  if ((r->ahead_len > 0 || r->ahead_fin) && counter == r->ahead_counter &&
+      r->ahead_seq != r->rx_next)
+    return false;
   r->rx_back = true;
   r->sb_counter = counter;
   return true;
@@ -502,13 +515,15 @@ bool after_switchback(Conn* c, Resume* r) {
   if (c->reup.state == bound && r->sb_counter == c->reup.counter) return false;
   // That attempt's channel failed: the bytes it carried, then the peer's
   // RESUME and frames.
-  if (r->ahead_len > 0 && r->sb_counter == r->ahead_counter) {
+  if ((r->ahead_len > 0 || r->ahead_fin) && r->sb_counter == r->ahead_counter) {
     if (r->buf.space() < r->ahead_len) return false; // once the program read some
     r->buf.put(r->ahead, r->ahead_len);
     r->rx_next += r->ahead_len;
-    munmap(r->ahead, r->ahead_cap);
+    if (r->ahead) munmap(r->ahead, r->ahead_cap);
     r->ahead = nullptr;
     r->ahead_len = r->ahead_cap = 0;
+    if (r->ahead_fin) r->fin = true; // the end of the stream, after those bytes
+    r->ahead_fin = false;
   }
   r->rx_back = false;
   r->peer_resumed = false;

@@ -113,6 +113,7 @@ struct Resume {
   uint8_t* ahead = nullptr; // bytes from the peer's S' that came over that channel
   size_t ahead_len = 0, ahead_cap = 0;
   uint64_t ahead_seq = 0, ahead_counter = 0;
+  bool ahead_fin = false; // ... and the peer's FIN came after them
 
   // ---- bookkeeping
   ResumeCause cause = ResumeCause::none;

@@ -323,15 +323,16 @@ int shutdown(Conn* c, int how) {
     return 0;
   }
   if (r != nullptr && how != SHUT_RD && !r->app_shut && r->tx == Resume::Tx::back) {
-    // Back on RDMA: the FIN goes over the channel after our bytes there,
-    // the kernel's once the frames before our SWITCHBACK left.
+    // Back on RDMA: the FIN goes over the channel after our bytes there.
+    // The kernel's waits until the return is final (reattach::finish):
+    // should this channel fail too, our RESUME and frames still go on TCP
+    // (then the kernel's FIN after them, reattach::fold).
     r->app_shut = true;
     if (Channel* ch = c->ch) {
       std::lock_guard<std::mutex> chl(ch->mu);
       if (c->st) c->st->shutdown_write();
       engine::refresh(c);
     }
-    r->shut_pending = true;
     flush_out(c, r);
   }
   if (r != nullptr && how != SHUT_RD && !r->app_shut) {
