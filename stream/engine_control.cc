@@ -20,19 +20,21 @@ namespace {
 
 using flow::RecordType;
 
-bool send_msg(Channel* ch, const recover::Message& m) {
-  Status st;
-  {
-    // Sent, or queued behind the channel's other control records when it
-    // finds no room (flow::RecordChannel::send_control): never dropped.
-    std::lock_guard<std::mutex> l(ch->mu);
-    st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream, m.seq,
-                                         m.payload, m.len);
-  }
+// Under ch->mu.  Sent, or queued behind the channel's other control
+// records when it finds no room (flow::RecordChannel::send_control): never
+// dropped.
+bool send_msg_locked(Channel* ch, const recover::Message& m) {
+  Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream, m.seq,
+                                              m.payload, m.len);
   if (st != Status::ok)
     XP_SLOG(XP_SLOG_DEBUG, "channel: control record type %u for stream %u not sent (%s)",
             static_cast<unsigned>(m.type), m.stream, status_name(st));
   return st == Status::ok;
+}
+
+bool send_msg(Channel* ch, const recover::Message& m) {
+  std::lock_guard<std::mutex> l(ch->mu);
+  return send_msg_locked(ch, m);
 }
 
 // Handle one ATTACH; false when no connection with its 4-tuple exists here
@@ -298,11 +300,7 @@ void fail(Conn* c, Reason why, const char* detail) {
         // Nothing of the peer's direction was read over RDMA, nor will be:
         // it continues on TCP, unframed, at its S (if it had switched).
         if (m.type == recover::msg::attach_nak) m.seq |= recover::kNakReadsPlain;
-        Status st = ch->mux->channel().send_control(static_cast<RecordType>(m.type), m.stream,
-                                                    m.seq, m.payload, m.len);
-        if (st != Status::ok)
-          XP_SLOG(XP_SLOG_DEBUG, "channel: control record type %u for stream %u not sent (%s)",
-                  static_cast<unsigned>(m.type), m.stream, status_name(st));
+        send_msg_locked(ch, m);
       }
       detach(c, ch);
       c->ch = nullptr;
