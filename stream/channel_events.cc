@@ -46,12 +46,6 @@ namespace {
 // found none left).
 std::atomic<bool> g_maybe_unarmed{false};
 
-uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // Some channel's poll is owed (take_event found its lock taken).
 std::atomic<bool> g_polls_owed{false};
 

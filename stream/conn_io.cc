@@ -42,12 +42,6 @@ ssize_t reset_read(Conn* c) {
   return 0;
 }
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 size_t total_len(const iovec* iov, int n) {
   size_t t = 0;
   for (int i = 0; i < n; ++i)
@@ -162,7 +156,7 @@ struct Waiter {
   ~Waiter() {
     if (registered) wake::remove(efd);
     stop_spinning();
-    if (conn) note_wait(conn, now_ns() - began_ns);
+    if (conn) note_wait(conn, engine::mono_ns() - began_ns);
     if (masked) pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
   void hold_signals() {
@@ -182,13 +176,13 @@ struct Waiter {
     if (!started) {
       started = true;
       conn = c;
-      began_ns = now_ns();
+      began_ns = engine::mono_ns();
       spin_until = began_ns + spin_budget_ns(c);
       int64_t t = timeout_ms(c, opt);
       if (t >= 0) deadline_ms = static_cast<int64_t>(engine::now_ms()) + t;
     }
     Channel* ch = c->ch;
-    if (now_ns() < spin_until) {
+    if (engine::mono_ns() < spin_until) {
       if (ch && spinning == nullptr && !ch->failed.load()) {
         spinning = ch;
         engine::spin_enter(ch);
@@ -237,7 +231,7 @@ struct Waiter {
       cfd = -1;
       if (timeout < 0 || timeout > engine::kLeftToSpinnerMs) timeout = engine::kLeftToSpinnerMs;
       left = ch;
-      idle = now_ns() - began_ns > engine::kLeftIdleNs;
+      idle = engine::mono_ns() - began_ns > engine::kLeftIdleNs;
     }
     if (cfd >= 0 && engine::rearm(ch)) { // nobody took events while it spun: poll once more
       engine::progress(ch);
@@ -465,7 +459,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
       ch->poll_owed.store(0, std::memory_order_relaxed);
       engine::progress_locked(ch, c, &changed);
     }
-    ch->last_send_ns.store(now_ns(), std::memory_order_relaxed);
+    ch->last_send_ns.store(engine::mono_ns(), std::memory_order_relaxed);
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
     mux_failed = ch->mux->failed();
     if (engine::refresh(c)) changed.add(c);

@@ -2,7 +2,6 @@
 // met before any SWITCH from a peer that may have switched.  Rare (a peer
 // that switched and closed within a round trip), so a plain polling wait.
 #include <algorithm>
-#include <ctime>
 #include <unistd.h>
 
 #include "common/logsink.h"
@@ -10,22 +9,12 @@
 #include "stream/engine_internal.h"
 
 namespace xp::stream::io {
-namespace {
-
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-} // namespace
-
 // The peer's FIN record with no SWITCH before it ends the wait, and so does
 // silence for as long as a keepalive takes to fail the channel.
 bool peer_ended_on_tcp(Conn* c) {
   const EngineParams& ep = engine::params();
   const uint64_t limit_ms = std::max<uint64_t>(ep.keepalive_ms, ep.handshake_timeout_ms);
-  const uint64_t until = now_ns() + limit_ms * 1000000ull;
+  const uint64_t until = engine::mono_ns() + limit_ms * 1000000ull;
   for (int round = 0;; ++round) {
     Channel* ch = c->ch;
     if (ch == nullptr || c->resumed.load()) return false;
@@ -41,7 +30,7 @@ bool peer_ended_on_tcp(Conn* c) {
           ((c->st->peer_finished() || c->st->was_reset()) && !c->st->rx_started()))
         return true;
     }
-    if (now_ns() > until) {
+    if (engine::mono_ns() > until) {
       XP_SLOG(XP_SLOG_WARN,
               "fd %d: end of the TCP stream, and neither a SWITCH nor a FIN came over the channel "
               "in %llu ms: end of stream",

@@ -5,7 +5,6 @@
 #include "stream/conn_zerocopy.h"
 
 #include <cerrno>
-#include <ctime>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,12 +16,6 @@
 
 namespace xp::stream::zc {
 namespace {
-
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Under ch->mu: are the NIC's reads of the buffer over?  On a failed
 // channel nobody polls any more: the link is moved into the error state and
@@ -88,7 +81,7 @@ void finish(Conn* c, Send* z) {
   (void)c;
   int saved = errno;
   if (Channel* ch = z->ch) {
-    const uint64_t spin_until = now_ns() + uint64_t{engine::params().spin_us} * 1000;
+    const uint64_t spin_until = engine::mono_ns() + uint64_t{engine::params().spin_us} * 1000;
     size_t staged = 0;
     for (uint64_t round = 0;; ++round) {
       {
@@ -104,7 +97,7 @@ void finish(Conn* c, Send* z) {
       if (round % 4096 == 4095)
         XP_SLOG(XP_SLOG_WARN, "zero-copy send: still waiting for the NIC to finish reading");
       engine::progress(ch); // a failure found here resumes the streams (then we drain)
-      if (now_ns() < spin_until) continue;
+      if (engine::mono_ns() < spin_until) continue;
       // Sleep on the completion channel (the completion is signaled), at
       // most 1 ms: whoever takes the event re-arms.
       int cfd = !ch->failed.load() ? ch->link->wait_fd() : -1;

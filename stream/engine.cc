@@ -313,9 +313,7 @@ State& g() {
 }
 
 uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+  return mono_ns() / 1000000;
 }
 
 void kick() {

@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <ctime>
 #include <mutex>
 #include <sys/socket.h>
 #include <vector>
@@ -111,6 +112,16 @@ struct State {
 };
 State& g();
 
+// CLOCK_MONOTONIC: the one clock of the stream layer (waits, deadlines,
+// statistics); now_ms() is the same clock in ms.
+inline uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+inline uint64_t mono_us() {
+  return mono_ns() / 1000;
+}
 uint64_t now_ms();
 void kick(); // wake the engine thread (commands queued)
 

@@ -32,12 +32,6 @@ constexpr uint64_t kSettleMs = 500;
 constexpr uint64_t kAnswerMs = 1000;
 constexpr uint64_t kFlushMs = 500;
 
-uint64_t mono_us() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
-}
-
 void put64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i)
     p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -283,14 +277,14 @@ void on_peer_move(Conn* c, Channel* ch) {
     ok = settled(c) && consistent(c, false) && send_move(ch, c);
   }
   changed.wake();
-  if (ok) return finish(c, ResumeCause::peer_moved, mono_us());
+  if (ok) return finish(c, ResumeCause::peer_moved, engine::mono_us());
   XP_SLOG(XP_SLOG_INFO, "fd %d: the peer moves stream %u to TCP mid-switch: channel failed over",
           c->sock(), c->sid);
   fail_over(c, ResumeCause::local);
 }
 
 void for_fork() {
-  const uint64_t t0 = mono_us();
+  const uint64_t t0 = engine::mono_us();
   std::vector<Conn*> cs;
   {
     std::lock_guard<std::mutex> l(engine::g().mu);
@@ -357,7 +351,7 @@ void for_fork() {
   }
   for (Conn* c : cs)
     c->mu.unlock();
-  const uint64_t moved_us = mono_us() - t0;
+  const uint64_t moved_us = engine::mono_us() - t0;
   changed.wake();
   wake::notify();
   // 4. Bytes owed to the kernel get there before the fork (else both
@@ -394,7 +388,7 @@ void for_fork() {
             "fork: %d stream(s) moved to TCP, %zu failed over, in %llu us (%llu us with the "
             "bytes owed to the kernel)",
             moved, fallback.size(), static_cast<unsigned long long>(moved_us),
-            static_cast<unsigned long long>(mono_us() - t0));
+            static_cast<unsigned long long>(engine::mono_us() - t0));
 }
 
 } // namespace xp::stream::move

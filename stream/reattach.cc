@@ -37,12 +37,6 @@ void emit(Event::Kind k, uint64_t us = 0) {
   if (Hook h = g_hook.load(std::memory_order_acquire)) h(Event{k, us});
 }
 
-uint64_t mono_us() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
-}
-
 // A control record on ch (ch->mu not held): sent, or queued behind the
 // channel's other control records (flow::RecordChannel::send_control).
 bool send_ctl(Channel* ch, RecordType t, uint32_t id, uint64_t seq, const void* p, size_t n) {
@@ -148,7 +142,7 @@ void switch_tx(Conn* c, Resume* r) {
 // Both directions back and nothing left for or from the kernel: an
 // ordinary RDMA stream again.
 void finish(Conn* c, Resume* r) {
-  const uint64_t us = mono_us() - c->reup.tcp_since_us;
+  const uint64_t us = engine::mono_us() - c->reup.tcp_since_us;
   XP_SLOG(XP_SLOG_INFO,
           "fd %d: stream %u back on RDMA after %llu.%03llu s on TCP (attempt %llu, %s end)",
           c->sock(), c->sid, static_cast<unsigned long long>(us / 1000000),
@@ -160,11 +154,11 @@ void finish(Conn* c, Resume* r) {
   c->reup.returned = true;
   c->reup.back_ms = engine::now_ms();
   c->reup.at_ms = 0;
-  // A data call that waits for Conn::mu finds no resume state and starts
-  // over on the stream (resume_io.cc kRetry).
   // A FIN that went over the channel meanwhile: the kernel's follows now
   // (as for any stream on RDMA, stream/conn_io.cc shutdown).
   if (r->app_shut) syscall(SYS_shutdown, c->sock(), SHUT_WR);
+  // A data call that waits for Conn::mu finds no resume state and starts
+  // over on the stream (resume_io.cc kRetry).
   c->rs = nullptr;
   c->resumed.store(false, std::memory_order_release);
   resume::release(r);
@@ -185,7 +179,7 @@ void set_hook(Hook h) {
 
 void on_resumed(Conn* c) {
   const EngineParams& p = engine::params();
-  c->reup.tcp_since_us = mono_us();
+  c->reup.tcp_since_us = engine::mono_us();
   c->reup.state = idle;
   c->reup.at_ms = 0;
   if (c->reup.returned) {

@@ -57,12 +57,6 @@ constexpr size_t kPreBytes = 64 * 1024;
 constexpr size_t kOutExtra = 64 * 1024; // room for new bytes and frame headers
 constexpr uint64_t kWaitMs = 10000;     // longest wait for the peer's RESUME
 
-uint64_t mono_us() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
-}
-
 // Collects the stream bytes [lo, hi) from the records the peer has not
 // credited (RecordChannel::walk_uncredited): they start at `first` (the
 // older ones were credited, so the peer holds them) and must run to hi
@@ -154,7 +148,7 @@ namespace {
 void report(Conn* c, Resume* r, bool ok) {
   if (r->reported) return;
   r->reported = true;
-  uint64_t us = mono_us() - r->started_us;
+  uint64_t us = engine::mono_us() - r->started_us;
   if (ok)
     XP_SLOG(XP_SLOG_INFO,
             "fd %d: stream %u resumed on TCP after %s: re-sent %llu bytes, %llu.%03llu ms",
@@ -558,7 +552,7 @@ void start(Conn* c, ResumeCause why) {
     return;
   }
   r->cause = why;
-  r->started_us = mono_us();
+  r->started_us = engine::mono_us();
   r->started_ms = engine::now_ms();
   r->deadline_ms = r->started_ms + kWaitMs;
   c->sess.session_key(r->key);

@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
-#include <ctime>
 #include <mutex>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -70,13 +69,6 @@ Channel* client_channel(EventLink& a, EventLink& b) {
   return engine::make_channel(&a, true);
 }
 
-// The clock channel_events.cc reads (CLOCK_MONOTONIC, ns).
-uint64_t mono_now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // An event taken right after a spinner left ch: ch stays unarmed.
 void take_event_after_spin(EventLink& a, Channel* ch, uint64_t now) {
   ch->last_spin_ns.store(now);
@@ -130,7 +122,7 @@ TEST_CASE("channel events: the engine is not woken for an event a sleeping calle
 TEST_CASE("channel events: an event taken while a thread sends leaves the channel unarmed") {
   EventLink a, b;
   Channel* ch = client_channel(a, b);
-  const uint64_t now = mono_now();
+  const uint64_t now = engine::mono_ns();
   ch->last_send_ns.store(now); // a send() just left it: that thread polls it
   a.event();
   engine::take_event(ch);
@@ -277,7 +269,7 @@ TEST_CASE("channel events: a call left to a spinner that went away is covered by
   // 69 -> 115 ms once the left calls stopped looking every 10 ms).
   EventLink a, b;
   Channel* ch = client_channel(a, b);
-  const uint64_t now = mono_now();
+  const uint64_t now = engine::mono_ns();
   take_event_after_spin(a, ch, now); // a spinner just left: the channel stays unarmed
   CHECK_FALSE(ch->armed.load());
   engine::left_enter(ch); // a blocked call leaves the channel to it
@@ -310,7 +302,7 @@ TEST_CASE("channel events: left sleepers set the engine's look; one unarmed late
     uint64_t v;
     return read(cmd, &v, sizeof v) == sizeof v;
   };
-  const uint64_t now = mono_now();
+  const uint64_t now = engine::mono_ns();
   take_event_after_spin(a, ch, now); // spun on lately: left unarmed
   REQUIRE_FALSE(ch->armed.load());
   // An idle connection's call (xpress-bench's control connection beside a
