@@ -156,11 +156,10 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
       bind(stream_id_, ns);
     }
     return Status::ok;
-  case msg::attach_nak:
+  case msg::attach_nak: {
     if (len != 0) return reject(Reason::handshake_failed, "NAK with a payload");
-    if (state_ == State::attaching &&
-        ((seq & kNakCodeMask) == static_cast<uint64_t>(NakCode::unknown_stream) ||
-         (seq & kNakCodeMask) == static_cast<uint64_t>(NakCode::busy))) {
+    const auto code = static_cast<NakCode>(seq & kNakCodeMask);
+    if (state_ == State::attaching && (code == NakCode::unknown_stream || code == NakCode::busy)) {
       // The protocol's answer is another try through UPGRADE_REQ (another
       // process may hold the tuple, or a fresh channel has room): keep what
       // was observed on TCP and let the caller attach again or give up.
@@ -172,6 +171,7 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
     peer_reads_plain_ = (seq & kNakReadsPlain) != 0;
     fail_internal(nak_reason(seq), false, "the peer refused (NAK)"); // the peer already knows
     return Status::ok;
+  }
   case msg::keepalive:
     return len == 0 ? Status::ok : reject(Reason::handshake_failed, "KEEPALIVE with a payload");
   case msg::proof:

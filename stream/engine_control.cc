@@ -326,12 +326,8 @@ void fail(Conn* c, Reason why, const char* detail) {
     wake::notify();
     return;
   }
+  // Still upgrading: the channel was left above, under its lock.
   if (c->phase.load() != Phase::upgrading) return;
-  if (Channel* ch = c->ch) {
-    std::lock_guard<std::mutex> chl(ch->mu);
-    detach(c, ch);
-  }
-  c->ch = nullptr;
   c->reason = why;
   c->phase.store(Phase::tcp, std::memory_order_release);
   if (!c->closed.load()) {

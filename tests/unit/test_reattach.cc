@@ -168,6 +168,22 @@ void resume_pair(Back& q, unsigned seed) {
   REQUIRE_FALSE(p.b.reset);
 }
 
+// Into a return: drive until the REATTACH left (or the stream is back),
+// then `at` random steps more.
+void into_return(Back& q, uint64_t total, unsigned seed, unsigned seed2, int at) {
+  RPair& p = q.p;
+  drive(q, total, seed,
+        [&] { return p.a.c->reup.state >= stream::reattach::waiting || !p.a.c->resumed.load(); });
+  int steps = 0;
+  drive(q, total, seed2, [&] { return ++steps > at; });
+}
+
+// Both new links fail, or only one of them (by seed).
+void fail_new_links(Back& q, unsigned seed) {
+  if (seed % 3 != 2) q.la2.force_error();
+  if (seed % 3 != 1) q.lb2.force_error();
+}
+
 } // namespace
 
 TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways") {
@@ -244,14 +260,9 @@ TEST_CASE("back to RDMA: the new channel fails at any step of the return") {
     const uint64_t total = 900000;
     // Fail both new links, or only one of them, a random number of steps
     // after the REATTACH left (from before its answer to after the return).
-    drive(q, total, 200 + seed,
-          [&] { return p.a.c->reup.state >= stream::reattach::waiting || !p.a.c->resumed.load(); });
-    int steps = 0;
-    const int at = static_cast<int>(seed * 5 % 48);
-    drive(q, total, 200 + seed, [&] { return ++steps > at; });
+    into_return(q, total, 200 + seed, 200 + seed, static_cast<int>(seed * 5 % 48));
     during += p.a.c->resumed.load() && p.a.c->ch != nullptr;
-    if (seed % 3 != 2) q.la2.force_error();
-    if (seed % 3 != 1) q.lb2.force_error();
+    fail_new_links(q, seed);
     step(q);
     drive(q, total, 300 + seed, [] { return false; });
     check_delivered(p, total);
@@ -501,11 +512,7 @@ TEST_CASE("back to RDMA: a FIN that came over the failed channel still ends the 
     resume_pair(q, 400 + seed);
     q.link_up();
     const uint64_t total = 900000;
-    drive(q, total, 500 + seed,
-          [&] { return p.a.c->reup.state >= stream::reattach::waiting || !p.a.c->resumed.load(); });
-    int steps = 0;
-    const int at = static_cast<int>(seed * 7 % 60);
-    drive(q, total, 600 + seed, [&] { return ++steps > at; });
+    into_return(q, total, 500 + seed, 600 + seed, static_cast<int>(seed * 7 % 60));
     // b's last bytes and its FIN.
     for (int i = 0; i < 2000 && p.b.sent < total; ++i) {
       rput(p.b, total - p.b.sent);
@@ -520,8 +527,7 @@ TEST_CASE("back to RDMA: a FIN that came over the failed channel still ends the 
     // b's return finished before the failure: its FIN went over the channel
     // and the kernel's too (at the shutdown, or when the return finished).
     const bool b_back = !p.b.c->resumed.load();
-    if (seed % 3 != 2) q.la2.force_error();
-    if (seed % 3 != 1) q.lb2.force_error();
+    fail_new_links(q, seed);
     step(q);
     drive(q, total, 700 + seed, [] { return false; });
     for (int i = 0; i < 200 && !p.a.eof && !p.a.reset; ++i) {
