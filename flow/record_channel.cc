@@ -59,17 +59,32 @@ size_t RecordChannel::max_payload() const {
 Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const void* payload,
                            size_t len, bool control, const uint32_t* lkey) {
   if (failed_) return Status::io_error;
+  // A held record goes before anything sent after it (ring order is
+  // stream order).
+  if (cork_.open) {
+    Status st = flush_cork();
+    if (st != Status::ok) return st;
+  }
   // Data waits behind the control backlog (a stream's SWITCH before its
   // bytes, a MOVE after them).
   if (!control && deferred_tail_ != deferred_head_ && flush_deferred() != Status::ok)
     return Status::no_resource;
-  size_t ring = link_->peer_ring_size();
-  size_t bytes = record_bytes(len);
   // Send queue: keep one slot free so a signaled WR can always be posted.
-  if (posted_ - completed_ + 1 >= link_->send_queue_depth()) {
+  if (send_queue_full(0)) {
     ++counters_.credit_stalls;
     return Status::no_resource;
   }
+  size_t off = 0;
+  Status st = stage(type, stream, seq, len, control, &off);
+  if (st != Status::ok) return st;
+  if (len && !lkey) memcpy(link_->send_stage() + off + sizeof(RecordHeader), payload, len);
+  return post_staged(type, stream, seq, payload, len, off, lkey);
+}
+
+Status RecordChannel::stage(RecordType type, uint32_t stream, uint64_t seq, size_t len,
+                            bool control, size_t* off) {
+  size_t ring = link_->peer_ring_size();
+  size_t bytes = record_bytes(len);
   size_t pos = send_credit_.tail() % ring;
   size_t skip = pos + bytes > ring ? ring - pos : 0;
   size_t need = skip + bytes + (control ? 0 : kControlReserve);
@@ -83,24 +98,29 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   // the recovery walk (record_channel_replay.cc) must tell a skip from a
   // stale record left there by the previous lap.
   if (skip) memset(link_->send_stage() + pos, 0, sizeof(RecordHeader));
-  size_t off = (pos + skip) % ring;
-  uint8_t* stage = link_->send_stage() + off;
+  *off = (pos + skip) % ring;
   RecordHeader h{};
   h.type = static_cast<uint8_t>(type);
   h.stream = stream;
   h.seq = seq;
   h.len = static_cast<uint32_t>(len);
-  memcpy(stage, &h, sizeof h);
+  memcpy(link_->send_stage() + *off, &h, sizeof h);
+  return Status::ok;
+}
+
+Status RecordChannel::post_staged(RecordType type, uint32_t stream, uint64_t seq,
+                                  const void* payload, size_t len, size_t off,
+                                  const uint32_t* lkey) {
+  const size_t bytes = record_bytes(len);
   Status st;
   if (lkey) {
     // Zero copy: the payload stays in the application's buffer; the
     // completion (always signaled) tells when the NIC is done reading it.
     since_signal_ = 0;
     ++posted_;
-    st = link_->post_write_imm_gather(off, sizeof h, payload, len, *lkey,
+    st = link_->post_write_imm_gather(off, sizeof(RecordHeader), payload, len, *lkey,
                                       static_cast<uint32_t>(bytes), posted_);
   } else {
-    if (len) memcpy(stage + sizeof h, payload, len);
     bool signaled = ++since_signal_ >= signal_every_;
     if (signaled) since_signal_ = 0;
     ++posted_;
@@ -110,8 +130,8 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
     bool bare = type == RecordType::data && len > 0 && len < (1u << kBareLenBits) &&
                 t.stream == stream && t.next == seq;
     if (bare)
-      st = link_->post_write_imm(off + sizeof h, len, bare_imm(stream, static_cast<uint32_t>(len)),
-                                 signaled, posted_);
+      st = link_->post_write_imm(off + sizeof(RecordHeader), len,
+                                 bare_imm(stream, static_cast<uint32_t>(len)), signaled, posted_);
     else
       st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
   }
@@ -159,7 +179,8 @@ Status RecordChannel::flush_deferred() {
 
 bool RecordChannel::can_send(size_t len) const {
   if (failed_ || len > max_payload() || deferred_tail_ != deferred_head_) return false;
-  if (posted_ - completed_ + 1 >= link_->send_queue_depth()) return false;
+  // A held record may have to go first: room for both.
+  if (send_queue_full(cork_.open ? 1 : 0)) return false;
   size_t ring = link_->peer_ring_size();
   size_t bytes = record_bytes(len);
   size_t pos = send_credit_.tail() % ring;
@@ -167,8 +188,22 @@ bool RecordChannel::can_send(size_t len) const {
   return send_credit_.available() >= skip + bytes + kControlReserve;
 }
 
-Status RecordChannel::send(uint32_t stream, uint64_t seq, const void* payload, size_t len) {
+Status RecordChannel::send(uint32_t stream, uint64_t seq, const void* payload, size_t len,
+                           bool hold) {
   if (len > max_payload()) return Status::invalid;
+  if (cork_max_ != 0 && !failed_) {
+    // Bytes that continue the held record join it; without hold it then
+    // goes at once (one record, not two).
+    // The bytes are taken either way: a post that must wait leaves the
+    // record held for the stream layer's next look, a failed link leaves
+    // it staged for recovery (failed_ tells the next call).
+    if (cork_.open && try_extend_cork(stream, seq, payload, len)) {
+      if (!hold) (void)flush_cork();
+      return Status::ok;
+    }
+    if (hold && len < cork_max_ && deferred_tail_ == deferred_head_)
+      return open_cork(stream, seq, payload, len);
+  }
   return post(RecordType::data, stream, seq, payload, len, false);
 }
 

@@ -93,6 +93,8 @@ struct ChannelCounters {
   uint64_t records_sent = 0, records_received = 0;
   uint64_t credit_records_sent = 0, credit_stalls = 0, protocol_errors = 0;
   uint64_t control_deferred = 0; // control records that waited for room
+  // Autocorking: records held back, and writes appended to a held one.
+  uint64_t corked_records = 0, cork_appends = 0;
 };
 
 class RecordChannel {
@@ -102,8 +104,9 @@ public:
   // Largest payload one record can carry.
   size_t max_payload() const;
   // Send one data record; no_resource when credit (or send queue) is short:
-  // poll and retry later.  Never blocks.
-  Status send(uint32_t stream, uint64_t seq, const void* payload, size_t len);
+  // poll and retry later.  Never blocks.  hold: the caller allows it to be
+  // held (autocorking, below).
+  Status send(uint32_t stream, uint64_t seq, const void* payload, size_t len, bool hold = false);
   // Zero-copy data record (docs/protocol.md §4): the header is staged, the
   // payload gathered from [payload, payload+len), registered under lkey with
   // the link's protection domain.  The staging mirror holds no copy of the
@@ -145,6 +148,20 @@ public:
   Status release(uint32_t slot);
   // Whether a data record of len payload bytes would be accepted now.
   bool can_send(size_t len) const;
+
+  // ---- Autocorking (record_channel_cork.cc, docs/protocol.md §4).  With
+  // set_cork(max) > 0, a data record sent with hold is staged but not
+  // posted: later bytes of the same stream, in sequence, extend it up to
+  // max payload bytes.  It is posted when it is full, before any other
+  // record (ring order is stream order), when a send without hold
+  // continues it, or by flush_cork().  When to hold and when to flush is
+  // the stream layer's choice (stream/mux.cc, Stream::may_hold).
+  void set_cork(size_t max_payload_bytes);
+  bool corked() const { return cork_.open; }
+  uint32_t cork_stream() const { return cork_.stream; }
+  size_t cork_len() const { return cork_.open ? cork_.len : 0; }
+  // Post the held record now; ok when none is held (any more).
+  Status flush_cork();
   const ChannelCounters& counters() const { return counters_; }
   uint64_t send_credit_available() const { return send_credit_.available(); }
 
@@ -176,6 +193,18 @@ public:
 private:
   Status post(RecordType type, uint32_t stream, uint64_t seq, const void* payload, size_t len,
               bool control, const uint32_t* lkey = nullptr);
+  // Reserves credit for a record of len payload bytes at the tail and
+  // stages its header; *off is where it starts.  no_resource without room.
+  Status stage(RecordType type, uint32_t stream, uint64_t seq, size_t len, bool control,
+               size_t* off);
+  // Posts the record staged at off (payload in place unless lkey).
+  Status post_staged(RecordType type, uint32_t stream, uint64_t seq, const void* payload,
+                     size_t len, size_t off, const uint32_t* lkey);
+  bool send_queue_full(uint32_t extra) const {
+    return posted_ - completed_ + 1 + extra >= link_->send_queue_depth();
+  }
+  bool try_extend_cork(uint32_t stream, uint64_t seq, const void* payload, size_t len);
+  Status open_cork(uint32_t stream, uint64_t seq, const void* payload, size_t len);
   Status maybe_grant();
   // Posts the backlog, oldest first; ok when it is empty now.
   Status flush_deferred();
@@ -224,6 +253,15 @@ private:
   uint64_t posted_ = 0;      // WRs posted
   uint64_t completed_ = 0;   // WRs known complete (through signaled ones)
   uint32_t since_signal_ = 0;
+  // The record held by autocorking (staged at off, not posted).
+  struct Cork {
+    bool open = false;
+    uint32_t stream = 0;
+    uint64_t seq = 0;
+    size_t len = 0, off = 0;
+  };
+  Cork cork_;
+  size_t cork_max_ = 0; // 0: autocorking off
   bool failed_ = false;
   bool forced_error_ = false; // drain_failed() moved the link into the error state
   ChannelCounters counters_;

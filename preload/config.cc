@@ -113,6 +113,7 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
       static_cast<uint32_t>(p.number("XPRESS_REUPGRADE_MS", 0, 3600000, e.reupgrade_ms));
   e.reupgrade_max_ms =
       static_cast<uint32_t>(p.number("XPRESS_REUPGRADE_MAX_MS", 1, 3600000, e.reupgrade_max_ms));
+  e.autocork_max = p.number("XPRESS_AUTOCORK_KB", 0, 1024, e.autocork_max >> 10) << 10;
   e.zerocopy = p.flag("XPRESS_ZEROCOPY", e.zerocopy);
   e.zerocopy_min = p.number("XPRESS_ZEROCOPY_MIN_KB", 4, 65536, e.zerocopy_min >> 10) << 10;
   e.fault_qp_error_at = p.number("XPRESS_FAULT_QP_ERROR_AT", 0, 1ull << 50, 0); // test only

@@ -83,6 +83,9 @@ struct Channel {
   // the channel (and its link, whose completions they wait for) is not
   // freed before they are done, even after it failed.
   std::atomic<int> zc_users{0};
+  // A send() left a record held here (autocorking); the engine posts it
+  // once nobody sent for a while (channel_events.cc, post_idle_held).
+  std::atomic<bool> held{false};
 };
 
 } // namespace xp::stream

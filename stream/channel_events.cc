@@ -52,6 +52,10 @@ std::atomic<bool> g_polls_owed{false};
 // The last arm_idle_channels() left channels unarmed, all still in use.
 std::atomic<bool> g_unarmed_in_use{false};
 
+// Some channel may hold a record (note_held; cleared by a scan that left
+// none held).
+std::atomic<bool> g_maybe_held{false};
+
 // Blocked calls that left their channel to a spinner, over all channels,
 // by kind (an idle one has waited kLeftIdleNs already), and how long the
 // engine waits now (-1: no limit; a new left sleeper that needs a shorter
@@ -90,6 +94,11 @@ void left_leave(Channel* ch, bool idle) {
 
 int engine_wait_ms(int ms) {
   g_engine_wait.store(ms, std::memory_order_seq_cst);
+  // Pairs with note_held(): it sees this wait (and kicks), or this sees it.
+  if (g_maybe_held.load(std::memory_order_seq_cst) && (ms < 0 || ms > kHeldTickMs)) {
+    ms = kHeldTickMs;
+    g_engine_wait.store(ms, std::memory_order_relaxed);
+  }
   if (!g_maybe_unarmed.load(std::memory_order_seq_cst)) return ms;
   const int cap = left_cap();
   if (cap >= 0 && (ms < 0 || ms > cap)) {
@@ -333,6 +342,41 @@ void arm_idle_channels() {
 
 bool unarmed_in_use() {
   return g_unarmed_in_use.load(std::memory_order_acquire);
+}
+
+void note_held(Channel* ch) {
+  if (ch->held.load(std::memory_order_relaxed)) return; // noted already
+  ch->held.store(true, std::memory_order_relaxed);
+  if (!g_maybe_held.exchange(true, std::memory_order_seq_cst)) kick_if_waiting_longer(kHeldTickMs);
+}
+
+bool maybe_held() {
+  return g_maybe_held.load(std::memory_order_acquire);
+}
+
+void post_idle_held() {
+  if (!g_maybe_held.exchange(false, std::memory_order_seq_cst)) return;
+  const uint64_t now = mono_ns();
+  bool left = false;
+  for (Channel* ch : channels_snapshot()) {
+    if (!ch->held.load(std::memory_order_relaxed) || ch->failed.load()) continue;
+    if (now - ch->last_send_ns.load(std::memory_order_relaxed) < kHeldIdleNs) {
+      left = true; // its writer is at work: its next write or ACK posts it
+      continue;
+    }
+    std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
+    if (!l.owns_lock()) {
+      left = true;
+      continue;
+    }
+    flow::RecordChannel& rc = ch->mux->channel();
+    // A failure is found by the next poll of the channel (its link failed).
+    (void)rc.flush_cork();
+    const bool still = rc.corked();
+    ch->held.store(still, std::memory_order_relaxed);
+    left = left || still;
+  }
+  if (left) g_maybe_held.store(true, std::memory_order_seq_cst);
 }
 
 } // namespace xp::stream::engine

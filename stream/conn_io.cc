@@ -460,6 +460,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
       engine::progress_locked(ch, c, &changed);
     }
     ch->last_send_ns.store(engine::mono_ns(), std::memory_order_relaxed);
+    if (ch->mux->channel().corked()) engine::note_held(ch);
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
     mux_failed = ch->mux->failed();
     if (engine::refresh(c)) changed.add(c);

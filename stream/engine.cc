@@ -242,6 +242,7 @@ void* engine_main(void*) {
       }
     }
     pay_owed_polls();
+    if (maybe_held()) post_idle_held();
     if (maybe_unarmed()) arm_idle_channels();
     uint64_t now = now_ms();
     if (now - last_tick >= kTickMs) {

@@ -271,6 +271,19 @@ void pay_owed_polls();
 void arm_before_sleep();
 // Engine tick: re-arm channels nobody spun on lately.
 void arm_idle_channels();
+// Autocorking's bound (flow/record_channel_cork.cc): a record held on a
+// channel nobody has sent on for kHeldIdleNs is posted by the engine,
+// which looks every kHeldTickMs while some channel may hold one.  A held
+// record normally leaves with the next write or the peer's ACK; this is
+// for a writer that stops and then waits outside xpress (a futex, a
+// sleep) while its peer waits for those bytes without reading (MSG_PEEK,
+// FIONREAD): without it the hold would last until the channel is next
+// polled.  note_held: a send left a record held on ch.
+constexpr uint64_t kHeldIdleNs = 1000000;
+constexpr int kHeldTickMs = 1;
+void note_held(Channel* ch);
+bool maybe_held();
+void post_idle_held();
 // The last arm_idle_channels() left only channels still in use unarmed.
 bool unarmed_in_use();
 // How long the engine thread may sleep now (engine.cc).

@@ -278,6 +278,7 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
   MuxParams mp;
   mp.max_streams = g().p.streams_per_channel;
   mp.stream_window = g().p.stream_window;
+  mp.cork_max = g().p.autocork_max;
   ch->mux = new (std::nothrow) Mux(link, mp);
   if (ch->mux == nullptr) {
     delete ch;

@@ -53,6 +53,13 @@ size_t Stream::reserve_record(size_t want, uint64_t* seq) {
   return static_cast<size_t>(allowed);
 }
 
+bool Stream::may_hold(size_t fresh) const {
+  const flow::RecordChannel& ch = mux_->channel_;
+  const uint64_t held = ch.corked() && ch.cork_stream() == id_ ? ch.cork_len() : 0;
+  // A full window cannot add to the record: nothing to wait for.
+  return window_.unacked() >= fresh + held + window_size_ / 4 && window_.unacked() < window_size_;
+}
+
 Status Stream::write(const void* buf, size_t len, size_t* done) {
   *done = 0;
   if (reset_ || fin_sent_ || mux_->failed_) return Status::closed;
@@ -62,7 +69,7 @@ Status Stream::write(const void* buf, size_t len, size_t* done) {
     uint64_t seq = 0;
     size_t allowed = reserve_record(len - *done, &seq);
     if (allowed == 0) break;
-    Status st = mux_->channel_.send(id_, seq, p + *done, allowed);
+    Status st = mux_->channel_.send(id_, seq, p + *done, allowed, may_hold(allowed));
     if (st != Status::ok) {
       // can_send() said yes, so only a failed link gets here.  The bytes
       // were not accepted: recovery must not re-send them.
@@ -231,6 +238,7 @@ Mux::Mux(verbs::Link* link, const MuxParams& p)
   } else {
     streams_ = static_cast<Stream**>(mem);
   }
+  channel_.set_cork(p.cork_max);
 }
 
 Mux::~Mux() {
@@ -321,6 +329,18 @@ Status Mux::progress() {
       }
     }
     if (got < 32) break;
+  }
+  // A held record goes once its stream's acknowledgements brought what it
+  // has in flight below the hold mark (or the stream is gone).
+  if (channel_.corked()) {
+    Stream* s = find(channel_.cork_stream());
+    if (s == nullptr || !s->may_hold(0)) {
+      Status st = channel_.flush_cork();
+      if (st != Status::ok && st != Status::no_resource) {
+        failed_ = true;
+        return st;
+      }
+    }
   }
   // Acks that found no credit earlier (rare: only then is the table scanned).
   if (acks_pending_) {

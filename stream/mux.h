@@ -23,6 +23,8 @@ struct MuxParams {
   uint32_t max_streams = 256;              // XPRESS_STREAMS_PER_CHANNEL
   size_t stream_window = 256 * 1024;       // per-stream send window = receive buffer
   size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
+  size_t cork_max =
+      65536; // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork)
 };
 
 struct MuxCounters {
@@ -118,6 +120,15 @@ private:
   // The next record of at most want bytes the channel's credit and the
   // window allow: its length (0: none now) and first sequence.
   size_t reserve_record(size_t want, uint64_t* seq);
+  // Autocorking: whether this stream's newest bytes (`fresh`, already
+  // reserved in the window) may wait in a held record.  Only while the
+  // bytes it has in flight, posted and not acknowledged, reach the peer's
+  // acknowledgement step (a quarter of the window, maybe_ack): the peer
+  // has those to read, and reading them sends the ACK whose arrival
+  // (Mux::progress) posts the held record.  A request/response stream
+  // never has that much in flight, so its writes are never held; nor are
+  // the bytes that fill the window (no later write could join them).
+  bool may_hold(size_t fresh) const;
 
   friend class Mux;
   Stream(Mux* mux, uint32_t id, uint64_t tx_start, uint64_t rx_start, size_t window,

@@ -53,6 +53,20 @@ TEST_CASE("config: zero-copy switch and threshold") {
   CHECK(e.errors.empty());
 }
 
+TEST_CASE("config: autocorking size, and 0 turns it off") {
+  Env d;
+  CHECK(d.parse());
+  CHECK(d.cfg.engine.autocork_max == 64u << 10);
+  Env e;
+  e.vars = {{"XPRESS_AUTOCORK_KB", "0"}};
+  CHECK(e.parse());
+  CHECK(e.cfg.engine.autocork_max == 0);
+  Env f;
+  f.vars = {{"XPRESS_AUTOCORK_KB", "128"}};
+  CHECK(f.parse());
+  CHECK(f.cfg.engine.autocork_max == 128u << 10);
+}
+
 TEST_CASE("config: every variable accepts its documented values") {
   Env e;
   e.vars = {{"XPRESS_ENABLE", "0"},
@@ -115,6 +129,9 @@ TEST_CASE("config: a malformed value names the variable and the accepted values,
       {"XPRESS_ZEROCOPY_MIN_KB", "2"},
       {"XPRESS_ZEROCOPY_MIN_KB", "65537"},
       {"XPRESS_ZEROCOPY_MIN_KB", "1M"},
+      {"XPRESS_AUTOCORK_KB", "1025"},
+      {"XPRESS_AUTOCORK_KB", "-1"},
+      {"XPRESS_AUTOCORK_KB", "64k"},
   };
   for (const auto& [var, val] : bad) {
     CAPTURE(var);

@@ -307,3 +307,66 @@ TEST_CASE("streams: switch offsets are set once, before bytes flow") {
   CHECK(p.a.open(1, 0, 0)->write("q", 1, &done) == Status::ok); // seq 0, not 500
   CHECK(p.b.progress() == Status::invalid);
 }
+
+TEST_CASE("streams: autocorking gathers a bulk stream's small writes, never a request/response") {
+  MuxParams mp;
+  mp.stream_window = 65536; // holds from 16 KiB in flight (a quarter)
+  mp.cork_max = 16384;
+  MuxPair p(262144, mp);
+  Stream* tx = p.a.open(1, 0, 0);
+  Stream* rx = p.b.open(1, 0, 0);
+  REQUIRE((tx && rx));
+  const flow::RecordChannel& rc = p.a.channel();
+  std::vector<uint8_t> buf(1024), in(70000);
+
+  SUBCASE("request/response: every write leaves at once") {
+    for (uint64_t i = 0; i < 200; ++i) {
+      for (size_t k = 0; k < buf.size(); ++k)
+        buf[k] = pat(1, i * buf.size() + k);
+      size_t done = 0;
+      REQUIRE(tx->write(buf.data(), buf.size(), &done) == Status::ok);
+      REQUIRE(done == buf.size());
+      CHECK(!rc.corked());
+      p.pump();
+      size_t got = 0;
+      REQUIRE(rx->read(in.data(), in.size(), &got, false) == Status::ok);
+      REQUIRE(got == buf.size());
+      for (size_t k = 0; k < got; ++k)
+        REQUIRE(in[k] == pat(1, i * buf.size() + k));
+      p.pump();
+    }
+    CHECK(rc.counters().corked_records == 0);
+  }
+
+  SUBCASE("bulk: writes beyond a quarter window in flight are gathered; acks post them") {
+    constexpr uint64_t kBytes = 4 << 20;
+    uint64_t sent = 0, received = 0;
+    std::mt19937 rng(5);
+    while (received < kBytes) {
+      // The writer runs ahead while the reader lags (the bulk case).
+      for (int w = 0; w < 64 && sent < kBytes; ++w) {
+        for (size_t k = 0; k < buf.size(); ++k)
+          buf[k] = pat(1, sent + k);
+        size_t done = 0;
+        Status st = tx->write(buf.data(), buf.size(), &done);
+        REQUIRE((st == Status::ok || st == Status::no_resource));
+        sent += done;
+        if (done < buf.size()) break; // window full
+      }
+      p.pump();
+      size_t got = 0;
+      size_t want = 1 + rng() % in.size();
+      REQUIRE(rx->read(in.data(), want, &got, false) == Status::ok);
+      for (size_t k = 0; k < got; ++k)
+        REQUIRE(in[k] == pat(1, received + k));
+      received += got;
+      p.pump();
+      REQUIRE(sent >= received);
+    }
+    CHECK(rc.counters().corked_records > 0);
+    CHECK(rc.counters().cork_appends > 2 * rc.counters().corked_records);
+    // Far fewer records than writes of 1 KiB.
+    CHECK(rc.counters().records_sent < kBytes / 1024 / 2);
+    CHECK(!rc.corked());
+  }
+}
