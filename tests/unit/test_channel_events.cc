@@ -338,3 +338,31 @@ TEST_CASE("channel events: left sleepers set the engine's look; one unarmed late
   close(cmd);
   drop(ch);
 }
+
+TEST_CASE("autocork: the engine posts a record held on a channel nobody sends on any more") {
+  EventLink a, b;
+  Channel* ch = client_channel(a, b);
+  std::vector<uint8_t> buf(100, 7);
+  flow::RecordChannel& rc = ch->mux->channel();
+  REQUIRE(rc.send(1, 0, buf.data(), buf.size(), true) == Status::ok);
+  REQUIRE(rc.corked());
+  const uint64_t posts = a.posts;
+  ch->last_send_ns.store(engine::mono_ns()); // its writer is at work
+  engine::note_held(ch);
+  CHECK(engine::maybe_held());
+  // The engine looks every kHeldTickMs while a record may be held.
+  CHECK(engine::engine_wait_ms(1000) == engine::kHeldTickMs);
+  engine::engine_waited();
+  engine::post_idle_held();
+  CHECK(rc.corked()); // the writer's next write or its ACK posts it
+  CHECK(engine::maybe_held());
+  ch->last_send_ns.store(0); // the writer went away
+  engine::post_idle_held();
+  CHECK_FALSE(rc.corked());
+  CHECK(a.posts == posts + 1);
+  CHECK_FALSE(ch->held.load());
+  CHECK_FALSE(engine::maybe_held());
+  CHECK(engine::engine_wait_ms(1000) == 1000);
+  engine::engine_waited();
+  drop(ch);
+}
