@@ -84,8 +84,10 @@ struct Channel {
   // freed before they are done, even after it failed.
   std::atomic<int> zc_users{0};
   // A send() left a record held here (autocorking); the engine posts it
-  // once nobody sent for a while (channel_events.cc, post_idle_held).
+  // once no send() took bytes for a while (channel_events.cc,
+  // post_idle_held): a writer retrying on EAGAIN does not count.
   std::atomic<bool> held{false};
+  std::atomic<uint64_t> last_write_ns{0};
 };
 
 } // namespace xp::stream

@@ -360,7 +360,7 @@ void post_idle_held() {
   bool left = false;
   for (Channel* ch : channels_snapshot()) {
     if (!ch->held.load(std::memory_order_relaxed) || ch->failed.load()) continue;
-    if (now - ch->last_send_ns.load(std::memory_order_relaxed) < kHeldIdleNs) {
+    if (now - ch->last_write_ns.load(std::memory_order_relaxed) < kHeldIdleNs) {
       left = true; // its writer is at work: its next write or ACK posts it
       continue;
     }

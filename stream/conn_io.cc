@@ -437,11 +437,12 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
           st = s->write_zero_copy(v[0].iov_base, v[0].iov_len, z->lkey, &d);
           if (d > 0) zc::posted(z, ch, s, s->id(), s->zero_copy_wr());
           zc_bytes += d;
-          if (st == Status::unsupported) st = s->write(v[0].iov_base, v[0].iov_len, &d);
+          if (st == Status::unsupported)
+            st = s->write(v[0].iov_base, v[0].iov_len, &d, skip + done_total);
         } else if (i > 0 && z && v[i].iov_len >= zc_min) {
           break; // its key is looked up before the lock, on the next pass
         } else {
-          st = s->write(v[i].iov_base, v[i].iov_len, &d);
+          st = s->write(v[i].iov_base, v[i].iov_len, &d, skip + done_total);
         }
         done_total += d;
         if (d < v[i].iov_len) break;
@@ -459,7 +460,9 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
       ch->poll_owed.store(0, std::memory_order_relaxed);
       engine::progress_locked(ch, c, &changed);
     }
-    ch->last_send_ns.store(engine::mono_ns(), std::memory_order_relaxed);
+    const uint64_t now = engine::mono_ns();
+    ch->last_send_ns.store(now, std::memory_order_relaxed);
+    if (done_total > 0) ch->last_write_ns.store(now, std::memory_order_relaxed);
     if (ch->mux->channel().corked()) engine::note_held(ch);
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
     mux_failed = ch->mux->failed();

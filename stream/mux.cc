@@ -60,16 +60,21 @@ bool Stream::may_hold(size_t fresh) const {
   return window_.unacked() >= fresh + held + window_size_ / 4 && window_.unacked() < window_size_;
 }
 
-Status Stream::write(const void* buf, size_t len, size_t* done) {
+Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_taken) {
   *done = 0;
   if (reset_ || fin_sent_ || mux_->failed_) return Status::closed;
   if (frozen_) return Status::no_resource; // moving to TCP: the caller waits
   const auto* p = static_cast<const uint8_t*>(buf);
+  // Unacknowledged bytes of earlier calls: one large send() of a message
+  // never holds its own tail (the peer may answer only after all of it).
+  const uint64_t unacked = window_.unacked();
+  const bool earlier_busy = (unacked > call_taken ? unacked - call_taken : 0) >= window_size_ / 4;
   while (*done < len) {
     uint64_t seq = 0;
     size_t allowed = reserve_record(len - *done, &seq);
     if (allowed == 0) break;
-    Status st = mux_->channel_.send(id_, seq, p + *done, allowed, may_hold(allowed));
+    Status st =
+        mux_->channel_.send(id_, seq, p + *done, allowed, earlier_busy && may_hold(allowed));
     if (st != Status::ok) {
       // can_send() said yes, so only a failed link gets here.  The bytes
       // were not accepted: recovery must not re-send them.
@@ -81,6 +86,10 @@ Status Stream::write(const void* buf, size_t len, size_t* done) {
     if (__builtin_expect(fault::g_armed.load(std::memory_order_relaxed), false))
       fault::on_sent(mux_->link_, allowed);
   }
+  // A held record that went with these bytes (send without hold) may have
+  // found the link failed: the bytes are staged, so recovery re-sends them,
+  // and the caller learns of the failure now rather than at the next poll.
+  if (mux_->channel_.failed()) mux_->failed_ = true;
   return *done > 0 || len == 0 ? Status::ok : Status::no_resource;
 }
 

@@ -42,8 +42,10 @@ public:
   // Queues up to len bytes for sending (partial writes allowed): *done is
   // how many were taken.  no_resource when nothing could be taken now (the
   // window or channel credit is full: progress() and retry), closed after
-  // shutdown_write() or a reset.
-  Status write(const void* buf, size_t len, size_t* done);
+  // shutdown_write() or a reset.  call_taken: bytes the same socket call
+  // queued before this one (earlier iovec elements or passes): autocorking
+  // never holds bytes because of the call's own earlier bytes.
+  Status write(const void* buf, size_t len, size_t* done, size_t call_taken = 0);
   // Zero copy (docs/protocol.md §4): like write(), but the records' payloads
   // are read by the NIC straight from buf, registered under lkey with the
   // link's protection domain.  The caller must keep buf unchanged until the
@@ -125,9 +127,11 @@ private:
   // bytes it has in flight, posted and not acknowledged, reach the peer's
   // acknowledgement step (a quarter of the window, maybe_ack): the peer
   // has those to read, and reading them sends the ACK whose arrival
-  // (Mux::progress) posts the held record.  A request/response stream
-  // never has that much in flight, so its writes are never held; nor are
-  // the bytes that fill the window (no later write could join them).
+  // (Mux::progress) posts the held record.  Stream::write also requires
+  // that much from earlier socket calls: a request/response stream never
+  // has it (the peer's ACK comes before its answer), so its writes are
+  // never held, however large; nor are the bytes that fill the window (no
+  // later write could join them).
   bool may_hold(size_t fresh) const;
 
   friend class Mux;

@@ -347,7 +347,7 @@ TEST_CASE("autocork: the engine posts a record held on a channel nobody sends on
   REQUIRE(rc.send(1, 0, buf.data(), buf.size(), true) == Status::ok);
   REQUIRE(rc.corked());
   const uint64_t posts = a.posts;
-  ch->last_send_ns.store(engine::mono_ns()); // its writer is at work
+  ch->last_write_ns.store(engine::mono_ns()); // its writer is at work
   engine::note_held(ch);
   CHECK(engine::maybe_held());
   // The engine looks every kHeldTickMs while a record may be held.
@@ -356,7 +356,7 @@ TEST_CASE("autocork: the engine posts a record held on a channel nobody sends on
   engine::post_idle_held();
   CHECK(rc.corked()); // the writer's next write or its ACK posts it
   CHECK(engine::maybe_held());
-  ch->last_send_ns.store(0); // the writer went away
+  ch->last_write_ns.store(0); // the writer went away (or only retries on EAGAIN)
   engine::post_idle_held();
   CHECK_FALSE(rc.corked());
   CHECK(a.posts == posts + 1);

@@ -370,3 +370,37 @@ TEST_CASE("streams: autocorking gathers a bulk stream's small writes, never a re
     CHECK(!rc.corked());
   }
 }
+
+TEST_CASE("streams: autocorking never holds the tail of one large send, nor of a gathered one") {
+  MuxParams mp; // 256 KiB window: holds from 64 KiB of earlier calls in flight
+  MuxPair p(524288, mp);
+  Stream* tx = p.a.open(1, 0, 0);
+  Stream* rx = p.b.open(1, 0, 0);
+  REQUIRE((tx && rx));
+  const flow::RecordChannel& rc = p.a.channel();
+  std::vector<uint8_t> msg(150000, 3);
+  size_t done = 0;
+  // One send() of a 150000-byte request: three records (the last 18976
+  // bytes) and nothing held, though 131072 bytes are in flight by then.
+  REQUIRE(tx->write(msg.data(), msg.size(), &done) == Status::ok);
+  REQUIRE(done == msg.size());
+  CHECK_FALSE(rc.corked());
+  // A writev of [100000, 8000]: the second element is the same call's.
+  REQUIRE(tx->write(msg.data(), 8000, &done, 100000) == Status::ok);
+  CHECK_FALSE(rc.corked());
+  // A later call, with more than a quarter window of earlier bytes in
+  // flight (the bulk case), may hold.
+  REQUIRE(tx->write(msg.data(), 4000, &done) == Status::ok);
+  CHECK(rc.corked());
+  p.pump();
+  CHECK(rc.corked()); // nothing read yet: still a quarter window in flight
+  std::vector<uint8_t> in(200000);
+  uint64_t got = 0;
+  for (int i = 0; i < 20 && got < 162000; ++i) {
+    size_t n = 0;
+    if (rx->read(in.data(), in.size(), &n, false) == Status::ok) got += n;
+    p.pump(); // b's ACK, then a posts the held record
+  }
+  CHECK(got == 162000);
+  CHECK_FALSE(rc.corked());
+}
