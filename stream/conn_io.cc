@@ -398,7 +398,8 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
 // least XPRESS_ZEROCOPY_MIN_KB is sent zero-copy when it is the first one
 // left and its memory is registered (key found before the lock); a later
 // one ends this pass so that the next starts with it.
-ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send* z) {
+// more: MSG_MORE (the bytes may wait for the call's successor, Stream::write).
+ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send* z, bool more) {
   Channel* ch = c->ch;
   if (ch == nullptr) {
     if (c->resumed.load(std::memory_order_acquire)) return -2; // on TCP now
@@ -438,11 +439,11 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
           if (d > 0) zc::posted(z, ch, s, s->id(), s->zero_copy_wr());
           zc_bytes += d;
           if (st == Status::unsupported)
-            st = s->write(v[0].iov_base, v[0].iov_len, &d, skip + done_total);
+            st = s->write(v[0].iov_base, v[0].iov_len, &d, skip + done_total, more);
         } else if (i > 0 && z && v[i].iov_len >= zc_min) {
           break; // its key is looked up before the lock, on the next pass
         } else {
-          st = s->write(v[i].iov_base, v[i].iov_len, &d, skip + done_total);
+          st = s->write(v[i].iov_base, v[i].iov_len, &d, skip + done_total, more);
         }
         done_total += d;
         if (d < v[i].iov_len) break;
@@ -689,7 +690,8 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     }
     bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
     ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
-                       : send_stream(c, iov, iovcnt, sent, zcs.on ? &zcs : nullptr);
+                       : send_stream(c, iov, iovcnt, sent, zcs.on ? &zcs : nullptr,
+                                     (flags & MSG_MORE) != 0);
     if (r == -2) continue;
     if (r > 0) {
       sent += static_cast<size_t>(r);

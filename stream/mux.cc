@@ -60,7 +60,7 @@ bool Stream::may_hold(size_t fresh) const {
   return window_.unacked() >= fresh + held + window_size_ / 4 && window_.unacked() < window_size_;
 }
 
-Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_taken) {
+Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_taken, bool more) {
   *done = 0;
   if (reset_ || fin_sent_ || mux_->failed_) return Status::closed;
   if (frozen_) return Status::no_resource; // moving to TCP: the caller waits
@@ -73,8 +73,10 @@ Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_take
     uint64_t seq = 0;
     size_t allowed = reserve_record(len - *done, &seq);
     if (allowed == 0) break;
-    Status st =
-        mux_->channel_.send(id_, seq, p + *done, allowed, earlier_busy && may_hold(allowed));
+    // MSG_MORE holds unless the window is full (nothing could join).
+    const bool hold =
+        (more && window_.unacked() < window_size_) || (earlier_busy && may_hold(allowed));
+    Status st = mux_->channel_.send(id_, seq, p + *done, allowed, hold);
     if (st != Status::ok) {
       // can_send() said yes, so only a failed link gets here.  The bytes
       // were not accepted: recovery must not re-send them.
@@ -90,6 +92,7 @@ Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_take
   // found the link failed: the bytes are staged, so recovery re-sends them,
   // and the caller learns of the failure now rather than at the next poll.
   if (mux_->channel_.failed()) mux_->failed_ = true;
+  more_ = more;
   return *done > 0 || len == 0 ? Status::ok : Status::no_resource;
 }
 
@@ -343,7 +346,7 @@ Status Mux::progress() {
   // has in flight below the hold mark (or the stream is gone).
   if (channel_.corked()) {
     Stream* s = find(channel_.cork_stream());
-    if (s == nullptr || !s->may_hold(0)) {
+    if (s == nullptr || (!s->more_ && !s->may_hold(0))) {
       Status st = channel_.flush_cork();
       if (st != Status::ok && st != Status::no_resource) {
         failed_ = true;

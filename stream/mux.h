@@ -44,8 +44,11 @@ public:
   // window or channel credit is full: progress() and retry), closed after
   // shutdown_write() or a reset.  call_taken: bytes the same socket call
   // queued before this one (earlier iovec elements or passes): autocorking
-  // never holds bytes because of the call's own earlier bytes.
-  Status write(const void* buf, size_t len, size_t* done, size_t call_taken = 0);
+  // never holds bytes because of the call's own earlier bytes.  more: the
+  // program said more follows (MSG_MORE): the bytes may be held whatever
+  // is in flight, until the next write that does not say so (or the
+  // engine's bound, kHeldIdleNs).
+  Status write(const void* buf, size_t len, size_t* done, size_t call_taken = 0, bool more = false);
   // Zero copy (docs/protocol.md §4): like write(), but the records' payloads
   // are read by the NIC straight from buf, registered under lkey with the
   // link's protection domain.  The caller must keep buf unchanged until the
@@ -158,6 +161,7 @@ private:
   uint64_t zc_lo_ = 0, zc_hi_ = 0, zc_last_wr_ = 0;
   const uint8_t* zc_src_ = nullptr;
   bool frozen_ = false;
+  bool more_ = false; // the last write said MSG_MORE: Mux::progress keeps its record held
 };
 
 class Mux {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "fake_link.h"
@@ -403,4 +404,37 @@ TEST_CASE("streams: autocorking never holds the tail of one large send, nor of a
   }
   CHECK(got == 162000);
   CHECK_FALSE(rc.corked());
+}
+
+TEST_CASE("streams: MSG_MORE holds the bytes for the next write, which takes them along") {
+  MuxPair p;
+  Stream* tx = p.a.open(1, 0, 0);
+  Stream* rx = p.b.open(1, 0, 0);
+  REQUIRE((tx && rx));
+  const flow::RecordChannel& rc = p.a.channel();
+  size_t done = 0;
+  REQUIRE(tx->write("head", 4, &done, 0, true) == Status::ok);
+  CHECK(rc.corked());
+  p.pump(); // nothing in flight, but the program said more follows
+  CHECK(rc.corked());
+  const uint64_t records = rc.counters().records_sent;
+  REQUIRE(tx->write("body", 4, &done) == Status::ok);
+  CHECK_FALSE(rc.corked());
+  CHECK(rc.counters().records_sent == records + 1); // one record for both
+  p.pump();
+  char in[16] = {};
+  size_t got = 0;
+  REQUIRE(rx->read(in, sizeof in, &got, false) == Status::ok);
+  CHECK(got == 8);
+  CHECK(std::string(in, got) == "headbody");
+  // A FIN after MSG_MORE bytes: the bytes, then the end.
+  REQUIRE(tx->write("last", 4, &done, 0, true) == Status::ok);
+  CHECK(rc.corked());
+  REQUIRE(tx->shutdown_write() == Status::ok);
+  CHECK_FALSE(rc.corked());
+  p.pump();
+  REQUIRE(rx->read(in, sizeof in, &got, false) == Status::ok);
+  CHECK(std::string(in, got) == "last");
+  REQUIRE(rx->read(in, sizeof in, &got, false) == Status::ok);
+  CHECK(got == 0); // end of stream
 }
