@@ -8,8 +8,9 @@
 namespace xp::flow {
 
 RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
-    : link_(link), signal_every_(signal_every == 0 ? 1 : signal_every),
-      send_credit_(link->peer_ring_size()), recv_credit_(link->recv_ring_size()) {
+    : link_(link), peer_ring_(link->peer_ring_size()), sq_depth_(link->send_queue_depth()),
+      signal_every_(signal_every == 0 ? 1 : signal_every), send_credit_(peer_ring_),
+      recv_credit_(link->recv_ring_size()) {
   pending_cap_ = static_cast<uint32_t>(link->recv_ring_size() / kRecordAlign);
   // Set-up time allocation (mmap: no malloc, which the allocator hook
   // serves), the control backlog after the pending table.
@@ -47,7 +48,7 @@ size_t RecordChannel::alloc_bytes() const {
 }
 
 size_t RecordChannel::max_payload() const {
-  size_t ring = link_->peer_ring_size();
+  size_t ring = peer_ring_;
   // Worst case a record is placed after skipping almost its own size at the
   // ring end, with the control reserve free and up to a quarter of the ring
   // consumed but not yet granted (RecvCredit::should_grant): 2 records +
@@ -83,7 +84,7 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
 
 Status RecordChannel::stage(RecordType type, uint32_t stream, uint64_t seq, size_t len,
                             bool control, size_t* off) {
-  size_t ring = link_->peer_ring_size();
+  size_t ring = peer_ring_;
   size_t bytes = record_bytes(len);
   size_t pos = send_credit_.tail() % ring;
   size_t skip = pos + bytes > ring ? ring - pos : 0;
@@ -181,7 +182,7 @@ bool RecordChannel::can_send(size_t len) const {
   if (failed_ || len > max_payload() || deferred_tail_ != deferred_head_) return false;
   // A held record may have to go first: room for both.
   if (send_queue_full(cork_.open ? 1 : 0)) return false;
-  size_t ring = link_->peer_ring_size();
+  size_t ring = peer_ring_;
   size_t bytes = record_bytes(len);
   size_t pos = send_credit_.tail() % ring;
   size_t skip = pos + bytes > ring ? ring - pos : 0;

@@ -201,7 +201,7 @@ private:
   Status post_staged(RecordType type, uint32_t stream, uint64_t seq, const void* payload,
                      size_t len, size_t off, const uint32_t* lkey);
   bool send_queue_full(uint32_t extra) const {
-    return posted_ - completed_ + 1 + extra >= link_->send_queue_depth();
+    return posted_ - completed_ + 1 + extra >= sq_depth_;
   }
   bool try_extend_cork(uint32_t stream, uint64_t seq, const void* payload, size_t len);
   Status open_cork(uint32_t stream, uint64_t seq, const void* payload, size_t len);
@@ -246,6 +246,10 @@ private:
   BareTrack* rx_bare_ = nullptr;
 
   verbs::Link* link_;
+  // The link's sizes, fixed at set-up: read on every send and readiness
+  // check, without a virtual call each time.
+  size_t peer_ring_;
+  uint32_t sq_depth_;
   uint32_t signal_every_;
   SendCredit send_credit_;
   RecvCredit recv_credit_;

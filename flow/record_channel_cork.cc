@@ -25,7 +25,7 @@ bool RecordChannel::try_extend_cork(uint32_t stream, uint64_t seq, const void* p
   const size_t old_bytes = record_bytes(cork_.len), new_bytes = record_bytes(cork_.len + len);
   // The held record is the last one staged (anything else posts it
   // first), so it grows at the credit tail; it never crosses the ring end.
-  if (cork_.off + new_bytes > link_->peer_ring_size()) return false;
+  if (cork_.off + new_bytes > peer_ring_) return false;
   const size_t more = new_bytes - old_bytes;
   if (more > 0) {
     if (send_credit_.available() < more + kControlReserve) return false;

@@ -10,7 +10,7 @@
 namespace xp::flow {
 
 Status RecordChannel::walk_uncredited(Visitor visit, void* ctx) const {
-  const size_t ring = link_->peer_ring_size();
+  const size_t ring = peer_ring_;
   const uint8_t* stage = link_->send_stage();
   const uint64_t tail = send_credit_.tail();
   // The peer granted everything below limit - ring: records from there on
