@@ -484,8 +484,13 @@ void channel_failed(Channel* ch, ResumeCause why) {
       if (ch->conns.empty())
         XP_SLOG(XP_SLOG_DEBUG, "RDMA channel without streams ended (%s)", cause);
       else
-        XP_SLOG(XP_SLOG_WARN, "RDMA channel failed (%s): its %zu stream(s) resume on TCP", cause,
-                ch->conns.size());
+        XP_SLOG(XP_SLOG_WARN,
+                "RDMA channel failed (%s): its %zu stream(s) resume on TCP (records sent %llu, "
+                "%llu of them gathered by autocorking; %zu bytes held unposted)",
+                cause, ch->conns.size(),
+                static_cast<unsigned long long>(ch->mux->channel().counters().records_sent),
+                static_cast<unsigned long long>(ch->mux->channel().counters().corked_records),
+                ch->mux->channel().cork_len());
     }
     for (Conn* c : ch->conns) {
       c->ref();

@@ -77,6 +77,16 @@ def receive(c, args):
     print("bytes %d sha256 %s" % (n, h.hexdigest()), flush=True)
 
 
+def send_pieces(s, view, piece):
+    """sendall, in calls of at most `piece` bytes (0: one call): small
+    writes are what xpress's autocorking gathers into held records."""
+    if piece <= 0:
+        s.sendall(view)
+        return
+    for off in range(0, len(view), piece):
+        s.sendall(view[off:off + piece])
+
+
 def send(args):
     total = size(args.bytes)
     block = bytearray(os.urandom(BLOCK))
@@ -109,9 +119,9 @@ def send(args):
             s.sendall(view[:first])
             time.sleep(settle)
             settle = 0
-            s.sendall(view[first:k])
+            send_pieces(s, view[first:k], args.piece)
         else:
-            s.sendall(view[:k])
+            send_pieces(s, view[:k], args.piece)
         h.update(view[:k])
         sent += k
     s.shutdown(socket.SHUT_WR)
@@ -140,6 +150,7 @@ def main():
     s.add_argument("--settle", type=float, default=0,
                    help="send 4 KiB, then wait this long (the upgrade finishes) before the rest")
     s.add_argument("--rate", type=float, default=0, help="MiB/s before --hold-at (0: no limit)")
+    s.add_argument("--piece", type=int, default=0, help="write in send calls of this many bytes")
     s.add_argument("--hold-at", help="after this many bytes, wait for --hold-file")
     s.add_argument("--hold-file")
     s.add_argument("--hold-timeout", type=float, default=30)

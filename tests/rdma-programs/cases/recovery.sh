@@ -17,7 +17,9 @@
 #   netem    10% loss on veth0 for 5 s
 #   inject   XPRESS_FAULT_QP_ERROR_AT: the sender's QP forced into the error
 #            state at a random byte offset, RECOVERY_RUNS (50) transfers of
-#            4 MiB (small so that 50 runs fit the time budget)
+#            4 MiB (small so that 50 runs fit the time budget); every other
+#            run writes 4 KiB per send, so that the fault meets records
+#            autocorking holds (docs/protocol.md §4)
 #   kill     SIGKILL of the sender, then of the receiver: the other side
 #            ends as with TCP (EOF or ECONNRESET / EPIPE), never hangs
 #   redis    redis-benchmark with one injected fault: every reply arrives
@@ -305,7 +307,7 @@ lossy() { xp_netem veth0 loss 10% && sleep 5 && xp_netem_clear veth0; }
 
 # The injected fault at INJ_RUNS random offsets, one receiver for all.
 inject_runs() {
-  local port=19402 total=$((INJ_MIB * 1024 * 1024)) i off okc=0 bad=0
+  local port=19402 total=$((INJ_MIB * 1024 * 1024)) i off okc=0 bad=0 piece
   start_server inj-recv 300 xp "$PY" "$HERE/bulk.py" recv --bind "$A1" --port "$port" --timeout 30 --count "$INJ_RUNS"
   local srv=$SERVER
   wait_listen inj-recv "$port" "$srv" || return 1
@@ -313,8 +315,9 @@ inject_runs() {
   for ((i = 1; i <= INJ_RUNS; i++)); do
     off=$((256 * 1024 + (RANDOM * 32768 + RANDOM) % (total - 512 * 1024)))
     echo "$off" >>"$T/inj.offsets"
+    piece=$((i % 2 ? 0 : 4096))
     if run_client "inj$i" 30 xp env "XPRESS_FAULT_QP_ERROR_AT=$off" XPRESS_LOG_LEVEL=debug "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
-      --bytes "${INJ_MIB}M" --timeout 20 --settle 0.5; then
+      --bytes "${INJ_MIB}M" --timeout 20 --settle 0.5 --piece "$piece"; then
       cat "$CD/inj$i.out" >>"$T/inj.sent"
     else
       echo "run $i failed" >>"$T/inj.sent"
