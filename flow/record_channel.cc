@@ -62,19 +62,13 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   if (failed_) return Status::io_error;
   // A held record goes before anything sent after it (ring order is
   // stream order).
-  if (cork_.open) {
-    Status st = flush_cork();
-    if (st != Status::ok) return st;
-  }
+  if (Status st = flush_cork(); st != Status::ok) return st;
   // Data waits behind the control backlog (a stream's SWITCH before its
   // bytes, a MOVE after them).
   if (!control && deferred_tail_ != deferred_head_ && flush_deferred() != Status::ok)
     return Status::no_resource;
   // Send queue: keep one slot free so a signaled WR can always be posted.
-  if (send_queue_full(0)) {
-    ++counters_.credit_stalls;
-    return Status::no_resource;
-  }
+  if (send_queue_stall()) return Status::no_resource;
   size_t off = 0;
   Status st = stage(type, stream, seq, len, control, &off);
   if (st != Status::ok) return st;
@@ -194,10 +188,10 @@ Status RecordChannel::send(uint32_t stream, uint64_t seq, const void* payload, s
   if (len > max_payload()) return Status::invalid;
   if (cork_max_ != 0 && !failed_) {
     // Bytes that continue the held record join it; without hold it then
-    // goes at once (one record, not two).
-    // The bytes are taken either way: a post that must wait leaves the
-    // record held for the stream layer's next look, a failed link leaves
-    // it staged for recovery (failed_ tells the next call).
+    // goes at once (one record, not two).  The bytes are taken either
+    // way: a post that must wait leaves the record held for the stream
+    // layer's next look, a failed link leaves it staged for recovery
+    // (failed_ tells the next call).
     if (cork_.open && try_extend_cork(stream, seq, payload, len)) {
       if (!hold) (void)flush_cork();
       return Status::ok;

@@ -203,6 +203,12 @@ private:
   bool send_queue_full(uint32_t extra) const {
     return posted_ - completed_ + 1 + extra >= sq_depth_;
   }
+  // No slot for one more WR now: counted as a stall.
+  bool send_queue_stall() {
+    if (!send_queue_full(0)) return false;
+    ++counters_.credit_stalls;
+    return true;
+  }
   bool try_extend_cork(uint32_t stream, uint64_t seq, const void* payload, size_t len);
   Status open_cork(uint32_t stream, uint64_t seq, const void* payload, size_t len);
   Status maybe_grant();

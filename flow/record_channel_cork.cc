@@ -43,10 +43,7 @@ bool RecordChannel::try_extend_cork(uint32_t stream, uint64_t seq, const void* p
 }
 
 Status RecordChannel::open_cork(uint32_t stream, uint64_t seq, const void* payload, size_t len) {
-  if (cork_.open) {
-    Status st = flush_cork();
-    if (st != Status::ok) return st;
-  }
+  if (Status st = flush_cork(); st != Status::ok) return st;
   size_t off = 0;
   Status st = stage(RecordType::data, stream, seq, len, false, &off);
   if (st != Status::ok) return st;
@@ -63,10 +60,7 @@ Status RecordChannel::open_cork(uint32_t stream, uint64_t seq, const void* paylo
 Status RecordChannel::flush_cork() {
   if (!cork_.open) return Status::ok;
   if (failed_) return Status::io_error; // recovery finds it staged
-  if (send_queue_full(0)) {
-    ++counters_.credit_stalls;
-    return Status::no_resource;
-  }
+  if (send_queue_stall()) return Status::no_resource;
   cork_.open = false;
   return post_staged(RecordType::data, cork_.stream, cork_.seq, nullptr, cork_.len, cork_.off,
                      nullptr);

@@ -483,14 +483,15 @@ void channel_failed(Channel* ch, ResumeCause why) {
       const char* cause = resume_cause_name(static_cast<ResumeCause>(ch->fail_cause.load()));
       if (ch->conns.empty())
         XP_SLOG(XP_SLOG_DEBUG, "RDMA channel without streams ended (%s)", cause);
-      else
+      else {
+        const flow::RecordChannel& rc = ch->mux->channel();
         XP_SLOG(XP_SLOG_WARN,
                 "RDMA channel failed (%s): its %zu stream(s) resume on TCP (records sent %llu, "
                 "%llu of them gathered by autocorking; %zu bytes held unposted)",
                 cause, ch->conns.size(),
-                static_cast<unsigned long long>(ch->mux->channel().counters().records_sent),
-                static_cast<unsigned long long>(ch->mux->channel().counters().corked_records),
-                ch->mux->channel().cork_len());
+                static_cast<unsigned long long>(rc.counters().records_sent),
+                static_cast<unsigned long long>(rc.counters().corked_records), rc.cork_len());
+      }
     }
     for (Conn* c : ch->conns) {
       c->ref();

@@ -272,7 +272,7 @@ void arm_before_sleep();
 // Engine tick: re-arm channels nobody spun on lately.
 void arm_idle_channels();
 // Autocorking's bound (flow/record_channel_cork.cc): a record held on a
-// channel nobody has sent on for kHeldIdleNs is posted by the engine,
+// channel where no send() took bytes for kHeldIdleNs is posted by the engine,
 // which looks every kHeldTickMs while some channel may hold one.  A held
 // record normally leaves with the next write or the peer's ACK; this is
 // for a writer that stops and then waits outside xpress (a futex, a

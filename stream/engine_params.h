@@ -32,7 +32,8 @@ struct EngineParams {
   // failed attempt up to the maximum (stream/reattach.cc).  0: never.
   uint32_t reupgrade_ms = 1000;
   uint32_t reupgrade_max_ms = 60000;
-  // XPRESS_AUTOCORK_KB: small writes made while the NIC is still busy are
+  // XPRESS_AUTOCORK_KB: a bulk stream's small writes (a quarter window of
+  // earlier bytes in flight, Stream::may_hold) or MSG_MORE ones are
   // gathered into one record of up to this many bytes (0: every write is
   // its own record; flow/record_channel_cork.cc).
   size_t autocork_max = 64u << 10;

@@ -23,8 +23,8 @@ struct MuxParams {
   uint32_t max_streams = 256;              // XPRESS_STREAMS_PER_CHANNEL
   size_t stream_window = 256 * 1024;       // per-stream send window = receive buffer
   size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
-  size_t cork_max =
-      65536; // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork)
+  // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork)
+  size_t cork_max = 64 * 1024;
 };
 
 struct MuxCounters {
