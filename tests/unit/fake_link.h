@@ -206,4 +206,15 @@ private:
   std::deque<verbs::Completion> cq_;
 };
 
+// Two connected fake links with one receive WR per 64-byte ring slot (as
+// many as records the ring can hold), as channels are built on them: the
+// links first, connected, then the channels (a test's pair derives from it).
+struct LinkPair {
+  FakeLink la, lb;
+  explicit LinkPair(size_t ring, uint32_t sq_depth = 128)
+      : la(ring, ring / 64, sq_depth), lb(ring, ring / 64, sq_depth) {
+    FakeLink::connect(la, lb);
+  }
+};
+
 } // namespace xp::test

@@ -16,15 +16,10 @@ using xp::test::FakeLink;
 
 namespace {
 // Links are connected before the channels are built on them.
-struct Links {
-  FakeLink la, lb;
-  explicit Links(size_t ring) : la(ring, ring / kRecordAlign), lb(ring, ring / kRecordAlign) {
-    FakeLink::connect(la, lb);
-  }
-};
-struct Pair : Links {
+static_assert(kRecordAlign == 64); // test::LinkPair's receive WRs per ring byte
+struct Pair : test::LinkPair {
   RecordChannel a, b;
-  explicit Pair(size_t ring = 8192) : Links(ring), a(&la, 4), b(&lb, 4) {}
+  explicit Pair(size_t ring = 8192) : LinkPair(ring), a(&la, 4), b(&lb, 4) {}
 };
 
 // Pumps completions on both sides; receiver releases everything it got.

@@ -18,18 +18,11 @@ using namespace xp::flow;
 using xp::test::FakeLink;
 
 namespace {
-struct Links {
-  FakeLink la, lb;
-  Links(size_t ring, uint32_t sq)
-      : la(ring, ring / kRecordAlign, sq), lb(ring, ring / kRecordAlign, sq) {
-    FakeLink::connect(la, lb);
-  }
-};
-struct CorkPair : Links {
+struct CorkPair : test::LinkPair {
   RecordChannel a, b;
   explicit CorkPair(size_t ring = 65536, size_t cork = 4096, uint32_t signal_every = 1,
                     uint32_t sq = 128)
-      : Links(ring, sq), a(&la, signal_every), b(&lb, signal_every) {
+      : LinkPair(ring, sq), a(&la, signal_every), b(&lb, signal_every) {
     a.set_cork(cork);
     b.set_cork(cork);
   }

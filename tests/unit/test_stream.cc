@@ -15,16 +15,10 @@ using namespace xp::stream;
 using xp::test::FakeLink;
 
 namespace {
-struct Links {
-  FakeLink la, lb;
-  explicit Links(size_t ring) : la(ring, ring / 64), lb(ring, ring / 64) {
-    FakeLink::connect(la, lb);
-  }
-};
-struct MuxPair : Links {
+struct MuxPair : test::LinkPair {
   Mux a, b;
   explicit MuxPair(size_t ring = 65536, MuxParams p = MuxParams{})
-      : Links(ring), a(&la, p), b(&lb, p) {}
+      : LinkPair(ring), a(&la, p), b(&lb, p) {}
   void pump() {
     REQUIRE(a.progress() == Status::ok);
     REQUIRE(b.progress() == Status::ok);

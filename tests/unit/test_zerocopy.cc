@@ -22,16 +22,10 @@ using xp::test::FakeLink;
 
 namespace {
 
-struct ZLinks {
-  FakeLink la, lb;
-  explicit ZLinks(size_t ring) : la(ring, ring / 64), lb(ring, ring / 64) {
-    FakeLink::connect(la, lb);
-  }
-};
-struct ZPair : ZLinks {
+struct ZPair : test::LinkPair {
   Mux a, b;
   explicit ZPair(size_t ring = 65536, MuxParams p = MuxParams{})
-      : ZLinks(ring), a(&la, p), b(&lb, p) {}
+      : LinkPair(ring), a(&la, p), b(&lb, p) {}
   void pump() {
     REQUIRE(a.progress() == Status::ok);
     REQUIRE(b.progress() == Status::ok);
