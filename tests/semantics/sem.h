@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -134,6 +135,16 @@ int wait_ready(int fd, short events, int ms); // poll(); returns revents (0 on t
 void wait_avail(int fd, size_t n);            // until >= n bytes are queued (peeked)
 void send_all(int fd, const void* buf, size_t n);
 size_t recv_all(int fd, void* buf, size_t n); // until n bytes or EOF
+// A thread that reads fd with recv_all into buf (max bytes, malloc'd; the
+// caller frees it) while the case writes; got: what it read, after join.
+struct sink {
+  int fd;
+  size_t max, got;
+  char* buf;
+  pthread_t thread;
+};
+void sink_start(struct sink* s, int fd, size_t max);
+void sink_join(struct sink* s);
 void fill_pattern(void* buf, size_t n, unsigned seed);
 uint32_t fnv1a(const void* buf, size_t n);
 long now_ms(void);

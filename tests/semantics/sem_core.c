@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -281,6 +282,22 @@ void wait_avail(int fd, size_t n) {
       msleep(1);
   }
   free(buf);
+}
+
+static void* sink_main(void* arg) {
+  struct sink* s = arg;
+  s->got = recv_all(s->fd, s->buf, s->max);
+  return NULL;
+}
+
+void sink_start(struct sink* s, int fd, size_t max) {
+  *s = (struct sink){.fd = fd, .max = max, .buf = malloc(max)};
+  REQUIRE(s->buf);
+  REQUIRE(pthread_create(&s->thread, NULL, sink_main, s) == 0);
+}
+
+void sink_join(struct sink* s) {
+  REQUIRE(pthread_join(s->thread, NULL) == 0);
 }
 
 void send_all(int fd, const void* buf, size_t n) {

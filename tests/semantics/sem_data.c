@@ -14,29 +14,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-struct sink {
-  int fd;
-  size_t max, got;
-  char* buf;
-  pthread_t thread;
-};
-
-static void* sink_main(void* arg) {
-  struct sink* s = arg;
-  s->got = recv_all(s->fd, s->buf, s->max);
-  return NULL;
-}
-
-static void sink_start(struct sink* s, int fd, size_t max) {
-  *s = (struct sink){.fd = fd, .max = max, .buf = malloc(max)};
-  REQUIRE(s->buf);
-  REQUIRE(pthread_create(&s->thread, NULL, sink_main, s) == 0);
-}
-
-static void sink_join(struct sink* s) {
-  REQUIRE(pthread_join(s->thread, NULL) == 0);
-}
-
 static int temp_file(const void* data, size_t n) {
   char path[] = "/tmp/xpress-sem-XXXXXX";
   int f = mkstemp(path);

@@ -113,18 +113,6 @@ static void msg_waitall(void) {
   RC(0, close(d));
 }
 
-struct more_reader {
-  int fd;
-  char* buf;
-  size_t n, got;
-};
-
-static void* more_reader_main(void* arg) {
-  struct more_reader* r = arg;
-  r->got = recv_all(r->fd, r->buf, r->n);
-  return NULL;
-}
-
 // MSG_MORE is a hint: the bytes may wait for the next send, never longer
 // than the kernel's cork timer (200 ms; xpress: ~2 ms), and every byte
 // arrives in order, with a later send, a FIN, or alone.
@@ -147,21 +135,19 @@ static void msg_more(void) {
   // A bulk of MSG_MORE sends, then the end.
   enum { N = 200000, M = 1000 };
   char* out = malloc(N);
-  char* in = malloc(N);
-  REQUIRE(out && in);
+  REQUIRE(out);
   fill_pattern(out, N, 7);
-  struct more_reader r = {b, in, N, 0};
-  pthread_t t;
-  REQUIRE(pthread_create(&t, NULL, more_reader_main, &r) == 0);
+  struct sink s;
+  sink_start(&s, b, N + 1); // to the end of stream
   for (int i = 0; i < N; i += M)
     RC(M, send(a, out + i, M, MSG_MORE));
   RC(0, shutdown(a, SHUT_WR));
-  REQUIRE(pthread_join(t, NULL) == 0);
-  EQ("received", r.got, N);
-  CHECK(fnv1a(in, N) == fnv1a(out, N));
+  sink_join(&s);
+  EQ("received", s.got, N);
+  CHECK(fnv1a(s.buf, N) == fnv1a(out, N));
   RC(0, recv(b, buf, sizeof buf, 0));
   free(out);
-  free(in);
+  free(s.buf);
   RC(0, close(a));
   RC(0, close(b));
 }
