@@ -36,7 +36,10 @@ struct EngineParams {
   // earlier bytes in flight, Stream::may_hold) or MSG_MORE ones are
   // gathered into one record of up to this many bytes (0: every write is
   // its own record; flow/record_channel_cork.cc).
-  size_t autocork_max = 64u << 10;
+  // Off by default: a record still held when the process exits without
+  // closing the socket (exit, _exit) is lost, where the kernel would have
+  // delivered the bytes; until exit paths post held records, opt in.
+  size_t autocork_max = 0;
   bool zerocopy = true;
   size_t zerocopy_min = 256u << 10;
 };

@@ -24,7 +24,7 @@ struct MuxParams {
   size_t stream_window = 256 * 1024;       // per-stream send window = receive buffer
   size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
   // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork)
-  size_t cork_max = 64 * 1024;
+  size_t cork_max = 0; // off unless asked (EngineParams::autocork_max)
 };
 
 struct MuxCounters {

@@ -341,7 +341,10 @@ TEST_CASE("channel events: left sleepers set the engine's look; one unarmed late
 
 TEST_CASE("autocork: the engine posts a record held on a channel nobody sends on any more") {
   EventLink a, b;
+  const size_t saved = engine::g().p.autocork_max;
+  engine::g().p.autocork_max = 64 * 1024; // opted in (XPRESS_AUTOCORK_KB)
   Channel* ch = client_channel(a, b);
+  engine::g().p.autocork_max = saved;
   std::vector<uint8_t> buf(100, 7);
   flow::RecordChannel& rc = ch->mux->channel();
   REQUIRE(rc.send(1, 0, buf.data(), buf.size(), true) == Status::ok);

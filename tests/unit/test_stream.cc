@@ -368,6 +368,7 @@ TEST_CASE("streams: autocorking gathers a bulk stream's small writes, never a re
 
 TEST_CASE("streams: autocorking never holds the tail of one large send, nor of a gathered one") {
   MuxParams mp; // 256 KiB window: holds from 64 KiB of earlier calls in flight
+  mp.cork_max = 64 * 1024;
   MuxPair p(524288, mp);
   Stream* tx = p.a.open(1, 0, 0);
   Stream* rx = p.b.open(1, 0, 0);
@@ -401,7 +402,9 @@ TEST_CASE("streams: autocorking never holds the tail of one large send, nor of a
 }
 
 TEST_CASE("streams: MSG_MORE holds the bytes for the next write, which takes them along") {
-  MuxPair p;
+  MuxParams mp;
+  mp.cork_max = 64 * 1024;
+  MuxPair p(65536, mp);
   Stream* tx = p.a.open(1, 0, 0);
   Stream* rx = p.b.open(1, 0, 0);
   REQUIRE((tx && rx));

@@ -18,8 +18,8 @@
 #   inject   XPRESS_FAULT_QP_ERROR_AT: the sender's QP forced into the error
 #            state at a random byte offset, RECOVERY_RUNS (50) transfers of
 #            4 MiB (small so that 50 runs fit the time budget); every other
-#            run writes 4 KiB per send, so that the fault meets records
-#            autocorking holds (docs/protocol.md §4)
+#            run writes 4 KiB per send, with XPRESS_AUTOCORK_KB=64, so that
+#            the fault meets records autocorking holds (docs/protocol.md §4)
 #   kill     SIGKILL of the sender, then of the receiver: the other side
 #            ends as with TCP (EOF or ECONNRESET / EPIPE), never hangs
 #   redis    redis-benchmark with one injected fault: every reply arrives
@@ -316,7 +316,7 @@ inject_runs() {
     off=$((256 * 1024 + (RANDOM * 32768 + RANDOM) % (total - 512 * 1024)))
     echo "$off" >>"$T/inj.offsets"
     piece=$((i % 2 ? 0 : 4096))
-    if run_client "inj$i" 30 xp env "XPRESS_FAULT_QP_ERROR_AT=$off" XPRESS_LOG_LEVEL=debug "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+    if run_client "inj$i" 30 xp env "XPRESS_FAULT_QP_ERROR_AT=$off" XPRESS_AUTOCORK_KB=64 XPRESS_LOG_LEVEL=debug "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
       --bytes "${INJ_MIB}M" --timeout 20 --settle 0.5 --piece "$piece"; then
       cat "$CD/inj$i.out" >>"$T/inj.sent"
     else
