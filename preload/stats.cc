@@ -171,6 +171,8 @@ ConnSlot* claim_slot(int fd) {
       s.bytes_rx.store(0, std::memory_order_relaxed);
       s.msgs_tx.store(0, std::memory_order_relaxed);
       s.msgs_rx.store(0, std::memory_order_relaxed);
+      s.tx_switch_at.store(0, std::memory_order_relaxed);
+      s.rx_switch_at.store(0, std::memory_order_relaxed);
       s.opened_unix_ms = unix_ms();
       return &s;
     }
@@ -179,12 +181,34 @@ ConnSlot* claim_slot(int fd) {
   return nullptr;
 }
 
+namespace {
+// A row's bytes, split at its switches: {on TCP before, the rest}.
+struct RowBytes {
+  uint64_t tx_before, tx, rx_before, rx;
+};
+RowBytes split(const ConnSlot& s) {
+  auto part = [](uint64_t all, uint64_t at, uint64_t* before) {
+    *before = at < all ? at : all;
+    return all - *before;
+  };
+  RowBytes r{};
+  r.tx = part(s.bytes_tx.load(std::memory_order_relaxed),
+              s.tx_switch_at.load(std::memory_order_relaxed), &r.tx_before);
+  r.rx = part(s.bytes_rx.load(std::memory_order_relaxed),
+              s.rx_switch_at.load(std::memory_order_relaxed), &r.rx_before);
+  return r;
+}
+} // namespace
+
 void release_slot(ConnSlot* s) {
   if (s == nullptr) return;
   Counters& c = block().c;
   int m = s->mode < 2 ? s->mode : 0;
-  c.bytes_tx[m].fetch_add(s->bytes_tx.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  c.bytes_rx[m].fetch_add(s->bytes_rx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  RowBytes rb = split(*s);
+  c.bytes_tx[m].fetch_add(rb.tx, std::memory_order_relaxed);
+  c.bytes_rx[m].fetch_add(rb.rx, std::memory_order_relaxed);
+  c.tx_before_switch.fetch_add(rb.tx_before, std::memory_order_relaxed);
+  c.rx_before_switch.fetch_add(rb.rx_before, std::memory_order_relaxed);
   c.msgs_tx[m].fetch_add(s->msgs_tx.load(std::memory_order_relaxed), std::memory_order_relaxed);
   c.msgs_rx[m].fetch_add(s->msgs_rx.load(std::memory_order_relaxed), std::memory_order_relaxed);
   s->in_use.store(0, std::memory_order_release);
@@ -197,11 +221,16 @@ void totals(const StatsBlock& b, Totals* t) {
     t->msgs_tx[m] = b.c.msgs_tx[m].load(std::memory_order_relaxed);
     t->msgs_rx[m] = b.c.msgs_rx[m].load(std::memory_order_relaxed);
   }
+  t->tx_before_switch = b.c.tx_before_switch.load(std::memory_order_relaxed);
+  t->rx_before_switch = b.c.rx_before_switch.load(std::memory_order_relaxed);
   for (const ConnSlot& s : b.slots) {
     if (s.in_use.load(std::memory_order_acquire) == 0) continue;
     int m = s.mode < 2 ? s.mode : 0;
-    t->bytes_tx[m] += s.bytes_tx.load(std::memory_order_relaxed);
-    t->bytes_rx[m] += s.bytes_rx.load(std::memory_order_relaxed);
+    RowBytes rb = split(s);
+    t->bytes_tx[m] += rb.tx;
+    t->bytes_rx[m] += rb.rx;
+    t->tx_before_switch += rb.tx_before;
+    t->rx_before_switch += rb.rx_before;
     t->msgs_tx[m] += s.msgs_tx.load(std::memory_order_relaxed);
     t->msgs_rx[m] += s.msgs_rx.load(std::memory_order_relaxed);
   }
@@ -280,8 +309,11 @@ void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem)
               get(c.fallbacks[r]));
       first = false;
     }
-    fprintf(out, "},\"bytes\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
-            t.bytes_tx[kRdma], t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp]);
+    fprintf(out,
+            "},\"bytes\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu},"
+            "\"tcp_before_switch\":{\"tx\":%lu,\"rx\":%lu}},",
+            t.bytes_tx[kRdma], t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp],
+            t.tx_before_switch, t.rx_before_switch);
     fprintf(out, "\"messages\":{\"rdma\":{\"tx\":%lu,\"rx\":%lu},\"tcp\":{\"tx\":%lu,\"rx\":%lu}},",
             t.msgs_tx[kRdma], t.msgs_rx[kRdma], t.msgs_tx[kTcp], t.msgs_rx[kTcp]);
     fprintf(out, "\"recovery\":{\"resumed\":{");
@@ -325,8 +357,9 @@ void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem)
     any = true;
   }
   fprintf(out, "%s\n", any ? "" : " -");
-  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "bytes tx/rx", t.bytes_tx[kRdma],
-          t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp]);
+  fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu   tcp before the switch %lu/%lu\n",
+          "bytes tx/rx", t.bytes_tx[kRdma], t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp],
+          t.tx_before_switch, t.rx_before_switch);
   fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu\n", "messages tx/rx", t.msgs_tx[kRdma],
           t.msgs_rx[kRdma], t.msgs_tx[kTcp], t.msgs_rx[kTcp]);
   fprintf(out, "  %-22s %lu sockets, %lu listeners\n", "tracked", get(c.sockets_tracked),

@@ -16,8 +16,8 @@ namespace xp {
 constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
 // 3: the live file carries the registered-memory page (alloc::MemStats) at
 // kMemStatsOffset, after the block's pages.  4: recovery counters.  5: back
-// to RDMA after a resume.
-constexpr uint32_t kStatsVersion = 5;
+// to RDMA after a resume.  6: bytes on TCP before the switch.
+constexpr uint32_t kStatsVersion = 6;
 // stream::ResumeCause::count (stream/resume.h; checked in track.cc).
 constexpr int kResumeCauses = 9;
 
@@ -28,8 +28,14 @@ struct Counters {
   Counter listeners;
   Counter connections[static_cast<int>(Mode::count)]; // established, per mode
   Counter fallbacks[static_cast<int>(Reason::count)]; // tcp connections by reason
+  // Application bytes by the path that carried them: tcp for connections
+  // that stay on TCP, rdma for upgraded ones, except the bytes an upgraded
+  // connection carried on TCP before each direction switched, counted in
+  // *_before_switch.  (A stream resumed on TCP after its channel failed
+  // stays under rdma; the recovery counters below count those streams.)
   Counter bytes_tx[static_cast<int>(Mode::count)];
   Counter bytes_rx[static_cast<int>(Mode::count)];
+  Counter tx_before_switch, rx_before_switch;
   Counter msgs_tx[static_cast<int>(Mode::count)];
   Counter msgs_rx[static_cast<int>(Mode::count)];
   Counter conn_slots_full; // connections without a live row
@@ -58,6 +64,9 @@ struct alignas(64) ConnSlot {
   uint8_t mode, reason, role, family; // family 4 or 6
   uint16_t local_port, peer_port;
   Counter bytes_tx, bytes_rx, msgs_tx, msgs_rx;
+  // Where each direction switched to RDMA (its first bytes crossed on TCP);
+  // 0 until then.  Written once by the switch, read when the row is folded.
+  Counter tx_switch_at, rx_switch_at;
   uint64_t opened_unix_ms;
   uint8_t local[16], peer[16];
 };
@@ -98,6 +107,7 @@ void release_slot(ConnSlot* s);
 // Totals including the open connections' rows.
 struct Totals {
   uint64_t bytes_tx[2], bytes_rx[2], msgs_tx[2], msgs_rx[2];
+  uint64_t tx_before_switch, rx_before_switch;
 };
 void totals(const StatsBlock& b, Totals* t);
 

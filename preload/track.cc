@@ -79,6 +79,14 @@ void on_outcome(int fd, Mode m, Reason why) {
   count_outcome(*r, m, why);
 }
 
+// A direction switched to RDMA at byte `at`: the row counts its first `at`
+// bytes as carried on TCP before the switch.
+void on_switch(int fd, bool tx, uint64_t at) {
+  SocketRef r = lookup(fd);
+  if (!r || r->slot == nullptr) return;
+  (tx ? r->slot->tx_switch_at : r->slot->rx_switch_at).store(at, std::memory_order_relaxed);
+}
+
 // Readiness moves between the kernel and the connection (stream/ready_source.h).
 void (*g_readiness_hook)(int fd, stream::ReadySource* now) = nullptr;
 void on_mode(int fd, stream::ReadySource* now) {
@@ -130,6 +138,7 @@ void engine_config_once() {
   logsink::install(stream_log, static_cast<int>(config().log_level));
   stream::engine::configure(config().engine);
   stream::engine::set_outcome_hook(on_outcome);
+  stream::engine::set_switch_hook(on_switch);
   stream::set_resume_hook(on_resume);
   stream::reattach::set_hook(on_reattach);
   stream::set_mode_hook(on_mode);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/fd_place.h"
+#include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/fault.h"
 #include "stream/move.h"
@@ -45,6 +46,7 @@ State& state_once() {
 }
 #define g_state (state_once())
 std::atomic<OutcomeHook> g_outcome{nullptr};
+std::atomic<SwitchHook> g_switch{nullptr};
 
 void* engine_main(void*);
 
@@ -328,6 +330,11 @@ void report(Conn* c, Mode m, Reason why) {
   if (OutcomeHook h = g_outcome.load(std::memory_order_acquire)) h(c->sock(), m, why);
 }
 
+void report_switch(Conn* c, bool tx, uint64_t at) {
+  if (c->closed.load()) return;
+  if (SwitchHook h = g_switch.load(std::memory_order_acquire)) h(c->sock(), tx, at);
+}
+
 } // namespace engine
 
 void Conn::absorb_tcp_bytes() {
@@ -349,6 +356,10 @@ const EngineParams& engine::params() {
 
 void engine::set_outcome_hook(OutcomeHook h) {
   g_outcome.store(h, std::memory_order_release);
+}
+
+void engine::set_switch_hook(SwitchHook h) {
+  g_switch.store(h, std::memory_order_release);
 }
 
 Reason engine::unavailable() {
@@ -380,6 +391,7 @@ Conn* engine::on_connect(int fd, const sockaddr* local, const sockaddr* peer, Re
   std::lock_guard<std::mutex> l(s.mu);
   Conn* c = register_conn(fd, recover::Role::client, local, peer, why);
   if (c == nullptr) return nullptr;
+  XP_SLOG(XP_SLOG_TRACE, "fd %d: connected, upgrade queued", fd);
   c->ref(); // the start queue's
   {
     std::lock_guard<std::mutex> q(s.qmu);
@@ -399,6 +411,7 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
   std::lock_guard<std::mutex> l(s.mu);
   Conn* c = register_conn(fd, recover::Role::server, local, peer, why);
   if (c == nullptr) return nullptr;
+  XP_SLOG(XP_SLOG_TRACE, "fd %d: accepted", fd);
   // The client may need an attach, a refusal and a redirect first.
   c->deadline_ms = now_ms() + 2 * s.p.handshake_timeout_ms;
   c->share = share;

@@ -68,6 +68,12 @@ bool spin_poll_channels();
 // (rdma once a direction switched; tcp with the reason when the upgrade gave up).
 using OutcomeHook = void (*)(int fd, Mode m, Reason why);
 void set_outcome_hook(OutcomeHook h);
+// Switch hook: a direction of the connection moved to RDMA at byte `at`
+// (its first `at` bytes crossed on TCP): the statistics count those under
+// tcp before the switch.  Once per direction; a return to RDMA after a
+// resume does not call it.
+using SwitchHook = void (*)(int fd, bool tx, uint64_t at);
+void set_switch_hook(SwitchHook h);
 
 } // namespace engine
 } // namespace xp::stream

@@ -29,6 +29,9 @@ bool send_msg_locked(Channel* ch, const recover::Message& m) {
   if (st != Status::ok)
     XP_SLOG(XP_SLOG_DEBUG, "channel: control record type %u for stream %u not sent (%s)",
             static_cast<unsigned>(m.type), m.stream, status_name(st));
+  else
+    XP_SLOG(XP_SLOG_TRACE, "channel: control record type %u for stream %u sent",
+            static_cast<unsigned>(m.type), m.stream);
   return st == Status::ok;
 }
 
@@ -109,6 +112,8 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
 }
 
 void handle_record(Channel* ch, const ControlRecord& r) {
+  XP_SLOG(XP_SLOG_TRACE, "channel: control record type %u for stream %u received",
+          static_cast<unsigned>(r.h.type), r.h.stream);
   if (r.h.type == static_cast<uint8_t>(RecordType::attach)) {
     if (ch->client_side) return; // only the channel's client attaches
     std::lock_guard<std::mutex> gl(g().mu);
@@ -231,6 +236,7 @@ void advance(Conn* c) {
     c->tx_rdma.store(true, std::memory_order_release);
     XP_SLOG(XP_SLOG_DEBUG, "fd %d: sending over RDMA from byte %llu (stream %u)", c->sock(),
             static_cast<unsigned long long>(c->sess.tx_offset()), c->sid);
+    report_switch(c, true, c->sess.tx_offset());
     changed = true;
   }
   if (!c->switch_acked && c->sess.rx_mode() == Mode::rdma) {
@@ -255,6 +261,7 @@ void advance(Conn* c) {
     }
     XP_SLOG(XP_SLOG_DEBUG, "fd %d: receiving over RDMA from byte %llu (stream %u)", c->sock(),
             static_cast<unsigned long long>(c->sess.rx_offset()), c->sid);
+    report_switch(c, false, c->sess.rx_offset());
     changed = true;
   }
   if (changed) {
@@ -513,6 +520,10 @@ void retry_attaches(uint64_t now) {
     // handle_attach takes g().mu's place in the lock order: it is held here.
     bool done = handle_attach(as[i].ch, as[i].rec, now >= as[i].deadline_ms);
     if (done) {
+      XP_SLOG(
+          XP_SLOG_TRACE, "channel: ATTACH for stream %u answered after waiting (%llu ms left)",
+          as[i].rec.h.stream,
+          static_cast<unsigned long long>(as[i].deadline_ms > now ? as[i].deadline_ms - now : 0));
       as[i] = as.back();
       as.pop_back();
     } else {

@@ -186,6 +186,8 @@ void retry_attaches(uint64_t now); // g().mu held
 void watch_channel(Channel* ch);   // g().mu held
 void reap_channels(uint64_t now);  // g().mu held: idle and failed channels go
 void report(Conn* c, Mode m, Reason why);
+// A direction switched at byte `at` (the preload layer's statistics).
+void report_switch(Conn* c, bool tx, uint64_t at);
 
 // ---- channel_events.cc: who takes completion events (no lock held)
 // Re-arm a channel nobody spun on for 10 ms, checked every 10 ms: each

@@ -342,9 +342,11 @@ void start_client(Conn* c) {
     uint32_t id = 0;
     if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) continue;
     recover::Message m;
-    if (c->sess.start_attach(id, &m) == Status::ok)
+    if (c->sess.start_attach(id, &m) == Status::ok) {
       ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
                                       m.payload, m.len);
+      XP_SLOG(XP_SLOG_TRACE, "fd %d: ATTACH as stream %u", c->sock(), id);
+    }
     c->deadline_ms = now + g().p.handshake_timeout_ms;
     return;
   }

@@ -86,9 +86,11 @@ int list_all(bool json) {
           off +=
               static_cast<size_t>(snprintf(reasons + off, sizeof reasons - off, "%s=%lu ",
                                            reason_name(static_cast<Reason>(r)), g(c.fallbacks[r])));
+      // tcp_bytes: every byte that crossed on TCP, the upgraded
+      // connections' bytes before their switch included.
       printf("%7d %-16s %8lu %8lu %14lu %14lu  %s\n", b->pid, b->comm, g(c.connections[1]),
-             g(c.connections[0]), t.bytes_tx[1] + t.bytes_rx[1], t.bytes_tx[0] + t.bytes_rx[0],
-             reasons);
+             g(c.connections[0]), t.bytes_tx[1] + t.bytes_rx[1],
+             t.bytes_tx[0] + t.bytes_rx[0] + t.tx_before_switch + t.rx_before_switch, reasons);
     }
     first = false;
   }

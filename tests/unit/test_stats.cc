@@ -129,6 +129,42 @@ TEST_CASE("stats: per-connection counts reach the totals while open and after cl
   CHECK(alignof(ConnSlot) == 64); // rows never share a cache line
 }
 
+TEST_CASE("stats: an upgraded connection's bytes before each switch count as tcp before it") {
+  stats::Totals before, t;
+  stats::totals(stats::block(), &before);
+  ConnSlot* s = stats::claim_slot(9);
+  REQUIRE(s);
+  s->mode = static_cast<uint8_t>(Mode::rdma);
+  s->bytes_tx += 1000;
+  s->bytes_rx += 50;
+  s->tx_switch_at = 300; // its first 300 bytes went on TCP
+  s->rx_switch_at = 80;  // more than the application read so far: all 50 on TCP
+  stats::totals(stats::block(), &t);
+  const int r = static_cast<int>(Mode::rdma), k = static_cast<int>(Mode::tcp);
+  CHECK(t.bytes_tx[r] - before.bytes_tx[r] == 700);
+  CHECK(t.tx_before_switch - before.tx_before_switch == 300);
+  CHECK(t.bytes_rx[r] - before.bytes_rx[r] == 0);
+  CHECK(t.rx_before_switch - before.rx_before_switch == 50);
+  CHECK(t.bytes_tx[k] == before.bytes_tx[k]); // not a connection on TCP
+  stats::release_slot(s);                     // the same split once folded
+  stats::totals(stats::block(), &t);
+  CHECK(t.bytes_tx[r] - before.bytes_tx[r] == 700);
+  CHECK(t.tx_before_switch - before.tx_before_switch == 300);
+  CHECK(t.rx_before_switch - before.rx_before_switch == 50);
+  ConnSlot* again = stats::claim_slot(10);
+  REQUIRE(again);
+  CHECK(again->tx_switch_at.load() == 0); // a reused row has not switched
+  stats::release_slot(again);
+
+  auto b = std::make_unique<StatsBlock>();
+  memset(static_cast<void*>(b.get()), 0, sizeof *b);
+  b->c.tx_before_switch = 300;
+  b->c.rx_before_switch = 50;
+  CHECK(dump_to_string(*b, true).find("\"tcp_before_switch\":{\"tx\":300,\"rx\":50}") !=
+        std::string::npos);
+  CHECK(dump_to_string(*b, false).find("tcp before the switch 300/50") != std::string::npos);
+}
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -47,6 +47,7 @@ run_case() {
       fail "$name (iperf3 -n 64M${opts:+ $opts}): error '$err', sent '$sent' (want $IPERF_BYTES), received '$recv'"
     fi
     check_stats_rdma "$name" "client-$name" "server-$name"
-    check_net "$name" "$snap" "$IPERF_BYTES" "$(stats_conns "client-$name")"
+    check_net "$name" "$snap" "$IPERF_BYTES" "$(stats_conns "client-$name")" \
+      "$(stats_before_switch "client-$name")"
   done
 }
