@@ -26,4 +26,9 @@ constexpr size_t kLogLineMax = 1024;
 // Rules: fixed upper bound so parsing never allocates without limit.
 constexpr size_t kMaxRules = 64;
 
+// exit/_exit with connections on RDMA: how long the process may wait for its
+// channels to send their last records (stream/exit.cc).  Normally well under
+// a millisecond; the bound is for a peer that stopped taking records.
+constexpr uint32_t kExitLingerMs = 1000;
+
 } // namespace xp::sw

@@ -162,6 +162,13 @@ public:
   size_t cork_len() const { return cork_.open ? cork_.len : 0; }
   // Post the held record now; ok when none is held (any more).
   Status flush_cork();
+
+  // ---- The process exits (stream/exit.cc).  From signal_all() on every
+  // work request is signaled, so that settled() can tell when the NIC is
+  // done with all of them: nothing held, no control record waiting in the
+  // backlog, every posted request completed (the peer's NIC has it).
+  void signal_all() { signal_every_ = 1; }
+  bool settled() const { return !cork_.open && deferred() == 0 && completed_ == posted_; }
   const ChannelCounters& counters() const { return counters_; }
   uint64_t send_credit_available() const { return send_credit_.available(); }
 
@@ -256,7 +263,7 @@ private:
   // check, without a virtual call each time.
   size_t peer_ring_;
   uint32_t sq_depth_;
-  uint32_t signal_every_;
+  uint32_t signal_every_; // 1 after signal_all()
   SendCredit send_credit_;
   RecvCredit recv_credit_;
   uint64_t recv_cursor_ = 0; // ring bytes accounted on arrival (incl. skips)

@@ -109,12 +109,21 @@ bool in_internal_call() {
   return t_internal_depth > 0;
 }
 
-// Constructor: initialise early when nobody called us yet; destructor: stats.
+void before_exit() {
+  if (g_init_state.load(std::memory_order_acquire) != 2 || in_vfork_child()) return;
+  InternalCall guard;
+  stream::engine::before_exit(sw::kExitLingerMs);
+}
+
+// Constructor: initialise early when nobody called us yet; destructor: the
+// streams end as the kernel's close at exit ends sockets, then stats (a
+// destructor runs after the program's atexit handlers, which may still send).
 __attribute__((constructor)) static void xp_constructor() {
   ensure_init();
 }
 __attribute__((destructor)) static void xp_destructor() {
   if (g_init_state.load(std::memory_order_acquire) != 2) return;
+  before_exit();
   stats::at_exit();
 }
 

@@ -12,6 +12,10 @@ void ensure_init();
 // True inside a child created by vfork() that has not exec'd yet: it shares
 // the parent's memory, so wrappers must not change any xpress state.
 bool in_vfork_child();
+// The process exits (exit's destructors, _exit, _Exit): open streams on RDMA
+// end as the kernel's close of their sockets would end them
+// (stream::engine::before_exit).  Not in a vfork child.
+void before_exit();
 // Called by the vfork entry stub just before the real vfork.
 extern "C" void* xp_vfork_prepare();
 

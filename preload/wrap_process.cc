@@ -2,6 +2,7 @@
 // so that daemon() and other internal forks get it too.  vfork is an assembly
 // stub (vfork_entry.S) on x86-64: a C wrapper's frame would be destroyed by
 // the child before the parent returns through it.
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "preload/boundary.h"
@@ -14,6 +15,23 @@ XP_EXPORT pid_t fork(void) noexcept {
   pid_t pid = XP_REAL(fork);
   if (pid > 0) XP_LOG(debug, "fork: child %d", pid);
   return pid;
+}
+
+// _exit skips atexit handlers and destructors, not the kernel's close of
+// the sockets: the streams end here as they would at exit().  (exit()
+// reaches the kernel through glibc's own _exit, not this one.)  Never in a
+// vfork child, which runs on its parent's memory (before_exit checks).
+XP_EXPORT void _exit(int status) noexcept {
+  before_exit();
+  if (auto fn = real::_exit()) fn(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+XP_EXPORT void _Exit(int status) noexcept {
+  before_exit();
+  if (auto fn = real::_Exit()) fn(status);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
 }
 
 XP_EXPORT int daemon(int nochdir, int noclose) noexcept {

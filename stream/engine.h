@@ -75,5 +75,11 @@ void set_outcome_hook(OutcomeHook h);
 using SwitchHook = void (*)(int fd, bool tx, uint64_t at);
 void set_switch_hook(SwitchHook h);
 
+// The process exits (exit, _exit) with connections open: end each stream as
+// the kernel's close would (FIN after the bytes written, a reset with unread
+// bytes), then wait up to budget_ms for the NIC to take everything posted
+// (stream/exit.cc).  Nothing in a fork child, nothing without channels.
+void before_exit(uint32_t budget_ms);
+
 } // namespace engine
 } // namespace xp::stream

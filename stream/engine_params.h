@@ -35,11 +35,10 @@ struct EngineParams {
   // XPRESS_AUTOCORK_KB: a bulk stream's small writes (a quarter window of
   // earlier bytes in flight, Stream::may_hold) or MSG_MORE ones are
   // gathered into one record of up to this many bytes (0: every write is
-  // its own record; flow/record_channel_cork.cc).
-  // Off by default: a record still held when the process exits without
-  // closing the socket (exit, _exit) is lost, where the kernel would have
-  // delivered the bytes; until exit paths post held records, opt in.
-  size_t autocork_max = 0;
+  // its own record; flow/record_channel_cork.cc).  A record still held
+  // when the process exits without closing the socket (exit, _exit, _Exit)
+  // is posted by the exit path (stream/exit.cc, before_exit).
+  size_t autocork_max = 64u << 10;
   bool zerocopy = true;
   size_t zerocopy_min = 256u << 10;
 };

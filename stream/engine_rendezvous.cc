@@ -563,6 +563,16 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::disconnected: {
     for (Channel* ch : g().channels) {
       if (ch->link == ev.link) {
+        // What the peer sent before it left is in our ring already (RC
+        // delivers in order, before the disconnect): take it first, its
+        // streams' last bytes and FINs (a peer that exited, stream/exit.cc).
+        // Control records wait in the inbox (their handling takes g().mu).
+        Changes changed;
+        {
+          std::lock_guard<std::mutex> l(ch->mu);
+          if (!ch->failed.load()) progress_locked(ch, nullptr, &changed);
+        }
+        changed.wake();
         channel_failed(ch, ResumeCause::disconnected); // its streams resume on TCP; reaped
         return;
       }

@@ -24,7 +24,10 @@ struct MuxParams {
   size_t stream_window = 256 * 1024;       // per-stream send window = receive buffer
   size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
   // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork)
-  size_t cork_max = 0; // off unless asked (EngineParams::autocork_max)
+  // Off unless asked: the engine asks (EngineParams::autocork_max) and
+  // posts held records when the process exits (stream/exit.cc); a direct
+  // user of Mux must flush or close its streams before it exits.
+  size_t cork_max = 0;
 };
 
 struct MuxCounters {

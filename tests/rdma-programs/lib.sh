@@ -22,10 +22,11 @@
 # before the switch (how many depends on how fast the upgrade ran against how
 # fast TCP moved meanwhile: a bulk sender on this 2-vCPU VM moves 1-20 MiB in
 # the ~0.1 s it takes).  Those may be at most SWITCH_MAX_PCT of an upgraded
-# connection's bytes.
+# connection's bytes, plus SWITCH_ALLOW per connection (its first exchange).
 RDMA_MIN_PCT=${RDMA_MIN_PCT:-80}
 TCP_MAX_PCT=${TCP_MAX_PCT:-20}
 SWITCH_MAX_PCT=${SWITCH_MAX_PCT:-50}
+SWITCH_ALLOW=${SWITCH_ALLOW:-65536}
 TCP_CONN_ALLOW=${TCP_CONN_ALLOW:-4096}
 # The largest RoCE MTU: a lower bound on the packets a payload needs.
 ROCE_MAX_MTU=4096
@@ -456,9 +457,11 @@ check_stats_rdma() {
     # connections, and the bytes rule below still holds.
     [ $((S_TCP * 100)) -le $((${TCP_CONN_MAX_PCT:-10} * (S_RDMA + S_TCP))) ] ||
       why+=("$S_TCP connection(s) in mode tcp (allowed: ${TCP_CONN_MAX_PCT:-10}% of $((S_RDMA + S_TCP)))")
-    [ "$rb" -gt 0 ] || why+=("no bytes under rdma")
-    [ $((rb * 100)) -ge $((RDMA_MIN_PCT * (rb + tb))) ] || why+=("$(pct "$rb" $((rb + tb))) of the bytes under rdma, want >= $RDMA_MIN_PCT%")
-    [ $((pb * 100)) -le $((SWITCH_MAX_PCT * (rb + pb))) ] || why+=("$(pct "$pb" $((rb + pb))) of the upgraded connections' bytes on TCP before the switch, want <= $SWITCH_MAX_PCT%")
+    [ $((rb + pb)) -gt 0 ] || why+=("no bytes on the upgraded connections")
+    [ $((rb * 100)) -ge $((RDMA_MIN_PCT * (rb + tb))) ] || why+=("$(pct "$rb" $((rb + tb))) of the bytes after the switch under rdma, want >= $RDMA_MIN_PCT%")
+    # A connection's first bytes go on TCP anyway (a short exchange may be
+    # all of them): SWITCH_ALLOW bytes per connection are not counted.
+    [ $((pb * 100)) -le $((SWITCH_MAX_PCT * (rb + pb) + 100 * SWITCH_ALLOW * S_RDMA)) ] || why+=("$(pct "$pb" $((rb + pb))) of the upgraded connections' bytes on TCP before the switch, want <= $SWITCH_MAX_PCT% + $(hb "$SWITCH_ALLOW") per connection")
     if [ ${#why[@]} = 0 ]; then
       pass "$label: $name stats in mode rdma: $S_DESC"
     else

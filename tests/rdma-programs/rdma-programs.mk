@@ -13,7 +13,13 @@ $(ZC_STALE): tests/rdma-programs/zc_stale.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -Wall -Wextra -Werror -o $@ $<
 
-test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) softroce-kernel
+# The sender that exits without closing its socket (cases/exit.sh).
+EXIT_UNCLOSED := $(BUILD)/tests/rdma-programs/exit-unclosed
+$(EXIT_UNCLOSED): tests/rdma-programs/exit_unclosed.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -Werror -o $@ $<
+
+test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) softroce-kernel
 	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
 	  bash tests/rdma-programs/run.sh $(RDMA_CASES)
 

@@ -56,7 +56,7 @@ TEST_CASE("config: zero-copy switch and threshold") {
 TEST_CASE("config: autocorking size, and 0 turns it off") {
   Env d;
   CHECK(d.parse());
-  CHECK(d.cfg.engine.autocork_max == 0); // opt-in (engine_params.h)
+  CHECK(d.cfg.engine.autocork_max == 64u << 10); // on (engine_params.h)
   Env e;
   e.vars = {{"XPRESS_AUTOCORK_KB", "0"}};
   CHECK(e.parse());

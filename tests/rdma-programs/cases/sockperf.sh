@@ -58,10 +58,10 @@ run_case() {
   # throughput mode has no check of its own), by the statistics of both ends.
   local srx ctx=0
   stats_load sockperf-server
-  srx=$((S_RRX + S_TRX))
+  srx=$((S_RRX + S_TRX + S_PRX))
   for n in pingpong throughput; do
     stats_load "$n"
-    ctx=$((ctx + S_RTX + S_TTX))
+    ctx=$((ctx + S_RTX + S_TTX + S_PTX))
   done
   ok_if "server received every byte the clients sent ($srx)" \
     "server received $srx bytes, the clients sent $ctx" [ "$srx" = "$ctx" -a "$ctx" -gt 0 ]
