@@ -440,7 +440,7 @@ void engine::on_close(Conn* c) {
       }
       // Unread bytes make the kernel answer close with a reset; so do we.
       // Otherwise FIN, after everything written (already posted).
-      if (c->st && c->st->readable_bytes() > 0) c->st->reset();
+      if (c->st) c->st->end_as_close();
       detach(c, ch);
     }
     c->ch = nullptr;

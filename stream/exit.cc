@@ -38,15 +38,11 @@ Channel* end_stream(Conn* c, uint64_t until) {
     c->mu.unlock();
     return nullptr;
   }
-  flow::RecordChannel& rc = ch->mux->channel();
-  rc.signal_all();
+  ch->mux->channel().signal_all();
   // A direction still on TCP sends its FIN record too: the reader then knows
   // that no SWITCH follows the kernel's FIN (docs/protocol.md §3).  Either
   // record posts a held one before it.
-  if (c->st->readable_bytes() > 0)
-    c->st->reset();
-  else
-    c->st->shutdown_write();
+  c->st->end_as_close();
   ch->mu.unlock();
   c->mu.unlock();
   return ch;

@@ -189,6 +189,13 @@ void Stream::reset() {
   reset_ = true;
 }
 
+void Stream::end_as_close() {
+  if (readable_bytes() > 0)
+    reset();
+  else if (!fin_sent_ && !reset_ && !mux_->failed_)
+    (void)shutdown_write();
+}
+
 Status Stream::shutdown_write() {
   if (fin_sent_) return Status::ok;
   if (frozen_) return Status::no_resource;

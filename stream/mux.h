@@ -23,7 +23,7 @@ struct MuxParams {
   uint32_t max_streams = 256;              // XPRESS_STREAMS_PER_CHANNEL
   size_t stream_window = 256 * 1024;       // per-stream send window = receive buffer
   size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
-  // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork)
+  // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork).
   // Off unless asked: the engine asks (EngineParams::autocork_max) and
   // posts held records when the process exits (stream/exit.cc); a direct
   // user of Mux must flush or close its streams before it exits.
@@ -94,6 +94,10 @@ public:
   // Abort: tell the peer (RST) and fail local calls.
   void reset();
   bool was_reset() const { return reset_; }
+  // What the kernel's close() does to a connection: a reset when unread
+  // bytes are left, else the end of stream after the bytes sent.  For
+  // close (engine::on_close) and exit (stream/exit.cc).
+  void end_as_close();
 
   // Sequence state (recovery resumes from these).
   uint64_t send_next() const { return window_.next(); }
