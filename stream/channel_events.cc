@@ -279,8 +279,14 @@ uint64_t spin_budget_ns(uint32_t avg) {
 
 uint32_t wait_avg(uint32_t avg, uint64_t waited_ns) {
   uint64_t us = waited_ns / 1000;
-  if (us > 1000000) us = 1000000;
-  // Weight 1/4: a few slow answers do not end the spinning.
+  // Weight 1/4, each wait counted as at most twice the ceiling: it takes
+  // three long waits in a row to end the spinning, however long each was.
+  // Uncapped, one stall of a few ms (a descheduled vCPU) lifted a 64 B
+  // ping-pong's average over the ceiling for the next 3-4 round trips,
+  // and each of those slept and paid a wake-up: one stall became several
+  // slow answers, the p99 of the loop.
+  const uint64_t cap = 2ull * params().spin_us;
+  if (us > cap) us = cap;
   return static_cast<uint32_t>((3ull * avg + us) / 4);
 }
 

@@ -340,9 +340,9 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
       errno = ECONNRESET;
       return -1;
     }
+    iovec v[kMaxIov];
     for (int pass = 0; pass < 2; ++pass) {
-      iovec v[kMaxIov];
-      int k = slice(iov, iovcnt, skip, SIZE_MAX, v);
+      int k = slice(iov, iovcnt, skip + got, SIZE_MAX, v);
       for (int i = 0; i < k; ++i) {
         size_t g = 0;
         st = s->read(v[i].iov_base, v[i].iov_len, &g, peek);
@@ -350,7 +350,12 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
         if (g < v[i].iov_len || peek) break;
       }
       if (got > 0 || st != Status::would_block || pass == 1) break;
+      // Nothing buffered: what arrives for this stream while we poll goes
+      // straight into the caller's buffer (Stream::lend), then the second
+      // pass takes what did not fit from the receive buffer.
+      if (!peek) s->lend(v, k);
       engine::progress_locked(ch, c, &changed);
+      if (!peek) got = s->take_lent(); // streams leave only outside progress: s is alive
     }
     if (engine::refresh(c)) changed.add(c);
   }

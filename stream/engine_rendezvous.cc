@@ -49,6 +49,7 @@ verbs::RcLinkParams link_params() {
   lp.sq_depth = 256;
   lp.max_inline = 64;
   lp.timeout_ms = static_cast<int>(g().p.handshake_timeout_ms);
+  lp.stream_window = g().p.stream_window;
   return lp;
 }
 

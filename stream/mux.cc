@@ -24,14 +24,15 @@ static_assert(flow::kMaxControlPayload == recover::kMaxControlPayload);
 using flow::RecordType;
 
 Stream::Stream(Mux* mux, uint32_t id, uint64_t tx_start, uint64_t rx_start, size_t window,
-               flow::WindowBudget* channel_budget)
-    : mux_(mux), id_(id), window_(tx_start, window, channel_budget, nullptr), rx_(window),
-      window_size_(window), rx_next_(rx_start), delivered_(rx_start), acked_sent_(rx_start) {}
+               size_t tx_window, flow::WindowBudget* channel_budget)
+    : mux_(mux), id_(id), window_(tx_start, tx_window, channel_budget, nullptr), rx_(window),
+      window_size_(window), tx_window_(tx_window), rx_next_(rx_start), delivered_(rx_start),
+      acked_sent_(rx_start) {}
 
 bool Stream::writable() const {
   if (frozen_) return false;
   if (fin_sent_ || reset_) return true; // a write reports the error at once
-  return window_.unacked() < window_size_ && mux_->channel_.can_send(1);
+  return window_.unacked() < tx_window_ && mux_->channel_.can_send(1);
 }
 
 size_t Stream::reserve_record(size_t want, uint64_t* seq) {
@@ -57,7 +58,7 @@ bool Stream::may_hold(size_t fresh) const {
   const flow::RecordChannel& ch = mux_->channel_;
   const uint64_t held = ch.corked() && ch.cork_stream() == id_ ? ch.cork_len() : 0;
   // A full window cannot add to the record: nothing to wait for.
-  return window_.unacked() >= fresh + held + window_size_ / 4 && window_.unacked() < window_size_;
+  return window_.unacked() >= fresh + held + tx_window_ / 4 && window_.unacked() < tx_window_;
 }
 
 Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_taken, bool more) {
@@ -68,14 +69,14 @@ Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_take
   // Unacknowledged bytes of earlier calls: one large send() of a message
   // never holds its own tail (the peer may answer only after all of it).
   const uint64_t unacked = window_.unacked();
-  const bool earlier_busy = (unacked > call_taken ? unacked - call_taken : 0) >= window_size_ / 4;
+  const bool earlier_busy = (unacked > call_taken ? unacked - call_taken : 0) >= tx_window_ / 4;
   while (*done < len) {
     uint64_t seq = 0;
     size_t allowed = reserve_record(len - *done, &seq);
     if (allowed == 0) break;
     // MSG_MORE holds unless the window is full (nothing could join).
     const bool hold =
-        (more && window_.unacked() < window_size_) || (earlier_busy && may_hold(allowed));
+        (more && window_.unacked() < tx_window_) || (earlier_busy && may_hold(allowed));
     Status st = mux_->channel_.send(id_, seq, p + *done, allowed, hold);
     if (st != Status::ok) {
       // can_send() said yes, so only a failed link gets here.  The bytes
@@ -160,11 +161,48 @@ Status Stream::read(void* buf, size_t len, size_t* got, bool peek) {
   return Status::would_block;
 }
 
+void Stream::lend(const iovec* v, int n) {
+  lent_ = n > 0 ? v : nullptr;
+  lent_n_ = n;
+  lent_i_ = 0;
+  lent_off_ = lent_got_ = 0;
+}
+
+size_t Stream::take_lent() {
+  const size_t got = lent_got_;
+  lent_ = nullptr;
+  lent_got_ = 0;
+  if (got > 0) {
+    delivered_ += got;
+    mux_->counters_.direct_bytes += got;
+    maybe_ack();
+  }
+  return got;
+}
+
+size_t Stream::fill_lent(const uint8_t* p, size_t n) {
+  size_t done = 0;
+  while (done < n && lent_i_ < lent_n_) {
+    const iovec& e = lent_[lent_i_];
+    size_t take = e.iov_len - lent_off_;
+    if (take > n - done) take = n - done;
+    memcpy(static_cast<uint8_t*>(e.iov_base) + lent_off_, p + done, take);
+    done += take;
+    lent_off_ += take;
+    if (lent_off_ == e.iov_len) {
+      ++lent_i_;
+      lent_off_ = 0;
+    }
+  }
+  lent_got_ += done;
+  return done;
+}
+
 Status Stream::set_tx_start(uint64_t s) {
   if (tx_start_set_ || window_.next() != window_.acked() || fin_sent_) return Status::invalid;
   uint64_t base = window_.next();
   if (base != 0 && base != s) return Status::invalid; // opened with a real offset already
-  window_ = flow::SendWindow(s, window_size_, &mux_->budget_, nullptr);
+  window_ = flow::SendWindow(s, tx_window_, &mux_->budget_, nullptr);
   tx_start_set_ = true;
   return Status::ok;
 }
@@ -227,8 +265,15 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
   switch (static_cast<RecordType>(h.type)) {
   case RecordType::data:
     // RC delivers in order: anything but the next sequence, data after
-    // FIN, or more than the window we advertised is a broken peer.
-    if (h.seq != rx_next_ || fin_received_ || !rx_.put(payload, h.len)) return Status::invalid;
+    // FIN, or more than the window we advertised is a broken peer.  Bytes placed
+    // in a lent buffer count as consumed (take_lent), so the window is
+    // checked against the last acknowledgement sent, not the buffer's room.
+    if (h.seq != rx_next_ || fin_received_ || h.seq + h.len - acked_sent_ > window_size_)
+      return Status::invalid;
+    {
+      size_t direct = lent_ && rx_.size() == 0 ? fill_lent(payload, h.len) : 0;
+      if (!rx_.put(payload + direct, h.len - direct)) return Status::invalid;
+    }
     rx_next_ += h.len;
     return Status::ok;
   case RecordType::ack:
@@ -270,8 +315,12 @@ Stream* Mux::open(uint32_t id, uint64_t tx_start, uint64_t rx_start) {
   if (failed_ || params_.max_streams == 0 || id > kMaxStreamId ||
       streams_[id % params_.max_streams] != nullptr)
     return nullptr;
-  auto* s =
-      new (std::nothrow) Stream(this, id, tx_start, rx_start, params_.stream_window, &budget_);
+  // We send at most what the peer's receive buffer holds (it told us its
+  // window at set-up; the two ends may be configured differently).
+  const size_t peer = link_->peer_stream_window();
+  const size_t tx_window = peer != 0 && peer < params_.stream_window ? peer : params_.stream_window;
+  auto* s = new (std::nothrow)
+      Stream(this, id, tx_start, rx_start, params_.stream_window, tx_window, &budget_);
   if (s == nullptr) return nullptr;
   if (!s->rx_.ok()) {
     delete s;

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <sys/uio.h>
 
 #include "common/status.h"
 #include "flow/record_channel.h"
@@ -20,8 +21,9 @@
 namespace xp::stream {
 
 struct MuxParams {
-  uint32_t max_streams = 256;              // XPRESS_STREAMS_PER_CHANNEL
-  size_t stream_window = 256 * 1024;       // per-stream send window = receive buffer
+  uint32_t max_streams = 256; // XPRESS_STREAMS_PER_CHANNEL
+  size_t stream_window =
+      256 * 1024; // receive buffer; send window: the smaller of it and the peer's
   size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
   // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork).
   // Off unless asked: the engine asks (EngineParams::autocork_max) and
@@ -34,6 +36,7 @@ struct MuxCounters {
   uint64_t unknown_stream_records = 0; // records for streams closed here (dropped)
   uint64_t acks_sent = 0;
   uint64_t window_stalls = 0;
+  uint64_t direct_bytes = 0; // data copied from the ring straight into a lent buffer
 };
 
 class Mux;
@@ -75,6 +78,16 @@ public:
   // peer has not finished; ok with *got == 0 at end of stream; closed after
   // a reset (the caller reports ECONNRESET).
   Status read(void* buf, size_t len, size_t* got, bool peek);
+  // Direct receive: a reader that found nothing buffered lends its buffer
+  // (v[0..n), valid until take_lent) while it polls the channel; data
+  // records of this stream that arrive meanwhile are copied from the ring
+  // straight into it, in order, instead of into the receive buffer and
+  // from there into the reader's (one copy of each byte instead of two).
+  // Only while the receive buffer is empty, so no byte overtakes another;
+  // what does not fit goes to the receive buffer as before.  take_lent
+  // ends the loan and returns the bytes placed, consumed as by read().
+  void lend(const iovec* v, int n);
+  size_t take_lent();
   // Half-close: the peer reads end of stream after the bytes sent so far.
   Status shutdown_write();
 
@@ -146,7 +159,7 @@ private:
 
   friend class Mux;
   Stream(Mux* mux, uint32_t id, uint64_t tx_start, uint64_t rx_start, size_t window,
-         flow::WindowBudget* channel_budget);
+         size_t tx_window, flow::WindowBudget* channel_budget);
   Status on_record(const flow::RecordHeader& h, const uint8_t* payload);
   Status maybe_ack();
 
@@ -154,7 +167,8 @@ private:
   uint32_t id_;
   flow::SendWindow window_;
   ByteRing rx_;
-  size_t window_size_;
+  size_t window_size_;  // our receive buffer: the most the peer may have in flight
+  size_t tx_window_;    // the most we may have in flight: min(ours, the peer's)
   uint64_t rx_next_;    // next sequence expected from the peer
   uint64_t delivered_;  // consumed by the application
   uint64_t acked_sent_; // last cumulative ack sent
@@ -169,6 +183,11 @@ private:
   const uint8_t* zc_src_ = nullptr;
   bool frozen_ = false;
   bool more_ = false; // the last write said MSG_MORE: Mux::progress keeps its record held
+  // The lent buffer (lend): element lent_i_ is filled up to lent_off_.
+  const iovec* lent_ = nullptr;
+  int lent_n_ = 0, lent_i_ = 0;
+  size_t lent_off_ = 0, lent_got_ = 0;
+  size_t fill_lent(const uint8_t* p, size_t n);
 };
 
 class Mux {

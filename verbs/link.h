@@ -64,6 +64,10 @@ public:
   // The protection domain's slot for registered memory (alloc/domain.h:
   // lookup_local, reg_cache::get), or alloc::kNoDomain (-1): no zero copy.
   virtual int mem_domain() const { return -1; }
+  // The peer's per-stream receive window (a power of two) as it told us at
+  // set-up (RcLinkParams::stream_window); 0: not told.  A stream never
+  // has more bytes in flight than this.
+  virtual size_t peer_stream_window() const { return 0; }
   // Move the connection into the error state, as a failed link would: every
   // outstanding work request completes (flushed).  Used by XPRESS_FAULT_QP_ERROR_AT
   // (tests) and by a zero-copy sender whose channel failed (it must know

@@ -42,6 +42,9 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   int cqe = static_cast<int>(recv_wrs + p.sq_depth);
   cq_ = comp_ ? ibv_create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;
   ring_size_ = p.ring_bytes;
+  window_log2_ = 0;
+  for (size_t w = p.stream_window; w > 1 && window_log2_ < 63; w >>= 1)
+    ++window_log2_;
   ring_ = cq_ ? static_cast<uint8_t*>(map_zeroed(ring_size_)) : nullptr;
   ring_mr_ =
       ring_ ? ibv_reg_mr(pd_, ring_, ring_size_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
@@ -72,7 +75,8 @@ void RcLink::fill_wire(WireRing* w, const void* app, size_t app_len) const {
   memset(w, 0, sizeof *w);
   w->magic = kMagic;
   w->version = kVersion;
-  w->app_len = static_cast<uint16_t>(app_len);
+  w->app_len = static_cast<uint8_t>(app_len);
+  w->window_log2 = window_log2_;
   w->addr = reinterpret_cast<uint64_t>(ring_);
   w->rkey = ring_mr_->rkey;
   w->size = static_cast<uint32_t>(ring_size_);
@@ -84,8 +88,9 @@ Status RcLink::set_peer(const void* priv, size_t len) {
   if (priv == nullptr || len < offsetof(WireRing, app)) return Status::invalid;
   memcpy(&w, priv, len < sizeof w ? len : sizeof w);
   if (w.magic != kMagic || w.version != kVersion || w.size < 4096 || w.size % 64 != 0 ||
-      w.size > (1u << 30) || w.app_len > kAppPrivateMax)
+      w.size > (1u << 30) || w.app_len > kAppPrivateMax || w.window_log2 > 40)
     return Status::invalid;
+  peer_window_log2_ = w.window_log2;
   peer_addr_ = w.addr;
   peer_rkey_ = w.rkey;
   peer_size_ = w.size;

@@ -17,6 +17,10 @@ struct RcLinkParams {
   uint32_t sq_depth = 256;
   uint32_t max_inline = 64;
   int timeout_ms = 3000; // each set-up step
+  // The layer above's per-stream receive window, told to the peer (rounded
+  // down to a power of two; Link::peer_stream_window): the two ends may be
+  // configured differently.  0: not told.
+  size_t stream_window = 0;
 };
 
 constexpr size_t kAppPrivateMax = 32;

@@ -15,13 +15,16 @@
 namespace xp::verbs::detail {
 
 constexpr uint32_t kMagic = 0x4c525058; // "XPRL"
-constexpr uint16_t kVersion = 3; // 2: bare data records; 3: stream ids never reused (stream/mux.h)
+// 2: bare data records; 3: stream ids never reused (stream/mux.h); 4: each
+// end's per-stream receive window (window_log2).
+constexpr uint16_t kVersion = 4;
 
 // What each side tells the other in the rdma_cm private data.
 struct WireRing {
   uint32_t magic;
   uint16_t version;
-  uint16_t app_len;
+  uint8_t app_len;
+  uint8_t window_log2; // RcLinkParams::stream_window, rounded down to a power of two
   uint64_t addr;
   uint32_t rkey;
   uint32_t size;
@@ -78,6 +81,9 @@ public:
   int wait_fd() const override { return comp_ ? comp_->fd : -1; }
   bool ack_event() override;
   int mem_domain() const override { return mem_.slot(); }
+  size_t peer_stream_window() const override {
+    return peer_window_log2_ ? size_t{1} << peer_window_log2_ : 0;
+  }
   Status force_error() override; // rc_link_fault.cc
 
   rdma_cm_id* id_ = nullptr;
@@ -99,6 +105,7 @@ private:
   uint64_t peer_addr_ = 0;
   uint32_t peer_rkey_ = 0;
   uint32_t max_inline_ = 0, sq_depth_ = 0, max_sge_ = 1;
+  uint8_t window_log2_ = 0, peer_window_log2_ = 0;
   bool qp_created_ = false;
 };
 

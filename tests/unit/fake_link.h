@@ -182,6 +182,9 @@ public:
   int domain_ = -1;  // mem_domain(): a test attaches a fake registrar's slot
 
   int mem_domain() const override { return domain_; }
+  // What this end told its peer as its per-stream window (0: nothing).
+  size_t told_window = 0;
+  size_t peer_stream_window() const override { return peer_ ? peer_->told_window : 0; }
 
 private:
   // One lock for every fake link: the two ends' queues cross (a post fills

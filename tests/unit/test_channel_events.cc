@@ -262,6 +262,26 @@ TEST_CASE("spin budget: the whole ceiling while waits average within it, the min
   CHECK(engine::spin_budget_ns(avg) == 20 * 1000);
 }
 
+TEST_CASE("spin budget: one stall, however long, does not end the spinning; three in a row do") {
+  // Regression: one 10 ms stall among 100 us answers lifted the average
+  // over the ceiling, and the next round trips slept and paid a wake-up
+  // each (Soft-RoCE 64 B ping-pong: a p999 stall became part of the p99).
+  uint32_t max = engine::params().spin_us;
+  REQUIRE(max > 40);
+  uint32_t avg = max / 10;
+  avg = engine::wait_avg(avg, 10'000'000); // 10 ms
+  CHECK(engine::spin_budget_ns(avg) == uint64_t{max} * 1000);
+  avg = engine::wait_avg(avg, uint64_t{max} * 100); // back to the usual answers
+  CHECK(engine::spin_budget_ns(avg) == uint64_t{max} * 1000);
+  // An idle connection: long waits in a row end the spinning after three.
+  avg = max / 10;
+  avg = engine::wait_avg(avg, 5'000'000'000ull);
+  avg = engine::wait_avg(avg, 5'000'000'000ull);
+  CHECK(engine::spin_budget_ns(avg) == uint64_t{max} * 1000);
+  avg = engine::wait_avg(avg, 5'000'000'000ull);
+  CHECK(engine::spin_budget_ns(avg) == 20 * 1000);
+}
+
 TEST_CASE("channel events: a call left to a spinner that went away is covered by the engine") {
   // The parameter-server scenario's threads all left their channel to each
   // other's spinning; the last spinner went on without arming, and nothing

@@ -254,6 +254,22 @@ TEST_CASE("streams: hostile records break the channel, never the process") {
     size_t done;
     CHECK(s->write("x", 1, &done) == Status::closed);
   }
+  SUBCASE("more data than the window, even with a large buffer lent") {
+    // A lent buffer takes bytes without the receive buffer's room check:
+    // the window is checked on its own.
+    MuxParams mp;
+    mp.stream_window = 4096;
+    MuxPair p(65536, mp);
+    Stream* s = p.b.open(0, 0, 0);
+    std::vector<uint8_t> rec(sizeof(flow::RecordHeader) + 8000), big(100000);
+    flow::RecordHeader h{1, 0, 0, 0, 0, 8000, 0};
+    memcpy(rec.data(), &h, sizeof h);
+    p.lb.inject(0, rec.data(), rec.size(), static_cast<uint32_t>(flow::record_bytes(8000)));
+    iovec v{big.data(), big.size()};
+    s->lend(&v, 1);
+    CHECK(p.b.progress() == Status::invalid);
+    CHECK(s->take_lent() == 0);
+  }
   SUBCASE("stream id beyond the table is dropped") {
     MuxPair p;
     CHECK(inject(p, {1, 0, 0, 1u << 30, 0, 0, 0}) == Status::ok);
@@ -434,4 +450,103 @@ TEST_CASE("streams: MSG_MORE holds the bytes for the next write, which takes the
   CHECK(std::string(in, got) == "last");
   REQUIRE(rx->read(in, sizeof in, &got, false) == Status::ok);
   CHECK(got == 0); // end of stream
+}
+
+TEST_CASE("streams: a lent buffer takes arriving bytes directly, in order, the rest is buffered") {
+  MuxParams mp;
+  mp.stream_window = 65536;
+  MuxPair p(262144, mp);
+  Stream* tx = p.a.open(0, 0, 0);
+  Stream* rx = p.b.open(0, 0, 0);
+  Stream* other_tx = p.a.open(1, 0, 0);
+  Stream* other_rx = p.b.open(1, 0, 0);
+  REQUIRE((tx && rx && other_tx && other_rx));
+  std::vector<uint8_t> out(40000), in(40000, 0), other(500, 9), other_in(500);
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = pat(0, i);
+  size_t done = 0;
+  // Three records, another stream's bytes between them.
+  REQUIRE(tx->write(out.data(), 10000, &done) == Status::ok);
+  REQUIRE(other_tx->write(other.data(), other.size(), &done) == Status::ok);
+  REQUIRE(tx->write(out.data() + 10000, 10000, &done) == Status::ok);
+  REQUIRE(tx->write(out.data() + 20000, 20000, &done) == Status::ok);
+  SUBCASE("the buffer (two iovec elements) takes what fits, the rest waits in order") {
+    iovec v[2] = {{in.data(), 7000}, {in.data() + 7000, 18000}};
+    rx->lend(v, 2);
+    REQUIRE(p.b.progress() == Status::ok);
+    CHECK(rx->take_lent() == 25000);
+    CHECK(rx->delivered() == 25000);
+    CHECK(rx->readable_bytes() == 15000);
+    size_t n = 0;
+    CHECK(rx->read(in.data() + 25000, 15000, &n, false) == Status::ok);
+    CHECK(n == 15000);
+    CHECK(in == out);
+    CHECK(p.b.counters().direct_bytes == 25000);
+    // The other stream's bytes were buffered for it, untouched.
+    CHECK(other_rx->read(other_in.data(), other_in.size(), &n, false) == Status::ok);
+    CHECK(other_in == other);
+  }
+  SUBCASE("nothing goes direct while bytes are buffered (they come first)") {
+    REQUIRE(p.b.progress() == Status::ok); // all 40000 buffered
+    iovec v{in.data(), in.size()};
+    REQUIRE(tx->write(out.data(), 100, &done) == Status::ok);
+    rx->lend(&v, 1);
+    REQUIRE(p.b.progress() == Status::ok);
+    CHECK(rx->take_lent() == 0);
+    CHECK(rx->readable_bytes() == 40100);
+    CHECK(p.b.counters().direct_bytes == 0);
+  }
+  SUBCASE("bytes taken directly are acknowledged: the sender's window reopens") {
+    std::vector<uint8_t> big(65536);
+    iovec v{big.data(), big.size()};
+    rx->lend(&v, 1);
+    REQUIRE(p.b.progress() == Status::ok);
+    CHECK(rx->take_lent() == 40000);
+    REQUIRE(p.a.progress() == Status::ok);
+    CHECK(tx->send_acked() == 40000);
+    CHECK(memcmp(big.data(), out.data(), out.size()) == 0);
+  }
+}
+
+TEST_CASE("streams: a sender never has more in flight than the peer's smaller window") {
+  // Regression: each end used its own XPRESS_STREAM_WINDOW_KB as the send
+  // window; a sender configured larger than its receiver overran the
+  // receiver's buffer, which broke the channel (its streams fell back to
+  // TCP, then came back and broke it again).
+  test::LinkPair lp(262144);
+  MuxParams big, small;
+  big.stream_window = 65536;
+  small.stream_window = 16384;
+  lp.la.told_window = big.stream_window;
+  lp.lb.told_window = small.stream_window;
+  Mux a(&lp.la, big), b(&lp.lb, small);
+  Stream* tx = a.open(0, 0, 0);
+  Stream* rx = b.open(0, 0, 0);
+  REQUIRE((tx && rx));
+  std::vector<uint8_t> buf(4096, 1), in(65536);
+  size_t done = 0, total = 0;
+  // The reader does not read: the sender stops at the receiver's window.
+  while (tx->write(buf.data(), buf.size(), &done) == Status::ok && done > 0) {
+    total += done;
+    REQUIRE(b.progress() == Status::ok);
+    REQUIRE(a.progress() == Status::ok);
+  }
+  CHECK(total == 16384);
+  CHECK(rx->readable_bytes() == 16384);
+  // And the small end still sends its full window to the big one.
+  Stream* tx2 = b.open(1, 0, 0);
+  Stream* rx2 = a.open(1, 0, 0);
+  REQUIRE((tx2 && rx2));
+  total = 0;
+  while (tx2->write(buf.data(), buf.size(), &done) == Status::ok && done > 0) {
+    total += done;
+    REQUIRE(a.progress() == Status::ok);
+  }
+  CHECK(total == 16384);
+  // The window then moves as the reader reads.
+  size_t n = 0;
+  CHECK(rx->read(in.data(), in.size(), &n, false) == Status::ok);
+  CHECK(n == 16384);
+  REQUIRE(a.progress() == Status::ok);
+  CHECK(tx->writable());
 }
