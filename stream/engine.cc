@@ -332,6 +332,8 @@ void report(Conn* c, Mode m, Reason why) {
 
 void report_switch(Conn* c, bool tx, uint64_t at) {
   if (c->closed.load()) return;
+  XP_SLOG(XP_SLOG_DEBUG, "fd %d: %s switched to RDMA at byte %llu", c->sock(),
+          tx ? "sending" : "receiving", static_cast<unsigned long long>(at));
   if (SwitchHook h = g_switch.load(std::memory_order_acquire)) h(c->sock(), tx, at);
 }
 
