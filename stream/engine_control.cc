@@ -698,7 +698,8 @@ void keepalive(uint64_t now) {
     // a silence within a sixth of its timeout; the engine ticks every 10 ms
     // while a request/response loop spins, and taking the channel's lock
     // on each tick made the loop's thread wait for it in the futex.
-    if (now - ch->ka_checked_ms < ka / 6) continue;
+    const uint64_t since_check = now - ch->ka_checked_ms;
+    if (since_check < ka / 6) continue;
     ch->ka_checked_ms = now;
     bool expired = false;
     {
@@ -708,7 +709,12 @@ void keepalive(uint64_t now) {
         continue;
       }
       uint64_t cur = ch->mux->channel().recv_cursor();
-      if (ch->ka_heard_ms == 0 || cur != ch->ka_cursor) {
+      // A check that comes long after the previous one (this thread did
+      // not run: the process was stopped, or the host was loaded) cannot
+      // tell the peer's silence from its own: what the peer sent meanwhile
+      // is still unpolled.  The period starts again now.  (The unit test
+      // keepalive of 30 ms expired after a 30 ms stall of the test process.)
+      if (ch->ka_heard_ms == 0 || cur != ch->ka_cursor || since_check > ka / 2) {
         ch->ka_heard_ms = now;
         ch->ka_cursor = cur;
       }

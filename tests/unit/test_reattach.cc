@@ -214,6 +214,34 @@ TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways
   }
 }
 
+TEST_CASE("keepalive: a stall of the checking thread is not the peer's silence") {
+  // Regression (a flaky CI run of the test above, 1 full ASan run in ~15):
+  // the keepalive check that came after the test process had not run for
+  // longer than the keepalive period (30 ms here) found the receive cursor
+  // where it was and failed the channel, although what the peer sent
+  // meanwhile was only waiting to be polled.
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 10);
+  q.link_up();
+  drive(q, 1500000, 20, [&] { return on_rdma(p); });
+  REQUIRE(on_rdma(p));
+  step(q);
+  step(q);           // nothing in flight; the last check saw the receive cursors
+  usleep(10 * 1000); // a check is due (every ka/6), nothing expired (ka: 30 ms)
+  stream::engine::keepalive(stream::engine::now_ms());
+  // The thread stalls longer than the period; its first check after the
+  // stall comes before anyone polled what the peer sent meanwhile.
+  usleep(100 * 1000);
+  stream::engine::keepalive(stream::engine::now_ms());
+  CHECK_FALSE(q.ca->failed.load());
+  CHECK_FALSE(q.cb->failed.load());
+  step(q);
+  CHECK(on_rdma(p));
+  CHECK(p.a.c->ch == q.ca);
+  CHECK(p.b.c->ch == q.cb);
+}
+
 TEST_CASE("back to RDMA: the new channel fails too; the second resume goes on from S'") {
   stream::set_resume_hook(nullptr);
   for (unsigned seed : {4u, 5u, 6u}) {
