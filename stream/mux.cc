@@ -265,9 +265,10 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
   switch (static_cast<RecordType>(h.type)) {
   case RecordType::data:
     // RC delivers in order: anything but the next sequence, data after
-    // FIN, or more than the window we advertised is a broken peer.  Bytes placed
-    // in a lent buffer count as consumed (take_lent), so the window is
-    // checked against the last acknowledgement sent, not the buffer's room.
+    // FIN, or more than the window we advertised is a broken peer.  Bytes
+    // placed in a lent buffer count as consumed (take_lent), so the window
+    // is checked against the last acknowledgement sent, not the buffer's
+    // room.
     if (h.seq != rx_next_ || fin_received_ || h.seq + h.len - acked_sent_ > window_size_)
       return Status::invalid;
     {

@@ -22,8 +22,9 @@ namespace xp::stream {
 
 struct MuxParams {
   uint32_t max_streams = 256; // XPRESS_STREAMS_PER_CHANNEL
-  size_t stream_window =
-      256 * 1024; // receive buffer; send window: the smaller of it and the peer's
+  // XPRESS_STREAM_WINDOW_KB: each stream's receive buffer; its send window
+  // is the smaller of this and the peer's (Link::peer_stream_window).
+  size_t stream_window = 256 * 1024;
   size_t channel_window = 4 * 1024 * 1024; // unacknowledged bytes over the channel
   // XPRESS_AUTOCORK_KB: largest held record (flow::RecordChannel::set_cork).
   // Off unless asked: the engine asks (EngineParams::autocork_max) and

@@ -4,6 +4,7 @@
 #include "common/fd_place.h"
 
 #include <arpa/inet.h>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -42,9 +43,7 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   int cqe = static_cast<int>(recv_wrs + p.sq_depth);
   cq_ = comp_ ? ibv_create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;
   ring_size_ = p.ring_bytes;
-  window_log2_ = 0;
-  for (size_t w = p.stream_window; w > 1 && window_log2_ < 63; w >>= 1)
-    ++window_log2_;
+  window_log2_ = p.stream_window ? static_cast<uint8_t>(std::bit_width(p.stream_window) - 1) : 0;
   ring_ = cq_ ? static_cast<uint8_t*>(map_zeroed(ring_size_)) : nullptr;
   ring_mr_ =
       ring_ ? ibv_reg_mr(pd_, ring_, ring_size_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
