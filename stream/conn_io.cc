@@ -22,6 +22,7 @@
 #include "alloc/mem_stats.h"
 #include "stream/conn_zerocopy.h"
 #include "stream/engine_internal.h"
+#include "stream/iov_slice.h"
 #include "stream/wake.h"
 
 namespace xp::stream::io {
@@ -29,7 +30,6 @@ namespace {
 
 using engine::Changes;
 
-constexpr int kMaxIov = 64;
 constexpr ssize_t kReset = -3; // the stream was reset (after every byte before it)
 
 // The error of a reset is reported once, like the kernel's pending socket
@@ -40,33 +40,6 @@ ssize_t reset_read(Conn* c) {
     return -1;
   }
   return 0;
-}
-
-size_t total_len(const iovec* iov, int n) {
-  size_t t = 0;
-  for (int i = 0; i < n; ++i)
-    t += iov[i].iov_len;
-  return t;
-}
-
-// The iovec tail after skipping `skip` bytes, capped at `cap` bytes.
-int slice(const iovec* iov, int n, size_t skip, size_t cap, iovec* out) {
-  int k = 0;
-  for (int i = 0; i < n && k < kMaxIov && cap > 0; ++i) {
-    size_t len = iov[i].iov_len;
-    if (skip >= len) {
-      skip -= len;
-      continue;
-    }
-    size_t take = len - skip;
-    if (take > cap) take = cap;
-    out[k].iov_base = static_cast<char*>(iov[i].iov_base) + skip;
-    out[k].iov_len = take;
-    ++k;
-    cap -= take;
-    skip = 0;
-  }
-  return k;
 }
 
 bool fd_nonblocking(int fd) {
@@ -286,7 +259,7 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
     return -2;
   }
   iovec v[kMaxIov];
-  int k = slice(iov, iovcnt, skip, limited ? room : SIZE_MAX, v);
+  int k = iov_slice(iov, iovcnt, skip, v, limited ? room : SIZE_MAX);
   msghdr m{};
   m.msg_iov = v;
   m.msg_iovlen = static_cast<size_t>(k);
@@ -298,7 +271,7 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
     // full one asks the kernel (new bytes after the call raise the engine's
     // edge again).
     int left = 0;
-    if ((flags & MSG_PEEK) || (static_cast<size_t>(n) == total_len(v, k) &&
+    if ((flags & MSG_PEEK) || (static_cast<size_t>(n) == iov_total_len(v, k) &&
                                (syscall(SYS_ioctl, c->sock(), FIONREAD, &left) != 0 || left > 0)))
       c->tcp_bits.fetch_or(EPOLLIN);
     if (!(flags & MSG_PEEK)) {
@@ -342,7 +315,7 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
     }
     iovec v[kMaxIov];
     for (int pass = 0; pass < 2; ++pass) {
-      int k = slice(iov, iovcnt, skip + got, SIZE_MAX, v);
+      int k = iov_slice(iov, iovcnt, skip + got, v);
       for (int i = 0; i < k; ++i) {
         size_t g = 0;
         st = s->read(v[i].iov_base, v[i].iov_len, &g, peek);
@@ -387,7 +360,7 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
     if (c->tx_rdma.load()) return -2;
   }
   iovec v[kMaxIov];
-  int k = slice(iov, iovcnt, skip, SIZE_MAX, v);
+  int k = iov_slice(iov, iovcnt, skip, v);
   msghdr m{};
   m.msg_iov = v;
   m.msg_iovlen = static_cast<size_t>(k);
@@ -443,7 +416,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
     }
     for (int pass = 0; pass < 2; ++pass) {
       iovec v[kMaxIov];
-      int k = slice(iov, iovcnt, skip + done_total, SIZE_MAX, v);
+      int k = iov_slice(iov, iovcnt, skip + done_total, v);
       for (int i = 0; i < k; ++i) {
         size_t d = 0;
         if (i == 0 && zc_first) {
@@ -518,10 +491,10 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
 // blocking or MSG_WAITALL call takes everything; the first error after
 // some bytes ends it with those).
 ssize_t kernel_rest(Conn* c, const iovec* iov, int iovcnt, size_t done, int flags, bool out) {
-  size_t want = total_len(iov, iovcnt);
+  size_t want = iov_total_len(iov, iovcnt);
   if (done >= want || (!out && !(flags & MSG_WAITALL))) return static_cast<ssize_t>(done);
   iovec v[kMaxIov];
-  int k = slice(iov, iovcnt, done, SIZE_MAX, v);
+  int k = iov_slice(iov, iovcnt, done, v);
   msghdr m{};
   m.msg_iov = v;
   m.msg_iovlen = static_cast<size_t>(k);
@@ -552,7 +525,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     errno = EINVAL;
     return -1;
   }
-  size_t want = total_len(iov, iovcnt);
+  size_t want = iov_total_len(iov, iovcnt);
   if (flags & MSG_OOB) { // urgent data always travels on TCP
     c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLPRI));
     *kernel = true;
@@ -632,7 +605,7 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     errno = EINVAL;
     return -1;
   }
-  size_t want = total_len(iov, iovcnt);
+  size_t want = iov_total_len(iov, iovcnt);
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
   bool checked_fd = false;
   size_t sent = 0;
@@ -640,11 +613,11 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     // Urgent data goes on TCP, out of band (the stream's bytes before it
     // over RDMA); with SO_OOBINLINE the peer would not see it in order.
     iovec v[kMaxIov];
-    int k = slice(iov, iovcnt, 0, want - 1, v);
+    int k = iov_slice(iov, iovcnt, 0, v, want - 1);
     ssize_t r = want > 1 ? send(c, v, k, flags & ~MSG_OOB, kernel) : 0;
     if (r < 0 || static_cast<size_t>(r) < want - 1) return r;
-    iovec last[kMaxIov];
-    slice(iov, iovcnt, want - 1, 1, last);
+    iovec last[kMaxIov] = {};
+    if (iov_slice(iov, iovcnt, want - 1, last, 1) != 1) return r; // cannot happen: want >= 1
     long o =
         syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
     return o == 1 ? static_cast<ssize_t>(want) : r;

@@ -15,6 +15,7 @@
 #include "common/logsink.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
+#include "stream/iov_slice.h"
 #include "stream/reattach.h"
 #include "stream/resume_internal.h"
 #include "stream/wake.h"
@@ -22,36 +23,11 @@
 namespace xp::stream::resume {
 namespace {
 
-constexpr int kMaxIov = 64;
-
-size_t total_len(const iovec* iov, int n) {
-  size_t t = 0;
-  for (int i = 0; i < n; ++i)
-    t += iov[i].iov_len;
-  return t;
-}
-
-int slice(const iovec* iov, int n, size_t skip, iovec* out) {
-  int k = 0;
-  for (int i = 0; i < n && k < kMaxIov; ++i) {
-    size_t len = iov[i].iov_len;
-    if (skip >= len) {
-      skip -= len;
-      continue;
-    }
-    out[k].iov_base = static_cast<char*>(iov[i].iov_base) + skip;
-    out[k].iov_len = len - skip;
-    ++k;
-    skip = 0;
-  }
-  return k;
-}
-
 // Raw bytes below the peer's S first, then (once none is left in the
 // kernel) the stream bytes.
 size_t take(Resume* r, const iovec* iov, int iovcnt, size_t skip, bool peek) {
   iovec v[kMaxIov];
-  int k = slice(iov, iovcnt, skip, v);
+  int k = iov_slice(iov, iovcnt, skip, v);
   size_t got = 0, pre_off = 0, buf_off = 0;
   for (int i = 0; i < k; ++i) {
     auto* dst = static_cast<uint8_t*>(v[i].iov_base);
@@ -138,7 +114,7 @@ size_t put_app(Resume* r, const iovec* iov, int iovcnt, size_t skip) {
   const bool framed = r->tx == Resume::Tx::framed;
   const size_t hdr = framed ? recover::kFrameHeaderBytes : 0;
   iovec v[kMaxIov];
-  int k = slice(iov, iovcnt, skip, v);
+  int k = iov_slice(iov, iovcnt, skip, v);
   size_t took = 0;
   for (int i = 0; i < k; ++i) {
     const auto* p = static_cast<const uint8_t*>(v[i].iov_base);
@@ -161,7 +137,7 @@ size_t put_app(Resume* r, const iovec* iov, int iovcnt, size_t skip) {
 } // namespace
 
 ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
-  const size_t want = total_len(iov, iovcnt);
+  const size_t want = iov_total_len(iov, iovcnt);
   const bool peek = flags & MSG_PEEK;
   const bool waitall = (flags & MSG_WAITALL) && !peek;
   const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
@@ -234,7 +210,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
 }
 
 ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
-  const size_t want = total_len(iov, iovcnt);
+  const size_t want = iov_total_len(iov, iovcnt);
   const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
   int64_t deadline = -2;
   size_t sent = *done;

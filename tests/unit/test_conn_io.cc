@@ -27,6 +27,7 @@
 #include "fake_link.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
+#include "stream/iov_slice.h"
 #include "stream/wake.h"
 
 using namespace xp;
@@ -237,6 +238,31 @@ template <typename Fn, typename... Held> bool returns_while_held(Fn fn, Held&...
 }
 
 } // namespace
+
+TEST_CASE("conn io: the iovec after a partial transfer, capped in bytes and elements") {
+  using xp::stream::iov_slice;
+  using xp::stream::kMaxIov;
+  char a[10], b[5], c[7];
+  const iovec in[] = {{a, sizeof a}, {b, 0}, {b, sizeof b}, {c, sizeof c}};
+  iovec out[kMaxIov];
+  CHECK(xp::stream::iov_total_len(in, 4) == 22);
+  // skip into the first element, empty one dropped
+  REQUIRE(iov_slice(in, 4, 4, out) == 3);
+  CHECK((out[0].iov_base == a + 4 && out[0].iov_len == 6));
+  CHECK((out[1].iov_base == b && out[1].iov_len == 5));
+  CHECK((out[2].iov_base == c && out[2].iov_len == 7));
+  // skip exactly to an element boundary, then a byte cap that ends mid-element
+  REQUIRE(iov_slice(in, 4, 10, out, 8) == 2);
+  CHECK((out[0].iov_base == b && out[0].iov_len == 5));
+  CHECK((out[1].iov_base == c && out[1].iov_len == 3));
+  // nothing left, and a zero cap
+  CHECK(iov_slice(in, 4, 22, out) == 0);
+  CHECK(iov_slice(in, 4, 0, out, 0) == 0);
+  // more elements than one pass takes
+  std::vector<iovec> many(kMaxIov + 5, iovec{a, 1});
+  CHECK(iov_slice(many.data(), static_cast<int>(many.size()), 2, out) == kMaxIov);
+  CHECK(xp::stream::iov_total_len(out, kMaxIov) == kMaxIov);
+}
 
 TEST_CASE("conn io: bytes before, across and after both switches arrive once, in order") {
   for (unsigned seed = 1; seed <= 12; ++seed) {
