@@ -6,12 +6,31 @@
 #include <sys/mman.h>
 
 namespace xp::flow {
+namespace {
+
+size_t pow2_mask(size_t n) {
+  return n != 0 && (n & (n - 1)) == 0 ? n - 1 : 0;
+}
+
+size_t max_payload_of(size_t ring) {
+  // Worst case a record is placed after skipping almost its own size at the
+  // ring end, with the control reserve free and up to a quarter of the ring
+  // consumed but not yet granted (RecvCredit::should_grant): 2 records +
+  // reserve + quarter must fit, so a record may use at most a quarter.
+  size_t max_record = (ring / 4) & ~(kRecordAlign - 1);
+  return max_record - sizeof(RecordHeader);
+}
+
+} // namespace
 
 RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
-    : link_(link), peer_ring_(link->peer_ring_size()), sq_depth_(link->send_queue_depth()),
+    : link_(link), peer_ring_(link->peer_ring_size()), recv_ring_(link->recv_ring_size()),
+      peer_mask_(pow2_mask(peer_ring_)), recv_mask_(pow2_mask(recv_ring_)),
+      max_payload_(max_payload_of(peer_ring_)), sq_depth_(link->send_queue_depth()),
       signal_every_(signal_every == 0 ? 1 : signal_every), send_credit_(peer_ring_),
       recv_credit_(link->recv_ring_size()) {
-  pending_cap_ = static_cast<uint32_t>(link->recv_ring_size() / kRecordAlign);
+  pending_cap_ = static_cast<uint32_t>(recv_ring_ / kRecordAlign);
+  pending_mask_ = static_cast<uint32_t>(pow2_mask(pending_cap_));
   // Set-up time allocation (mmap: no malloc, which the allocator hook
   // serves), the control backlog after the pending table.
   void* mem =
@@ -47,16 +66,6 @@ size_t RecordChannel::alloc_bytes() const {
   return seq_offset() + 2 * sizeof(BareTrack) * kBareStreams;
 }
 
-size_t RecordChannel::max_payload() const {
-  size_t ring = peer_ring_;
-  // Worst case a record is placed after skipping almost its own size at the
-  // ring end, with the control reserve free and up to a quarter of the ring
-  // consumed but not yet granted (RecvCredit::should_grant): 2 records +
-  // reserve + quarter must fit, so a record may use at most a quarter.
-  size_t max_record = (ring / 4) & ~(kRecordAlign - 1);
-  return max_record - sizeof(RecordHeader);
-}
-
 Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const void* payload,
                            size_t len, bool control, const uint32_t* lkey) {
   if (failed_) return Status::io_error;
@@ -80,7 +89,7 @@ Status RecordChannel::stage(RecordType type, uint32_t stream, uint64_t seq, size
                             bool control, size_t* off) {
   size_t ring = peer_ring_;
   size_t bytes = record_bytes(len);
-  size_t pos = send_credit_.tail() % ring;
+  size_t pos = peer_pos(send_credit_.tail());
   size_t skip = pos + bytes > ring ? ring - pos : 0;
   size_t need = skip + bytes + (control ? 0 : kControlReserve);
   if (send_credit_.available() < need) {
@@ -93,7 +102,7 @@ Status RecordChannel::stage(RecordType type, uint32_t stream, uint64_t seq, size
   // the recovery walk (record_channel_replay.cc) must tell a skip from a
   // stale record left there by the previous lap.
   if (skip) memset(link_->send_stage() + pos, 0, sizeof(RecordHeader));
-  *off = (pos + skip) % ring;
+  *off = peer_pos(pos + skip);
   RecordHeader h{};
   h.type = static_cast<uint8_t>(type);
   h.stream = stream;
@@ -178,7 +187,7 @@ bool RecordChannel::can_send(size_t len) const {
   if (send_queue_full(cork_.open ? 1 : 0)) return false;
   size_t ring = peer_ring_;
   size_t bytes = record_bytes(len);
-  size_t pos = send_credit_.tail() % ring;
+  size_t pos = peer_pos(send_credit_.tail());
   size_t skip = pos + bytes > ring ? ring - pos : 0;
   return send_credit_.available() >= skip + bytes + kControlReserve;
 }
@@ -231,6 +240,11 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
     int want = max - *got < 32 ? max - *got : 32;
     int n = link_->poll(wc, want);
     if (n <= 0) break;
+    // Fewer than asked: the queue was empty after them.  Not polling it
+    // again saves a provider call (its lock) on every receive; whatever
+    // completes later is seen by the next poll, or raises an event once
+    // the queue is armed.
+    const bool drained = n < want;
     for (int i = 0; i < n; ++i) {
       const verbs::Completion& c = wc[i];
       if (c.kind == verbs::Completion::Kind::error) {
@@ -250,7 +264,7 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         failed_ = true;
         return Status::io_error;
       }
-      size_t ring = link_->recv_ring_size();
+      size_t ring = recv_ring_;
       size_t bytes = c.imm;
       const bool bare = c.imm & kBareFlag;
       const BareTrack& bt = rx_bare_[(c.imm & ~kBareFlag) >> kBareLenBits];
@@ -269,7 +283,7 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         failed_ = true;
         return Status::invalid;
       }
-      size_t pos = recv_cursor_ % ring;
+      size_t pos = recv_pos(recv_cursor_);
       size_t skip = pos + bytes > ring ? ring - pos : 0;
       if (recv_credit_.on_arrival(skip + bytes) != Status::ok ||
           pending_tail_ - pending_head_ >= pending_cap_) {
@@ -278,7 +292,7 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         return Status::invalid;
       }
       recv_cursor_ += skip + bytes;
-      size_t off = (pos + skip) % ring;
+      size_t off = recv_pos(pos + skip);
       if (bare) {
         // The header the sender left out, in our own ring where it would
         // have been (the record's slot: the peer has no credit to write
@@ -295,7 +309,7 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       // copy rather than trust memory it can write to.
       RecordHeader hdr;
       memcpy(&hdr, h, sizeof hdr);
-      uint32_t slot = static_cast<uint32_t>(pending_tail_ % pending_cap_);
+      uint32_t slot = pending_slot(pending_tail_);
       pending_[slot] = Pending{static_cast<uint32_t>(skip + bytes), false};
       ++pending_tail_;
       if (record_bytes(hdr.len) != bytes) {
@@ -325,6 +339,7 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
               hdr.type, hdr.stream, static_cast<unsigned long long>(hdr.seq), hdr.len, off);
       out[(*got)++] = Record{h, reinterpret_cast<const uint8_t*>(h) + sizeof(RecordHeader), slot};
     }
+    if (drained) break;
   }
   Status st = maybe_grant(); // credit first: it is what frees the peer
   if (st != Status::ok) return st;
@@ -337,7 +352,7 @@ Status RecordChannel::release(uint32_t slot) {
   pending_[slot].released = true;
   // Credit back the released prefix, in ring order.
   while (pending_head_ != pending_tail_) {
-    Pending& p = pending_[pending_head_ % pending_cap_];
+    Pending& p = pending_[pending_slot(pending_head_)];
     if (!p.released) break;
     recv_credit_.on_consumed(p.ring_bytes);
     p.released = false;

@@ -102,7 +102,7 @@ public:
   explicit RecordChannel(verbs::Link* link, uint32_t signal_every = 16);
 
   // Largest payload one record can carry.
-  size_t max_payload() const;
+  size_t max_payload() const { return max_payload_; }
   // Send one data record; no_resource when credit (or send queue) is short:
   // poll and retry later.  Never blocks.  hold: the caller allows it to be
   // held (autocorking, below).
@@ -262,6 +262,21 @@ private:
   // The link's sizes, fixed at set-up: read on every send and readiness
   // check, without a virtual call each time.
   size_t peer_ring_;
+  size_t recv_ring_;
+  // Ring positions are cursor % size: a mask when the size is a power of
+  // two (the default sizes; a division costs tens of ns under emulation and
+  // several run per record), 0 otherwise.
+  size_t peer_mask_, recv_mask_;
+  uint32_t pending_mask_ = 0;
+  size_t max_payload_;
+  static size_t wrap(uint64_t cursor, size_t size, size_t mask) {
+    return mask ? static_cast<size_t>(cursor & mask) : static_cast<size_t>(cursor % size);
+  }
+  size_t peer_pos(uint64_t cursor) const { return wrap(cursor, peer_ring_, peer_mask_); }
+  size_t recv_pos(uint64_t cursor) const { return wrap(cursor, recv_ring_, recv_mask_); }
+  uint32_t pending_slot(uint64_t n) const {
+    return static_cast<uint32_t>(wrap(n, pending_cap_, pending_mask_));
+  }
   uint32_t sq_depth_;
   uint32_t signal_every_; // 1 after signal_all()
   SendCredit send_credit_;

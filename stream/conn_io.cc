@@ -124,7 +124,8 @@ struct Waiter {
   // never see it, where the kernel's call returns EINTR (found by the RDMA
   // semantics run: eintr_restart hung).  Calls that only spin pay nothing.
   bool masked = false;
-  sigset_t saved{};
+  sigset_t saved; // set by hold_signals() (then masked); left uninitialised: 128 bytes per call
+
   // Once registered, whatever this thread changes while it runs (polling
   // the channel) is followed by the caller's re-check before the next
   // sleep: it need not write its own eventfd (and read it back after a
@@ -329,6 +330,9 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
       if (!peek) s->lend(v, k);
       engine::progress_locked(ch, c, &changed);
       if (!peek) got = s->take_lent(); // streams leave only outside progress: s is alive
+      // Nothing came (a spinning receiver's usual round): the second pass
+      // would find what the first did.
+      if (got == 0 && !s->readable()) break;
     }
     if (engine::refresh(c)) changed.add(c);
   }
