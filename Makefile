@@ -12,6 +12,16 @@ WARN := -Wall -Wextra -Werror
 CXXFLAGS ?= -O2 -g
 CXXFLAGS += -std=c++20 -U_FORTIFY_SOURCE -fPIC -fno-exceptions -fno-rtti -fvisibility=hidden \
             -pthread $(WARN) -I. -MMD -MP
+# The library is linked with link-time optimisation: the data path crosses
+# per-concern files (conn_io -> mux -> record_channel -> rc_link), and LTO
+# inlines across them (64 B round trip: 8% fewer instructions, a spinning
+# receiver's empty round 18% fewer; bench/hotpath.sh).  Objects are fat, so
+# the unit tests and tools link their ordinary code without LTO.  LTO=0 off.
+LTO ?= 1
+ifeq ($(LTO),1)
+CXXFLAGS += -flto=auto -ffat-lto-objects
+LIB_LTO := -flto=auto -O2 -g
+endif
 LDLIBS := -libverbs -lrdmacm -lunwind -ldl -pthread
 
 # Layers below preload/ (no interposed symbols): linked into unit tests too.
@@ -45,7 +55,7 @@ $(BUILD)/exports.map: preload/interpose_table.def preload/alloc_table.def tools/
 	bash tools/gen-exports.sh preload/interpose_table.def preload/alloc_table.def > $@
 
 $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
-	$(CXX) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \
+	$(CXX) $(LIB_LTO) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \
 	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LDLIBS)
 
 -include $(CORE_OBJS:.o=.d) $(WRAP_OBJS:.o=.d)

@@ -29,3 +29,14 @@ $(BUILD)/bench/readiness-pingpong: bench/readiness-pingpong.c
 .PHONY: bench-readiness
 bench-readiness: $(BUILD)/bench/readiness-pingpong $(LIB) softroce-kernel
 	bash bench/readiness-pingpong.sh
+
+# User-space instructions of the RDMA data path per 64 B round trip and per
+# empty receive, over the unit tests' fake link (callgrind; deterministic, no
+# device; bench/hotpath.sh).  The unit tests linked like the library (LTO).
+HOTPATH_UNIT := $(BUILD)/tests/unit/xpress-unit-lto
+$(HOTPATH_UNIT): $(UNIT_OBJS) $(CORE)
+	$(CXX) $(LIB_LTO) -o $@ $(UNIT_OBJS) $(CORE) $(LDLIBS)
+
+.PHONY: bench-hotpath
+bench-hotpath: $(HOTPATH_UNIT)
+	XPRESS_UNIT=$(abspath $(HOTPATH_UNIT)) bash bench/hotpath.sh
