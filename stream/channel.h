@@ -53,6 +53,12 @@ struct Channel {
   // When a send() last left the channel (it polls an unarmed channel
   // itself, so a sending thread keeps it unarmed: channel_events.cc).
   std::atomic<uint64_t> last_send_ns{0};
+  // Polls of the channel so far (progress_locked), and their count when the
+  // last send() left it: a send polls an unarmed channel only if nobody
+  // polled it since the previous send (a request/response loop's receive
+  // just did).  Both guarded by mu.
+  uint64_t polls = 0;
+  uint64_t polls_at_send = ~uint64_t{0};
   // Blocked calls sleeping on their eventfd only, leaving the channel to
   // whoever polls it (conn_io.cc): the engine re-arms the channel for them
   // once nobody does any more (channel_events.cc, arm_idle_channels).

@@ -17,7 +17,10 @@
 //   - a thread that sends counts as a spinner for kSentLatelyNs: it polls
 //     the channel on each send while the channel is unarmed (conn_io.cc,
 //     send_stream), so a stream's credit and acknowledgements raise no
-//     event, no wake-up of the engine on the sender's CPU.
+//     event, no wake-up of the engine on the sender's CPU; it skips the
+//     poll when someone polled since the previous send (a request/response
+//     loop's receive), so what arrives is seen by the next poll at the
+//     latest, one send later.
 // Invariant: a channel is unarmed only while some thread spins on it or
 // sends on it, or for at most about kIdleRearmNs + kBusyUnarmedTickMs after
 // the last one left (the engine looks every kUnarmedTickMs, or every

@@ -444,12 +444,17 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
     // The engine took a completion event while we held the lock and left
     // the poll to us (channel_events.cc, take_event).
     // So does a sender on an unarmed channel: no event tells anyone of what
-    // arrives, and its own credit and acknowledgements are among it.
+    // arrives, and its own credit and acknowledgements are among it.  Unless
+    // someone polled it since the previous send (a request/response loop's
+    // receive, a spinner): then this poll would mostly find nothing, and
+    // cost a provider call per message.  A sender alone still polls on
+    // every send.
     if (ch->poll_owed.load(std::memory_order_acquire) ||
-        !ch->armed.load(std::memory_order_relaxed)) {
+        (!ch->armed.load(std::memory_order_relaxed) && ch->polls == ch->polls_at_send)) {
       ch->poll_owed.store(0, std::memory_order_relaxed);
       engine::progress_locked(ch, c, &changed);
     }
+    ch->polls_at_send = ch->polls;
     const uint64_t now = engine::mono_ns();
     ch->last_send_ns.store(now, std::memory_order_relaxed);
     if (done_total > 0) ch->last_write_ns.store(now, std::memory_order_relaxed);

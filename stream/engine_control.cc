@@ -442,6 +442,7 @@ void mark_failed(Channel* ch, ResumeCause why) {
 }
 
 void progress_locked(Channel* ch, Conn* except, Changes* out) {
+  ++ch->polls;
   Status st = ch->mux->progress();
   if (st != Status::ok)
     mark_failed(ch, st == Status::invalid ? ResumeCause::protocol_error
