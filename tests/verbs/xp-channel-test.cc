@@ -26,7 +26,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <poll.h>
-#include <unistd.h>
 #include <vector>
 
 #include "flow/record_channel.h"
@@ -86,24 +85,53 @@ double secs_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-int server(const char* ip, int port, uint64_t bytes) {
+// Listens on ip:port and accepts one RC link (30 s); nullptr after saying
+// why.  *l is the listener, for the caller to delete after the link.
+verbs::Link* accept_link(const char* who, const char* ip, int port, verbs::RcListener** l) {
   sockaddr_in a = addr(ip, port);
-  verbs::RcListener* l = nullptr;
-  Status st = verbs::RcListener::listen(reinterpret_cast<sockaddr*>(&a), 4, &l);
+  Status st = verbs::RcListener::listen(reinterpret_cast<sockaddr*>(&a), 4, l);
   if (st != Status::ok) {
-    fprintf(stderr, "server: listen: %s\n", status_name(st));
-    return 1;
+    fprintf(stderr, "%s: listen: %s\n", who, status_name(st));
+    return nullptr;
   }
-  printf("server: listening\n");
+  printf("%s: listening\n", who);
   fflush(stdout);
   verbs::Link* link = nullptr;
   char app[32];
   size_t app_len = sizeof app;
-  st = l->accept(verbs::RcLinkParams{}, 30000, &link, app, &app_len);
+  st = (*l)->accept(verbs::RcLinkParams{}, 30000, &link, app, &app_len);
   if (st != Status::ok) {
-    fprintf(stderr, "server: accept: %s\n", status_name(st));
-    return 1;
+    fprintf(stderr, "%s: accept: %s\n", who, status_name(st));
+    return nullptr;
   }
+  return link;
+}
+
+// Connects to dst_ip:port from src_ip, retrying for a few seconds (the
+// server may not be listening yet); nullptr after saying why.
+verbs::Link* connect_link(const char* who, const char* src_ip, const char* dst_ip, int port,
+                          const char* app, size_t app_len) {
+  sockaddr_in src = addr(src_ip, 0), dst = addr(dst_ip, port);
+  verbs::Link* link = nullptr;
+  Status st = Status::io_error;
+  for (int i = 0; i < 50; ++i) {
+    st = verbs::rc_connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                           verbs::RcLinkParams{}, app, app_len, &link);
+    if (st == Status::ok) return link;
+    struct timespec ts {
+      0, 100000000
+    };
+    nanosleep(&ts, nullptr);
+  }
+  fprintf(stderr, "%s: connect: %s\n", who, status_name(st));
+  return nullptr;
+}
+
+int server(const char* ip, int port, uint64_t bytes) {
+  verbs::RcListener* l = nullptr;
+  verbs::Link* link = accept_link("server", ip, port, &l);
+  if (link == nullptr) return 1;
+  Status st = Status::ok;
   flow::RecordChannel ch(link);
   Fnv sum;
   uint64_t got_bytes = 0, bad = 0, next_seq = 0;
@@ -147,23 +175,9 @@ int server(const char* ip, int port, uint64_t bytes) {
 }
 
 int client(const char* src_ip, const char* dst_ip, int port, uint64_t bytes, size_t msg) {
-  sockaddr_in src = addr(src_ip, 0), dst = addr(dst_ip, port);
-  verbs::Link* link = nullptr;
-  Status st = Status::io_error;
-  // The server may not be listening yet: retry for a few seconds.
-  for (int i = 0; i < 50; ++i) {
-    st = verbs::rc_connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                           verbs::RcLinkParams{}, "hello", 5, &link);
-    if (st == Status::ok) break;
-    struct timespec ts {
-      0, 100000000
-    };
-    nanosleep(&ts, nullptr);
-  }
-  if (st != Status::ok) {
-    fprintf(stderr, "client: connect: %s\n", status_name(st));
-    return 1;
-  }
+  verbs::Link* link = connect_link("client", src_ip, dst_ip, port, "hello", 5);
+  if (link == nullptr) return 1;
+  Status st = Status::ok;
   flow::RecordChannel ch(link);
   if (msg > ch.max_payload()) msg = ch.max_payload();
   std::vector<uint8_t> buf(msg);
@@ -336,11 +350,9 @@ int run_streams(const char* who, verbs::Link* link, uint32_t n, uint64_t bytes) 
 }
 
 int streams_server(const char* ip, int port, uint32_t n, uint64_t bytes) {
-  sockaddr_in a = addr(ip, port);
   verbs::RcListener* l = nullptr;
-  if (verbs::RcListener::listen(reinterpret_cast<sockaddr*>(&a), 4, &l) != Status::ok) return 1;
-  verbs::Link* link = nullptr;
-  if (l->accept(verbs::RcLinkParams{}, 30000, &link, nullptr, nullptr) != Status::ok) return 1;
+  verbs::Link* link = accept_link("streams-server", ip, port, &l);
+  if (link == nullptr) return 1;
   int rc = run_streams("streams-server", link, n, bytes);
   delete link;
   delete l;
@@ -348,20 +360,8 @@ int streams_server(const char* ip, int port, uint32_t n, uint64_t bytes) {
 }
 
 int streams_client(const char* src_ip, const char* dst_ip, int port, uint32_t n, uint64_t bytes) {
-  sockaddr_in src = addr(src_ip, 0), dst = addr(dst_ip, port);
-  verbs::Link* link = nullptr;
-  Status st = Status::io_error;
-  for (int i = 0; i < 50 && st != Status::ok; ++i) {
-    st = verbs::rc_connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                           verbs::RcLinkParams{}, nullptr, 0, &link);
-    if (st != Status::ok) {
-      struct timespec ts {
-        0, 100000000
-      };
-      nanosleep(&ts, nullptr);
-    }
-  }
-  if (st != Status::ok) return 1;
+  verbs::Link* link = connect_link("streams-client", src_ip, dst_ip, port, nullptr, 0);
+  if (link == nullptr) return 1;
   int rc = run_streams("streams-client", link, n, bytes);
   delete link;
   return rc;
@@ -377,34 +377,17 @@ int main(int argc, char** argv) {
     return streams_client(argv[2], argv[3], atoi(argv[4]), static_cast<uint32_t>(atoi(argv[5])),
                           strtoull(argv[6], nullptr, 10));
   if (argc == 6 && strcmp(argv[1], "pp-server") == 0) {
-    sockaddr_in a = addr(argv[2], atoi(argv[3]));
     verbs::RcListener* l = nullptr;
-    verbs::Link* link = nullptr;
-    char app[32];
-    size_t app_len = sizeof app;
-    if (verbs::RcListener::listen(reinterpret_cast<sockaddr*>(&a), 4, &l) != Status::ok ||
-        l->accept(verbs::RcLinkParams{}, 30000, &link, app, &app_len) != Status::ok) {
-      fprintf(stderr, "pp-server: no connection\n");
-      return 1;
-    }
+    verbs::Link* link = accept_link("pp-server", argv[2], atoi(argv[3]), &l);
+    if (link == nullptr) return 1;
     int rc = ping_pong(link, strtoull(argv[4], nullptr, 10), strtoull(argv[5], nullptr, 10), false);
     delete link;
     delete l;
     return rc;
   }
   if (argc == 7 && strcmp(argv[1], "pp-client") == 0) {
-    sockaddr_in src = addr(argv[2], 0), dst = addr(argv[3], atoi(argv[4]));
-    verbs::Link* link = nullptr;
-    Status st = Status::io_error;
-    for (int i = 0; i < 50 && st != Status::ok; ++i) {
-      st = verbs::rc_connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                             verbs::RcLinkParams{}, "pp", 2, &link);
-      if (st != Status::ok) usleep(100000);
-    }
-    if (st != Status::ok) {
-      fprintf(stderr, "pp-client: connect: %s\n", status_name(st));
-      return 1;
-    }
+    verbs::Link* link = connect_link("pp-client", argv[2], argv[3], atoi(argv[4]), "pp", 2);
+    if (link == nullptr) return 1;
     int rc = ping_pong(link, strtoull(argv[5], nullptr, 10), strtoull(argv[6], nullptr, 10), true);
     delete link;
     return rc;
