@@ -125,7 +125,6 @@ struct Waiter {
   // semantics run: eintr_restart hung).  Calls that only spin pay nothing.
   bool masked = false;
   sigset_t saved; // set by hold_signals() (then masked); left uninitialised: 128 bytes per call
-
   // Once registered, whatever this thread changes while it runs (polling
   // the channel) is followed by the caller's re-check before the next
   // sleep: it need not write its own eventfd (and read it back after a
