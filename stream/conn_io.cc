@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
+#include <optional>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -544,7 +545,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
   bool checked_fd = false;
   size_t got = 0;
-  Waiter w{SO_RCVTIMEO};
+  std::optional<Waiter> w; // built when the call first waits
   int inner = flags & ~(MSG_WAITALL | MSG_DONTWAIT);
   if (want == 0) return 0;
   while (true) {
@@ -598,14 +599,20 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     int saved = errno;
-    w.polled = !on_tcp; // recv_stream polled before its EAGAIN
-    if (w.step(c, on_tcp ? c->sock() : -1, POLLIN) != 0) {
+    if (!w) w.emplace(SO_RCVTIMEO);
+    w->polled = !on_tcp; // recv_stream polled before its EAGAIN
+    if (w->step(c, on_tcp ? c->sock() : -1, POLLIN) != 0) {
       if (got > 0) return static_cast<ssize_t>(got);
       return -1;
     }
     errno = saved;
   }
 }
+
+namespace {
+ssize_t send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel, size_t want,
+                  bool nonblock, zc::Send* zcs);
+} // namespace
 
 ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   *kernel = false;
@@ -615,8 +622,6 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   }
   size_t want = iov_total_len(iov, iovcnt);
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
-  bool checked_fd = false;
-  size_t sent = 0;
   if ((flags & MSG_OOB) && c->tx_rdma.load() && want > 0) {
     // Urgent data goes on TCP, out of band (the stream's bytes before it
     // over RDMA); with SO_OOBINLINE the peer would not see it in order.
@@ -630,25 +635,37 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
         syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
     return o == 1 ? static_cast<ssize_t>(want) : r;
   }
-  Waiter w{SO_SNDTIMEO};
-  int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
   // Zero copy only for blocking sends (a non-blocking one must not wait for
   // the NIC) of at least XPRESS_ZEROCOPY_MIN_KB; finished (the buffer is
-  // free again) before any return.
-  zc::Send zcs;
-  struct ZcEnd {
-    Conn* c;
-    zc::Send* z;
-    ~ZcEnd() {
-      if (z->on) zc::finish(c, z);
-    }
-  } zc_end{c, &zcs};
+  // free again) before any return.  Small sends never build its state.
   const EngineParams& ep = engine::params();
   if (ep.zerocopy && want >= ep.zerocopy_min && !nonblock && c->tx_rdma.load()) {
-    checked_fd = true;
-    nonblock = nonblocking(c);
-    zcs.on = !nonblock;
+    if (nonblocking(c)) return send_loop(c, iov, iovcnt, flags, kernel, want, true, nullptr);
+    zc::Send zcs;
+    zcs.on = true;
+    struct ZcEnd {
+      Conn* c;
+      zc::Send* z;
+      ~ZcEnd() {
+        if (z->on) zc::finish(c, z);
+      }
+    } zc_end{c, &zcs};
+    return send_loop(c, iov, iovcnt, flags, kernel, want, false, &zcs);
   }
+  return send_loop(c, iov, iovcnt, flags, kernel, want, nonblock, nullptr);
+}
+
+namespace {
+
+// send()'s loop.  nonblock: known to be non-blocking (or blocking when
+// zcs is set: its caller asked the descriptor); zcs: this call's zero-copy
+// state, null when it copies.
+ssize_t send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel, size_t want,
+                  bool nonblock, zc::Send* zcs) {
+  bool checked_fd = zcs != nullptr || nonblock;
+  size_t sent = 0;
+  std::optional<Waiter> w; // built when the call first waits
+  int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
   while (true) {
     if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
       if (sent > 0) return static_cast<ssize_t>(sent);
@@ -661,7 +678,7 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       return -1;
     }
     if (c->resumed.load(std::memory_order_acquire) && !c->tx_rdma.load(std::memory_order_acquire)) {
-      zc::finish(c, &zcs); // first: what resume::send queues follows our records
+      if (zcs) zc::finish(c, zcs); // first: what resume::send queues follows our records
       ssize_t r = resume::send(c, iov, iovcnt, flags, &sent);
       if (r == resume::kRetry) {
         if (sent >= want && want > 0) return static_cast<ssize_t>(sent);
@@ -684,7 +701,7 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     }
     bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
     ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
-                       : send_stream(c, iov, iovcnt, sent, zcs.on ? &zcs : nullptr,
+                       : send_stream(c, iov, iovcnt, sent, zcs && zcs->on ? zcs : nullptr,
                                      (flags & MSG_MORE) != 0);
     if (r == -2) continue;
     if (r > 0) {
@@ -709,13 +726,16 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
       errno = EAGAIN;
       return -1;
     }
-    w.polled = !on_tcp; // send_stream polled before its EAGAIN
-    if (w.step(c, on_tcp ? c->sock() : -1, POLLOUT) != 0) {
+    if (!w) w.emplace(SO_SNDTIMEO);
+    w->polled = !on_tcp; // send_stream polled before its EAGAIN
+    if (w->step(c, on_tcp ? c->sock() : -1, POLLOUT) != 0) {
       if (sent > 0) return static_cast<ssize_t>(sent);
       return -1;
     }
   }
 }
+
+} // namespace
 
 int shutdown(Conn* c, int how, bool* kernel) {
   *kernel = false;
