@@ -701,10 +701,18 @@ void keepalive(uint64_t now) {
     // on each tick made the loop's thread wait for it in the futex.
     const uint64_t since_check = now - ch->ka_checked_ms;
     if (since_check < ka / 6) continue;
-    ch->ka_checked_ms = now;
     bool expired = false;
     {
-      std::lock_guard<std::mutex> l(ch->mu);
+      // Nor does the look that is due wait for the lock: a data call holds
+      // it (a spinner, most of the time), and the engine blocked in the
+      // futex costs that call a wake-up system call and puts the engine on
+      // a CPU the loop wants (VM, xpress-bench ping-pong: the engine's
+      // remaining waits for a channel lock were all here).  The look comes
+      // at a later tick that finds the lock free; a spinner lets go of it
+      // between rounds, one that sleeps for good.
+      std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
+      if (!l.owns_lock()) continue;
+      ch->ka_checked_ms = now;
       if (ch->conns.empty()) { // idle channels cost nothing
         ch->ka_heard_ms = 0;
         continue;

@@ -572,6 +572,18 @@ TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
     std::unique_lock<std::mutex> lc(p.a.c->mu), la(p.a.ch->mu), lb(p.b.ch->mu);
     CHECK(returns_while_held([&] { engine::tick_conns(now + 10); }, lb, la, lc));
   }
+  {
+    // The keepalive's next look is due, and the locks are still held: it
+    // waits for a tick that finds them free instead of for the lock.
+    const uint64_t due = now + 3000 / 6 + 1;
+    const uint64_t checked_a = p.a.ch->ka_checked_ms;
+    std::unique_lock<std::mutex> lc(p.a.c->mu), la(p.a.ch->mu), lb(p.b.ch->mu);
+    CHECK(returns_while_held([&] { engine::tick_conns(due); }, lb, la, lc));
+    CHECK(p.a.ch->ka_checked_ms == checked_a); // not looked at yet
+    engine::tick_conns(due + 10);              // free now: the look happens
+    CHECK(p.a.ch->ka_checked_ms == due + 10);
+    CHECK_FALSE(p.a.ch->failed.load());
+  }
   engine::spin_leave(p.a.ch);
   engine::spin_leave(p.b.ch);
   {
