@@ -326,10 +326,10 @@ TEST_CASE("channel events: left sleepers set the engine's look; one unarmed late
   take_event_after_spin(a, ch, now); // spun on lately: left unarmed
   REQUIRE_FALSE(ch->armed.load());
   // An idle connection's call (xpress-bench's control connection beside a
-  // ping-pong) asks for a look every kIdleLeftTickMs only; an active one
-  // for kLeftTickMs.
+  // ping-pong) adds no look to the busy unarmed channel's tick; an active
+  // one asks for one every kLeftTickMs.
   engine::left_enter(ch, true);
-  CHECK(engine::engine_wait_ms(engine::kBusyUnarmedTickMs) == engine::kIdleLeftTickMs);
+  CHECK(engine::engine_wait_ms(engine::kBusyUnarmedTickMs) == engine::kBusyUnarmedTickMs);
   engine::left_enter(ch, false); // waits kIdleLeftTickMs > kLeftTickMs: kicked
   CHECK(kicked());
   engine::engine_waited();
