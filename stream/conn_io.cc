@@ -512,6 +512,84 @@ ssize_t kernel_rest(Conn* c, const iovec* iov, int iovcnt, size_t done, int flag
   return static_cast<ssize_t>(done + (n > 0 ? static_cast<size_t>(n) : 0));
 }
 
+// send()'s loop.  nonblock: known to be non-blocking (or blocking when
+// zcs is set: its caller asked the descriptor); zcs: this call's zero-copy
+// state, null when it copies.
+ssize_t send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel, size_t want,
+                  bool nonblock, zc::Send* zcs) {
+  bool checked_fd = zcs != nullptr || nonblock;
+  size_t sent = 0;
+  std::optional<Waiter> w; // built when the call first waits
+  int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+  while (true) {
+    if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      *kernel = true;
+      return 0;
+    }
+    if (c->closed.load(std::memory_order_acquire)) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      errno = EBADF;
+      return -1;
+    }
+    if (c->resumed.load(std::memory_order_acquire) && !c->tx_rdma.load(std::memory_order_acquire)) {
+      if (zcs) zc::finish(c, zcs); // first: what resume::send queues follows our records
+      ssize_t r = resume::send(c, iov, iovcnt, flags, &sent);
+      if (r == resume::kRetry) {
+        if (sent >= want && want > 0) return static_cast<ssize_t>(sent);
+        continue; // our direction is back on RDMA (stream/reattach.h)
+      }
+      if (r != resume::kToKernel) return r;
+      if (sent > 0) return kernel_rest(c, iov, iovcnt, sent, flags, true);
+      *kernel = true; // a moved stream: its sends are the kernel's
+      return 0;
+    }
+    if (c->dead.load(std::memory_order_acquire) ||
+        (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
+      XP_SLOG(XP_SLOG_INFO, "fd %d: send fails (%s): dead %d, reset %d, resumed %d", c->sock(),
+              errno == EPIPE ? "EPIPE" : "ECONNRESET", c->dead.load(),
+              (c->stream_bits.load() & Conn::kReset) != 0, c->resumed.load());
+      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+      return -1;
+    }
+    bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
+    ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
+                       : send_stream(c, iov, iovcnt, sent, zcs && zcs->on ? zcs : nullptr,
+                                     (flags & MSG_MORE) != 0);
+    if (r == -2) continue;
+    if (r > 0) {
+      sent += static_cast<size_t>(r);
+      if (sent >= want) return static_cast<ssize_t>(sent);
+      continue; // a blocking send takes everything; a non-blocking one stops at EAGAIN
+    }
+    if (want == 0 && r == 0) return 0;
+    if (r < 0 && errno != EAGAIN) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+      return -1;
+    }
+    if (!checked_fd) {
+      checked_fd = true;
+      nonblock = nonblock || nonblocking(c);
+    }
+    if (nonblock) {
+      // Full: room opening again is an EPOLLET edge (as the kernel's).
+      c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT), std::memory_order_acq_rel);
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      errno = EAGAIN;
+      return -1;
+    }
+    if (!w) w.emplace(SO_SNDTIMEO);
+    w->polled = !on_tcp; // send_stream polled before its EAGAIN
+    if (w->step(c, on_tcp ? c->sock() : -1, POLLOUT) != 0) {
+      if (sent > 0) return static_cast<ssize_t>(sent);
+      return -1;
+    }
+  }
+}
+
 } // namespace
 
 void fd_options_changed() {
@@ -609,11 +687,6 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   }
 }
 
-namespace {
-ssize_t send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel, size_t want,
-                  bool nonblock, zc::Send* zcs);
-} // namespace
-
 ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   *kernel = false;
   if (iovcnt < 0 || iovcnt > IOV_MAX) {
@@ -654,88 +727,6 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   }
   return send_loop(c, iov, iovcnt, flags, kernel, want, nonblock, nullptr);
 }
-
-namespace {
-
-// send()'s loop.  nonblock: known to be non-blocking (or blocking when
-// zcs is set: its caller asked the descriptor); zcs: this call's zero-copy
-// state, null when it copies.
-ssize_t send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel, size_t want,
-                  bool nonblock, zc::Send* zcs) {
-  bool checked_fd = zcs != nullptr || nonblock;
-  size_t sent = 0;
-  std::optional<Waiter> w; // built when the call first waits
-  int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
-  while (true) {
-    if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      *kernel = true;
-      return 0;
-    }
-    if (c->closed.load(std::memory_order_acquire)) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = EBADF;
-      return -1;
-    }
-    if (c->resumed.load(std::memory_order_acquire) && !c->tx_rdma.load(std::memory_order_acquire)) {
-      if (zcs) zc::finish(c, zcs); // first: what resume::send queues follows our records
-      ssize_t r = resume::send(c, iov, iovcnt, flags, &sent);
-      if (r == resume::kRetry) {
-        if (sent >= want && want > 0) return static_cast<ssize_t>(sent);
-        continue; // our direction is back on RDMA (stream/reattach.h)
-      }
-      if (r != resume::kToKernel) return r;
-      if (sent > 0) return kernel_rest(c, iov, iovcnt, sent, flags, true);
-      *kernel = true; // a moved stream: its sends are the kernel's
-      return 0;
-    }
-    if (c->dead.load(std::memory_order_acquire) ||
-        (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
-      XP_SLOG(XP_SLOG_INFO, "fd %d: send fails (%s): dead %d, reset %d, resumed %d", c->sock(),
-              errno == EPIPE ? "EPIPE" : "ECONNRESET", c->dead.load(),
-              (c->stream_bits.load() & Conn::kReset) != 0, c->resumed.load());
-      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
-      return -1;
-    }
-    bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
-    ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
-                       : send_stream(c, iov, iovcnt, sent, zcs && zcs->on ? zcs : nullptr,
-                                     (flags & MSG_MORE) != 0);
-    if (r == -2) continue;
-    if (r > 0) {
-      sent += static_cast<size_t>(r);
-      if (sent >= want) return static_cast<ssize_t>(sent);
-      continue; // a blocking send takes everything; a non-blocking one stops at EAGAIN
-    }
-    if (want == 0 && r == 0) return 0;
-    if (r < 0 && errno != EAGAIN) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
-      return -1;
-    }
-    if (!checked_fd) {
-      checked_fd = true;
-      nonblock = nonblock || nonblocking(c);
-    }
-    if (nonblock) {
-      // Full: room opening again is an EPOLLET edge (as the kernel's).
-      c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT), std::memory_order_acq_rel);
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = EAGAIN;
-      return -1;
-    }
-    if (!w) w.emplace(SO_SNDTIMEO);
-    w->polled = !on_tcp; // send_stream polled before its EAGAIN
-    if (w->step(c, on_tcp ? c->sock() : -1, POLLOUT) != 0) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      return -1;
-    }
-  }
-}
-
-} // namespace
 
 int shutdown(Conn* c, int how, bool* kernel) {
   *kernel = false;

@@ -292,7 +292,7 @@ int run_streams(const char* who, verbs::Link* link, uint32_t n, uint64_t bytes) 
   auto t0 = std::chrono::steady_clock::now();
   int idle = 0;
   while (true) {
-    bool progress = false, done = true;
+    bool progress = false, done = true, all_sent = true;
     for (uint32_t i = 0; i < n; ++i) {
       if (sent[i] < bytes) {
         rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
@@ -319,7 +319,8 @@ int run_streams(const char* who, verbs::Link* link, uint32_t n, uint64_t bytes) 
         bad += in[k] != spat(i, got[i] + k);
       got[i] += r;
       progress |= r > 0;
-      done = done && sent[i] == bytes && got[i] == bytes;
+      all_sent = all_sent && sent[i] == bytes;
+      done = done && all_sent && got[i] == bytes;
     }
     // A record held for autocorking goes once acknowledgements bring what
     // its stream has in flight down (Mux::progress), or, in the library,
@@ -327,9 +328,6 @@ int run_streams(const char* who, verbs::Link* link, uint32_t n, uint64_t bytes) 
     // engine, so it posts one itself once it wrote everything or before it
     // sleeps.  Otherwise a writer could count its last bytes as sent, end
     // and leave them unposted: "streams-server: stalled" (1 CI run in ~20).
-    bool all_sent = true;
-    for (uint32_t i = 0; i < n; ++i)
-      all_sent = all_sent && sent[i] == bytes;
     flow::RecordChannel& rc = mux.channel();
     if (rc.corked() && (all_sent || idle > 2000)) (void)rc.flush_cork();
     Status st = mux.progress();
