@@ -583,11 +583,14 @@ check_net() {
   else
     fail "$label: bytes did not cross RDMA: rxe sent +$pk packets (want >= $need_pk), RoCE $(hb "$roce") on the veth = $(pct "$roce" "$after") of $what (want >= $RDMA_MIN_PCT%)"
   fi
-  local limit=$((after * TCP_MAX_PCT / 100 + before + conns * TCP_CONN_ALLOW))
+  # The bytes sent before the switch cross the veth as TCP segments: their
+  # Ethernet, IP and TCP headers and the returning ACKs add about 5% (54.8
+  # MiB of TCP on the veth for 52.4 MiB before the switch); allow 10%.
+  local limit=$((after * TCP_MAX_PCT / 100 + before * 110 / 100 + conns * TCP_CONN_ALLOW))
   if [ "$tcp" -le "$limit" ]; then
     pass "$label: TCP on the veth carried little: $(hb "$tcp") = $(pct "$tcp" "$payload") of the payload (limit $(hb "$limit"))"
   else
-    fail "$label: TCP on the veth carried $(hb "$tcp") = $(pct "$tcp" "$payload") of the $(hb "$payload") payload (limit $(hb "$limit"): $TCP_MAX_PCT% of $(hb "$after") + $(hb "$before") before the switch + $(hb "$TCP_CONN_ALLOW") x $conns connections)"
+    fail "$label: TCP on the veth carried $(hb "$tcp") = $(pct "$tcp" "$payload") of the $(hb "$payload") payload (limit $(hb "$limit"): $TCP_MAX_PCT% of $(hb "$after") + 110% of $(hb "$before") before the switch + $(hb "$TCP_CONN_ALLOW") x $conns connections)"
   fi
 }
 
