@@ -24,7 +24,8 @@ size_t max_payload_of(size_t ring) {
 } // namespace
 
 RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
-    : link_(link), peer_ring_(link->peer_ring_size()), recv_ring_(link->recv_ring_size()),
+    : link_(link), repost_spare_(link->recv_spare()), peer_ring_(link->peer_ring_size()),
+      recv_ring_(link->recv_ring_size()),
       peer_mask_(pow2_mask(peer_ring_)), recv_mask_(pow2_mask(recv_ring_)),
       max_payload_(max_payload_of(peer_ring_)), sq_depth_(link->send_queue_depth()),
       signal_every_(signal_every == 0 ? 1 : signal_every), send_credit_(peer_ring_),
@@ -232,6 +233,13 @@ Status RecordChannel::maybe_grant() {
   return st == Status::no_resource ? Status::ok : st; // retried on the next poll
 }
 
+Status RecordChannel::repost() {
+  Status st = link_->post_recvs(repost_owed_);
+  repost_owed_ = 0;
+  if (st != Status::ok) failed_ = true;
+  return st == Status::ok ? Status::ok : Status::io_error;
+}
+
 Status RecordChannel::poll(Record* out, int max, int* got) {
   *got = 0;
   if (failed_) return Status::io_error;
@@ -239,7 +247,12 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
   while (*got < max) {
     int want = max - *got < 32 ? max - *got : 32;
     int n = link_->poll(wc, want);
-    if (n <= 0) break;
+    if (n <= 0) {
+      // Nothing came: the caller is waiting, so the receive requests owed
+      // go back now, off the way from a completion to its reader.
+      if (*got == 0 && repost_owed_ > 0 && repost() != Status::ok) return Status::io_error;
+      break;
+    }
     // Fewer than asked: the queue was empty after them.  Not polling it
     // again saves a provider call (its lock) on every receive; whatever
     // completes later is seen by the next poll, or raises an event once
@@ -258,12 +271,12 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
         if (c.wr_id > completed_) completed_ = c.wr_id;
         continue;
       }
-      // A record arrived.  Give the receive WR back first, so the peer never
-      // finds the receive queue empty (no RNR).
-      if (link_->post_recv() != Status::ok) {
-        failed_ = true;
-        return Status::io_error;
-      }
+      // A record arrived and took a receive WR.  The peer's credit bounds
+      // the records it can have in our ring unreleased at one per 64-byte
+      // slot, and the link posts one WR per slot plus repost_spare_: while
+      // we owe fewer than the spares back, the queue never runs dry (no
+      // RNR).  One provider call per batch instead of one per record.
+      if (++repost_owed_ >= repost_spare_ && repost() != Status::ok) return Status::io_error;
       size_t ring = recv_ring_;
       size_t bytes = c.imm;
       const bool bare = c.imm & kBareFlag;

@@ -259,6 +259,11 @@ private:
   BareTrack* rx_bare_ = nullptr;
 
   verbs::Link* link_;
+  // Receive work requests consumed by records and not yet given back, and
+  // how many may be (the link's spares: see poll()).
+  uint32_t repost_owed_ = 0;
+  uint32_t repost_spare_;
+  Status repost();
   // The link's sizes, fixed at set-up: read on every send and readiness
   // check, without a virtual call each time.
   size_t peer_ring_;

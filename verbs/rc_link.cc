@@ -39,7 +39,9 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
     long fl = syscall(SYS_fcntl, comp_->fd, F_GETFL);
     syscall(SYS_fcntl, comp_->fd, F_SETFL, fl | O_NONBLOCK);
   }
-  uint32_t recv_wrs = static_cast<uint32_t>(p.ring_bytes / 64);
+  // One per 64-byte ring slot (the most records the peer's credit allows
+  // there) plus the spares the record channel may owe back (recv_spare).
+  uint32_t recv_wrs = static_cast<uint32_t>(p.ring_bytes / 64) + sw::kRecvSpare;
   int cqe = static_cast<int>(recv_wrs + p.sq_depth);
   cq_ = comp_ ? ibv_create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;
   ring_size_ = p.ring_bytes;
@@ -65,9 +67,7 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   max_inline_ = qa.cap.max_inline_data;
   max_sge_ = qa.cap.max_send_sge;
   sq_depth_ = p.sq_depth;
-  for (uint32_t i = 0; i < recv_wrs; ++i)
-    if (post_recv() != Status::ok) return Status::no_resource;
-  return Status::ok;
+  return post_recvs(recv_wrs) == Status::ok ? Status::ok : Status::no_resource;
 }
 
 void RcLink::fill_wire(WireRing* w, const void* app, size_t app_len) const {
@@ -146,6 +146,21 @@ Status RcLink::post_recv() {
   ibv_recv_wr wr{};
   ibv_recv_wr* bad = nullptr;
   return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::ok : Status::io_error;
+}
+
+Status RcLink::post_recvs(uint32_t n) {
+  ibv_recv_wr wr[32];
+  while (n > 0) {
+    uint32_t k = n < 32 ? n : 32;
+    for (uint32_t i = 0; i < k; ++i) {
+      wr[i] = ibv_recv_wr{};
+      wr[i].next = i + 1 < k ? &wr[i + 1] : nullptr;
+    }
+    ibv_recv_wr* bad = nullptr;
+    if (ibv_post_recv(id_->qp, wr, &bad) != 0) return Status::io_error;
+    n -= k;
+  }
+  return Status::ok;
 }
 
 int RcLink::poll(Completion* out, int max) {

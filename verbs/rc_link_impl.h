@@ -9,6 +9,7 @@
 #include <rdma/rdma_cma.h>
 #include <sys/mman.h>
 
+#include "common/switches.h"
 #include "verbs/mem_domain.h"
 #include "verbs/rc_link.h"
 
@@ -76,6 +77,8 @@ public:
                                uint32_t lkey, uint32_t imm, uint64_t wr_id) override;
   uint32_t max_send_sge() const override { return max_sge_; }
   Status post_recv() override;
+  Status post_recvs(uint32_t n) override;
+  uint32_t recv_spare() const override { return sw::kRecvSpare; }
   int poll(Completion* out, int max) override;
   Status arm() override { return ibv_req_notify_cq(cq_, 0) == 0 ? Status::ok : Status::io_error; }
   int wait_fd() const override { return comp_ ? comp_->fd : -1; }

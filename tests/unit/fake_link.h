@@ -9,14 +9,17 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/switches.h"
 #include "verbs/link.h"
 
 namespace xp::test {
 
 class FakeLink : public verbs::Link {
 public:
-  FakeLink(size_t ring, uint32_t recv_wrs, uint32_t sq_depth = 128)
-      : ring_(ring), recv_posted_(recv_wrs), sq_depth_(sq_depth) {}
+  // spare: receive WRs posted beyond recv_wrs, which the channel may owe
+  // back (verbs::Link::recv_spare); 0: it gives each back at once.
+  FakeLink(size_t ring, uint32_t recv_wrs, uint32_t sq_depth = 128, uint32_t spare = 0)
+      : ring_(ring), recv_posted_(recv_wrs + spare), sq_depth_(sq_depth), spare_(spare) {}
   static void connect(FakeLink& a, FakeLink& b) {
     a.peer_ = &b;
     b.peer_ = &a;
@@ -117,7 +120,20 @@ public:
   Status post_recv() override {
     std::lock_guard<std::mutex> l(wire());
     ++recv_posted_;
+    ++recv_posts;
     return Status::ok;
+  }
+  Status post_recvs(uint32_t n) override {
+    std::lock_guard<std::mutex> l(wire());
+    recv_posted_ += n;
+    ++recv_posts;
+    return Status::ok;
+  }
+  uint32_t recv_spare() const override { return spare_; }
+  // Receive WRs posted and not consumed (the "NIC"'s receive queue).
+  uint64_t recv_queue() const {
+    std::lock_guard<std::mutex> l(wire());
+    return recv_posted_;
   }
   int poll(verbs::Completion* out, int max) override {
     std::lock_guard<std::mutex> l(wire());
@@ -175,6 +191,7 @@ public:
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
   }
 
+  uint64_t recv_posts = 0; // provider calls that gave receive WRs back
   uint64_t posts = 0, rnr = 0, overruns = 0, fail_post_at = 0, corrupt_imm_at = 0, gathers = 0;
   bool failed = false;
   bool hold_gathers = false;
@@ -205,17 +222,19 @@ private:
   std::vector<uint8_t> stage_;
   uint64_t recv_posted_;
   uint32_t sq_depth_;
+  uint32_t spare_;
   FakeLink* peer_ = nullptr;
   std::deque<verbs::Completion> cq_;
 };
 
 // Two connected fake links with one receive WR per 64-byte ring slot (as
-// many as records the ring can hold), as channels are built on them: the
-// links first, connected, then the channels (a test's pair derives from it).
+// many as records the ring can hold) plus the spares RcLink posts, as
+// channels are built on them: the links first, connected, then the channels
+// (a test's pair derives from it).
 struct LinkPair {
   FakeLink la, lb;
-  explicit LinkPair(size_t ring, uint32_t sq_depth = 128)
-      : la(ring, ring / 64, sq_depth), lb(ring, ring / 64, sq_depth) {
+  explicit LinkPair(size_t ring, uint32_t sq_depth = 128, uint32_t spare = sw::kRecvSpare)
+      : la(ring, ring / 64, sq_depth, spare), lb(ring, ring / 64, sq_depth, spare) {
     FakeLink::connect(la, lb);
   }
 };

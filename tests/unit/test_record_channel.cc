@@ -90,6 +90,62 @@ TEST_CASE("record channel: both directions full at once still make progress") {
   CHECK(p.la.rnr + p.lb.rnr == 0);
 }
 
+TEST_CASE("record channel: receive requests go back in batches or when idle, and never run dry") {
+  constexpr size_t kRing = 8192;
+  constexpr uint32_t kSpare = 8;
+  test::LinkPair links(kRing, 128, kSpare);
+  RecordChannel a(&links.la, 4), b(&links.lb, 4);
+  const uint64_t full = kRing / 64 + kSpare;
+  uint8_t byte = 7;
+  Record r[16];
+  int got = 0;
+
+  SUBCASE("a record taken is given back at the next poll that finds nothing") {
+    REQUIRE(a.send(1, 0, &byte, 1) == Status::ok);
+    uint64_t calls = links.lb.recv_posts;
+    REQUIRE(b.poll(r, 16, &got) == Status::ok);
+    REQUIRE(got == 1);
+    CHECK(links.lb.recv_posts == calls); // not on the way to the reader
+    CHECK(links.lb.recv_queue() == full - 1);
+    REQUIRE(b.release(r[0].slot) == Status::ok);
+    REQUIRE(b.poll(r, 16, &got) == Status::ok);
+    CHECK(got == 0);
+    CHECK(links.lb.recv_posts == calls + 1);
+    CHECK(links.lb.recv_queue() == full);
+  }
+
+  SUBCASE("a busy receiver owes fewer than the spares, and a full ring still finds a request") {
+    // The receiver takes exactly what came, each time (no empty poll), so
+    // its debt is never paid while idle: it must stay below the spares.
+    uint64_t sent = 0, received = 0;
+    for (int round = 0; round < 200; ++round) {
+      int n = 0;
+      while (n < 5 && a.send(1, sent, &byte, 1) == Status::ok) {
+        ++sent;
+        ++n;
+      }
+      REQUIRE(b.poll(r, n, &got) == Status::ok);
+      REQUIRE(got == n);
+      received += static_cast<uint64_t>(got);
+      for (int i = 0; i < got; ++i)
+        REQUIRE(b.release(r[i].slot) == Status::ok);
+      CHECK(links.lb.recv_queue() > kRing / 64 - 5); // at most kSpare - 1 owed
+      a.poll(r, 16, &got);                           // credit back to the sender
+    }
+    CHECK(links.lb.recv_posts < received / 4); // batches, not one call per record
+    // Now fill the whole ring with the smallest records while the receiver
+    // still owes: every one of them finds a receive request.
+    int filled = 0;
+    while (a.send(1, sent, &byte, 1) == Status::ok) {
+      ++sent;
+      ++filled;
+    }
+    CHECK(filled > static_cast<int>(kRing / 64) / 2);
+    CHECK(links.lb.rnr == 0);
+    CHECK(links.la.rnr == 0);
+  }
+}
+
 TEST_CASE("record channel: out-of-order release credits only the released prefix") {
   Pair p(4096);
   std::vector<uint8_t> buf(1000, 1);
