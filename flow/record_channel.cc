@@ -25,11 +25,10 @@ size_t max_payload_of(size_t ring) {
 
 RecordChannel::RecordChannel(verbs::Link* link, uint32_t signal_every)
     : link_(link), repost_spare_(link->recv_spare()), peer_ring_(link->peer_ring_size()),
-      recv_ring_(link->recv_ring_size()),
-      peer_mask_(pow2_mask(peer_ring_)), recv_mask_(pow2_mask(recv_ring_)),
-      max_payload_(max_payload_of(peer_ring_)), sq_depth_(link->send_queue_depth()),
-      signal_every_(signal_every == 0 ? 1 : signal_every), send_credit_(peer_ring_),
-      recv_credit_(recv_ring_) {
+      recv_ring_(link->recv_ring_size()), peer_mask_(pow2_mask(peer_ring_)),
+      recv_mask_(pow2_mask(recv_ring_)), max_payload_(max_payload_of(peer_ring_)),
+      sq_depth_(link->send_queue_depth()), signal_every_(signal_every == 0 ? 1 : signal_every),
+      send_credit_(peer_ring_), recv_credit_(recv_ring_) {
   pending_cap_ = static_cast<uint32_t>(recv_ring_ / kRecordAlign);
   pending_mask_ = static_cast<uint32_t>(pow2_mask(pending_cap_));
   // Set-up time allocation (mmap: no malloc, which the allocator hook
