@@ -29,7 +29,7 @@ run() { # ROUNDS EMPTY OUT -> total instructions
 # path, and their lines would count twice)
 fake() {
   cd "$tmp" && callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$1" 2>/dev/null |
-    awk '/fake_link.h:xp::test::FakeLink::(post_write_imm|post_send|poll|post_recv|post_recvs)\(/ { gsub(",","",$1); s += $1 } END { print s + 0 }'
+    awk '/fake_link.h:xp::test::FakeLink::(post_write_imm|post_send|poll|post_recvs)\(/ { gsub(",","",$1); s += $1 } END { print s + 0 }'
 }
 base=$(run 100 100 "$tmp/base")
 rt=$(run $((rounds + 100)) 100 "$tmp/rt")

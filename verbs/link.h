@@ -50,14 +50,9 @@ public:
     return Status::unsupported;
   }
   virtual uint32_t max_send_sge() const { return 1; }
-  // Give back one receive work request (each WRITE_WITH_IMM consumes one).
-  virtual Status post_recv() = 0;
-  // Give back n at once (one provider call per batch where it can).
-  virtual Status post_recvs(uint32_t n) {
-    for (uint32_t i = 0; i < n; ++i)
-      if (Status st = post_recv(); st != Status::ok) return st;
-    return Status::ok;
-  }
+  // Give back n receive work requests (each WRITE_WITH_IMM consumes one),
+  // in as few provider calls as it can.
+  virtual Status post_recvs(uint32_t n) = 0;
   // Receive work requests posted beyond one per 64-byte ring slot: how many
   // the layer above may owe back at a time without the queue ever running
   // dry (flow/record_channel.cc, poll).

@@ -141,14 +141,9 @@ Status RcLink::post_write_imm_gather(size_t off, size_t hdr_len, const void* pay
   return r == 0 ? Status::ok : Status::io_error;
 }
 
-Status RcLink::post_recv() {
-  // Zero-length receive: WRITE_WITH_IMM only needs a WR to consume.
-  ibv_recv_wr wr{};
-  ibv_recv_wr* bad = nullptr;
-  return ibv_post_recv(id_->qp, &wr, &bad) == 0 ? Status::ok : Status::io_error;
-}
-
 Status RcLink::post_recvs(uint32_t n) {
+  // Zero-length receives (WRITE_WITH_IMM only needs a WR to consume),
+  // chained 32 to a provider call.
   ibv_recv_wr wr[32];
   while (n > 0) {
     uint32_t k = n < 32 ? n : 32;

@@ -76,7 +76,6 @@ public:
   Status post_write_imm_gather(size_t off, size_t hdr_len, const void* payload, size_t len,
                                uint32_t lkey, uint32_t imm, uint64_t wr_id) override;
   uint32_t max_send_sge() const override { return max_sge_; }
-  Status post_recv() override;
   Status post_recvs(uint32_t n) override;
   uint32_t recv_spare() const override { return sw::kRecvSpare; }
   int poll(Completion* out, int max) override;

@@ -117,12 +117,6 @@ public:
       if (w.payload && w.payload < a + n && a < w.payload + w.len) return true;
     return false;
   }
-  Status post_recv() override {
-    std::lock_guard<std::mutex> l(wire());
-    ++recv_posted_;
-    ++recv_posts;
-    return Status::ok;
-  }
   Status post_recvs(uint32_t n) override {
     std::lock_guard<std::mutex> l(wire());
     recv_posted_ += n;
