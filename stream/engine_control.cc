@@ -361,12 +361,18 @@ bool refresh(Conn* c) {
   // stream's sequence moves to S without any new byte (readiness then comes
   // from TCP).
   bool new_data = c->rx_rdma.load(std::memory_order_acquire) && rcv != c->seen_received;
+  // What a sleeper may wait for: a condition that appeared, bytes, the
+  // window moving.  Readiness that only went away (the reader took every
+  // byte, the window filled) wakes nobody: no waiter waits for less
+  // (a request/response loop's every receive and send, and with an epoll
+  // waiter in the process, a wake-up of it per call).
+  bool wake = (b & ~c->seen_bits) != 0 || rcv != c->seen_received || ack != c->seen_acked;
   c->seen_bits = b;
   c->seen_received = rcv;
   c->seen_acked = ack;
   c->stream_bits.store(b, std::memory_order_release);
   c->note_ready(new_data);
-  return true;
+  return wake;
 }
 
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload) {

@@ -139,7 +139,9 @@ void advance(Conn* c);
 // The engine's edge-triggered watch of c's socket reported `events`.
 void tcp_event(Conn* c, uint32_t events);
 void fail(Conn* c, Reason why, const char* detail = nullptr); // detail: for the debug log
-// ch->mu held: recompute c's stream readiness; true if it changed.
+// ch->mu held: recompute c's stream readiness; true if something a sleeper
+// may wait for happened (a condition appeared, bytes arrived, the window
+// moved); false if nothing changed or readiness only went away.
 bool refresh(Conn* c);
 // Poll a channel, update its streams, handle control records.  No lock
 // held by the caller.  Wakes sleepers when anything changed.

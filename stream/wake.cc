@@ -36,6 +36,26 @@ std::mutex g_mu;
 int g_fds[kMaxSleepers];
 const void* g_keys[kMaxSleepers];
 std::atomic<int> g_count{0};
+// Which sleepers there are, without the lock: how many wait for anything
+// (key null: poll, select, epoll) and, per bucket of keys, how many wait for
+// a key that hashes there.  notify(key) looks at these two and returns when
+// both are zero: a data call that changed its own connection's readiness
+// takes no process-wide lock merely because some other connection's caller
+// sleeps (xpress-bench's idle control connection; a thread-per-connection
+// server, where all but the running threads sleep, took g_mu on every call).
+// Another key in the same bucket costs only the scan it costs anyway.
+constexpr int kKeyBuckets = 256;
+std::atomic<int> g_any{0};
+std::atomic<int> g_bucket[kKeyBuckets];
+std::atomic<uint64_t> g_scans{0};
+
+int bucket_of(const void* key) {
+  auto k = reinterpret_cast<uintptr_t>(key);
+  return static_cast<int>(((k >> 6) ^ (k >> 14)) & (kKeyBuckets - 1));
+}
+std::atomic<int>& counter_of(const void* key) {
+  return key ? g_bucket[bucket_of(key)] : g_any;
+}
 std::atomic<void (*)()> g_before_sleep{nullptr};
 std::atomic<bool> g_no_waker{false};
 
@@ -63,6 +83,9 @@ namespace {
 void atfork_child() {
   new (&g_mu) std::mutex;
   g_count.store(0, std::memory_order_relaxed);
+  g_any.store(0, std::memory_order_relaxed);
+  for (auto& b : g_bucket)
+    b.store(0, std::memory_order_relaxed);
 }
 
 bool add_locked(int efd, const void* key) {
@@ -74,7 +97,9 @@ bool add_locked(int efd, const void* key) {
   g_fds[n] = efd;
   g_keys[n] = key;
   // seq_cst: the sleeper's next load of the readiness it waits for must not
-  // be ordered before this store (notify() reads the count after the change).
+  // be ordered before these stores (notify() reads the counts after the
+  // change it publishes, behind a seq_cst fence).
+  counter_of(key).fetch_add(1, std::memory_order_seq_cst);
   g_count.store(n + 1, std::memory_order_seq_cst);
   return true;
 }
@@ -101,6 +126,7 @@ void remove(int efd) {
   int n = g_count.load(std::memory_order_relaxed);
   for (int i = 0; i < n; ++i) {
     if (g_fds[i] == efd) {
+      counter_of(g_keys[i]).fetch_sub(1, std::memory_order_relaxed);
       g_fds[i] = g_fds[n - 1];
       g_keys[i] = g_keys[n - 1];
       g_count.store(n - 1, std::memory_order_relaxed);
@@ -114,6 +140,10 @@ void notify(const void* key) {
   // sleeper that registered after it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (g_count.load(std::memory_order_relaxed) == 0) return;
+  if (key != nullptr && g_any.load(std::memory_order_relaxed) == 0 &&
+      g_bucket[bucket_of(key)].load(std::memory_order_relaxed) == 0)
+    return; // nobody waits for key, nor for anything
+  g_scans.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> g(g_mu);
   int n = g_count.load(std::memory_order_relaxed);
   uint64_t one = 1;
@@ -124,6 +154,10 @@ void notify(const void* key) {
     long r = syscall(SYS_write, g_fds[i], &one, sizeof one);
     (void)r; // EAGAIN: the counter is saturated, the sleeper wakes anyway
   }
+}
+
+uint64_t scans_for_tests() {
+  return g_scans.load(std::memory_order_relaxed);
 }
 
 void SelfAwake::start() {

@@ -7,6 +7,8 @@
 // the sleeper's final check, so no wake-up can be lost in between.
 #pragma once
 
+#include <cstdint>
+
 namespace xp::stream::wake {
 
 // This thread's eventfd (EFD_NONBLOCK|EFD_CLOEXEC, created on first use,
@@ -18,8 +20,11 @@ int thread_fd();
 bool add(int efd, const void* key = nullptr);
 void remove(int efd);
 // Wake the sleepers waiting for key and those waiting for anything (key
-// null: every sleeper).  One relaxed load when nobody sleeps.
+// null: every sleeper).  One relaxed load when nobody sleeps; three, and no
+// lock, when nobody waits for key or for anything.
 void notify(const void* key = nullptr);
+// How many notify() calls took the lock to scan the sleepers (tests).
+uint64_t scans_for_tests();
 // While one lives, notify() in this thread skips this thread's own eventfd:
 // a sleeper that woke and polls before it re-checks its condition need not
 // wake itself (a write now, a read later).  Only where that re-check follows.

@@ -167,6 +167,61 @@ TEST_CASE("wake: a registered sleeper that polls itself does not write its own e
   wake::drain(efd);
 }
 
+TEST_CASE("wake: notify takes no lock when nobody waits for its key or for anything") {
+  // Two threads' eventfds: this test's sleepers are registered from here,
+  // as other threads' would be.
+  int a = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), b = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  REQUIRE(a >= 0);
+  REQUIRE(b >= 0);
+  alignas(64) static char keys[64 * 1024];
+  char* mine = &keys[0];
+  // A key in another bucket (keys are hashed by address; 256 buckets).
+  char* other = nullptr;
+  for (size_t off = 64; off < sizeof keys && other == nullptr; off += 64) {
+    REQUIRE(wake::add(b, &keys[off]));
+    uint64_t before = wake::scans_for_tests();
+    wake::notify(mine);
+    if (wake::scans_for_tests() == before)
+      other = &keys[off];
+    else
+      wake::remove(b);
+  }
+  REQUIRE(other != nullptr);
+  pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+  // Only a sleeper for another connection: no scan, no write.
+  uint64_t s0 = wake::scans_for_tests();
+  for (int i = 0; i < 100; ++i)
+    wake::notify(mine);
+  CHECK(wake::scans_for_tests() == s0);
+  CHECK(poll(p, 2, 0) == 0);
+  // Its own key still wakes it, and a sleeper for this key is woken.
+  wake::notify(other);
+  CHECK(poll(&p[1], 1, 0) == 1);
+  wake::drain(b);
+  REQUIRE(wake::add(a, mine));
+  wake::notify(mine);
+  CHECK(poll(&p[0], 1, 0) == 1);
+  CHECK(poll(&p[1], 1, 0) == 0); // the other connection's sleeper slept on
+  wake::drain(a);
+  wake::remove(a);
+  // A sleeper for anything (poll, select, epoll) is woken by every key.
+  REQUIRE(wake::add(a));
+  wake::notify(mine);
+  CHECK(poll(&p[0], 1, 0) == 1);
+  wake::drain(a);
+  wake::remove(a);
+  // Removed: back to no scan.
+  s0 = wake::scans_for_tests();
+  wake::notify(mine);
+  CHECK(wake::scans_for_tests() == s0);
+  // notify() without a key wakes every sleeper.
+  wake::notify();
+  CHECK(poll(&p[1], 1, 0) == 1);
+  wake::remove(b);
+  close(a);
+  close(b);
+}
+
 namespace {
 // drain_inbox's order test: the first record's handling blocks until the
 // test lets it go; every handled record's seq is logged in order.

@@ -412,6 +412,37 @@ TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream
   other->unref();
 }
 
+TEST_CASE("conn io: readiness that only goes away wakes no sleeper") {
+  // A sleeper for anything (an epoll or poll waiter of this process) is
+  // woken by bytes arriving, but not by a reader taking them: nobody waits
+  // for less readiness, and an epoll thread woken for every receive of
+  // every other thread's connections is a wake-up per call.
+  Pair p(true);
+  run(p, 3000, 7);
+  settle(p, [&] { return p.b.c->rx_rdma.load() && p.a.c->tx_rdma.load(); });
+  REQUIRE(p.b.c->rx_rdma.load());
+  int efd = wake::thread_fd();
+  REQUIRE(efd >= 0);
+  wake::drain(efd);
+  REQUIRE(wake::add(efd));
+  pollfd pf{efd, POLLIN, 0};
+  REQUIRE(put(p.a, 64) == 64);
+  engine::progress(p.b.ch); // the bytes arrive: a change to wake for
+  CHECK(poll(&pf, 1, 0) == 1);
+  CHECK((p.b.c->ready_events() & EPOLLIN) != 0);
+  wake::drain(efd);
+  CHECK(take(p.b, 64, 0) == 64); // the reader takes them: readiness goes away
+  CHECK((p.b.c->ready_events() & EPOLLIN) == 0);
+  CHECK(poll(&pf, 1, 0) == 0);
+  REQUIRE(put(p.a, 64) == 64); // and the next bytes wake again
+  engine::progress(p.b.ch);
+  CHECK(poll(&pf, 1, 0) == 1);
+  wake::remove(efd);
+  wake::drain(efd);
+  CHECK(take(p.b, 64, 0) == 64);
+  CHECK(p.a.bad + p.b.bad == 0);
+}
+
 TEST_CASE("conn io: a blocked read leaves a channel someone spins on to the spinner") {
   // Regression: xpress-bench's server had a thread blocked reading its idle
   // control connection while another thread ping-ponged over the same
