@@ -6,6 +6,7 @@
 #                        5 interleaved rounds, pinned, vs the 2% target: results/host/compare.{md,json,svg}
 #                        HOST_ARGS="--quick" (~1 min) or any bench/compare option
 #   make test-compare    smoke test (part of `make test`, < 3 min with the VM boot):
+#                        report.py's comparison against raw verbs (test_report.py, no VM), then
 #                        pingpong 64 B, tcp and xpress, 2 rounds of 1 s, then checks the files;
 #                        then the same on the host (bench/compare --host, ~10 s)
 COMPARE_ARGS ?=
@@ -21,6 +22,7 @@ bench-host: $(LIB) $(BUILD)/xpress-bench $(BUILD)/xpress-stat
 	python3 bench/compare --host $(HOST_ARGS)
 
 test-compare: softroce-kernel $(LIB) $(BUILD)/xpress-bench $(BUILD)/xpress-stat
+	@python3 bench/compare.d/test_report.py
 	@rm -rf $(COMPARE_SMOKE_DIR)
 	@start=$$(date +%s); \
 	timeout -k 10 175 python3 bench/compare --scenarios pingpong --variants tcp,xpress --rounds 2 \
