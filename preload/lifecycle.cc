@@ -20,13 +20,10 @@ namespace {
 Config g_config;
 // 0 = not started, 1 = in progress, 2 = done.
 std::atomic<int> g_init_state{0};
-// initial-exec: the library is loaded at start-up (LD_PRELOAD), so its
-// thread-locals live in the static TLS block and are read %fs-relative;
-// the default model called __tls_get_addr in ld.so on every access.
-__attribute__((tls_model("initial-exec"))) thread_local bool t_initializing = false;
-__attribute__((tls_model("initial-exec"))) thread_local int t_internal_depth = 0;
+thread_local bool t_initializing = false;
+thread_local int t_internal_depth = 0;
 // vfork: the pid of the parent that is waiting in vfork on this thread.
-__attribute__((tls_model("initial-exec"))) thread_local long t_vfork_parent = 0;
+thread_local long t_vfork_parent = 0;
 
 const char* env_lookup(const char* name, void*) {
   return getenv(name);

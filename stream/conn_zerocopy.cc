@@ -35,10 +35,7 @@ struct Refused {
   size_t n = 0;
   int slot = -1;
 };
-// initial-exec: the library is loaded at start-up (LD_PRELOAD), so its
-// thread-locals live in the static TLS block and are read %fs-relative;
-// the default model called __tls_get_addr in ld.so on every access.
-__attribute__((tls_model("initial-exec"))) thread_local Refused t_refused;
+thread_local Refused t_refused;
 
 } // namespace
 

@@ -59,31 +59,22 @@ std::atomic<int>& counter_of(const void* key) {
 std::atomic<void (*)()> g_before_sleep{nullptr};
 std::atomic<bool> g_no_waker{false};
 
-// initial-exec: the library is loaded at start-up (LD_PRELOAD), so its
-// thread-locals live in the static TLS block and are read %fs-relative;
-// the default model called __tls_get_addr in ld.so on every access.  Plain
-// types: a thread-local with a destructor is reached through a guard (a
-// __tls_get_addr call again), so the closing at thread exit is a separate
-// object, touched only when the eventfd is made.
-__attribute__((tls_model("initial-exec"))) thread_local int t_fd = -1;
-__attribute__((tls_model("initial-exec"))) thread_local bool t_self_awake = false;
-struct ThreadFdCloser {
-  ~ThreadFdCloser() {
-    if (t_fd >= 0) syscall(SYS_close, t_fd);
-    t_fd = -1;
+struct ThreadFd {
+  int fd = -1;
+  ~ThreadFd() {
+    if (fd >= 0) syscall(SYS_close, fd);
   }
 };
-thread_local ThreadFdCloser t_fd_closer;
+thread_local ThreadFd t_fd;
+thread_local bool t_self_awake = false;
 
 } // namespace
 
 int thread_fd() {
   // Raw system calls: this layer sits below the interposed libc functions.
-  if (t_fd < 0) {
-    t_fd = static_cast<int>(place_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
-    (void)&t_fd_closer; // constructed now: closes t_fd when the thread exits
-  }
-  return t_fd;
+  if (t_fd.fd < 0)
+    t_fd.fd = static_cast<int>(place_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
+  return t_fd.fd;
 }
 
 namespace {
@@ -156,7 +147,7 @@ void notify(const void* key) {
   std::lock_guard<std::mutex> g(g_mu);
   int n = g_count.load(std::memory_order_relaxed);
   uint64_t one = 1;
-  int self = t_self_awake ? t_fd : -1;
+  int self = t_self_awake ? t_fd.fd : -1;
   for (int i = 0; i < n; ++i) {
     if (key != nullptr && g_keys[i] != nullptr && g_keys[i] != key) continue;
     if (g_fds[i] == self) continue;

@@ -6,8 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
-#include <cerrno>
-#include <fcntl.h>
 #include <mutex>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -167,20 +165,6 @@ TEST_CASE("wake: a registered sleeper that polls itself does not write its own e
   CHECK(poll(&p, 1, 0) == 1);
   wake::remove(efd);
   wake::drain(efd);
-}
-
-TEST_CASE("wake: a thread's eventfd is made once and closed when the thread exits") {
-  int fd = -1, again = -2;
-  std::thread t([&] {
-    fd = wake::thread_fd();
-    again = wake::thread_fd();
-  });
-  t.join();
-  REQUIRE(fd >= 0);
-  CHECK(again == fd);
-  errno = 0;
-  CHECK(fcntl(fd, F_GETFD) == -1);
-  CHECK(errno == EBADF);
 }
 
 TEST_CASE("wake: notify takes no lock when nobody waits for its key or for anything") {

@@ -17,7 +17,6 @@ test-unit: $(UNIT_BIN)
 
 test-symbols: $(LIB)
 	bash tests/unit/symbols.sh $(LIB) preload/interpose_table.def preload/alloc_table.def
-	bash tests/unit/hotpath_calls.sh $(LIB)
 
 TEST_TARGETS += test-unit test-symbols
 
