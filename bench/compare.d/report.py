@@ -195,6 +195,14 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def _same_round_ratios(m, base):
+    """m / base round by round, for the rounds both have (base non-zero), in
+    round order: a round's runs are close in time, so drift between rounds
+    cancels in these."""
+    return [m["by_round"][k] / base["by_round"][k] for k in sorted(m["by_round"])
+            if k in base["by_round"] and base["by_round"][k]]
+
+
 def summarize(data):
     runs = data["runs"]
     params = data["params"]
@@ -233,8 +241,7 @@ def summarize(data):
                 if not t or not t["median"]:
                     continue
                 mm["ratio_vs_tcp"] = mm["median"] / t["median"]
-                pr = [mm["by_round"][k] / t["by_round"][k] for k in mm["by_round"]
-                      if k in t["by_round"] and t["by_round"][k]]
+                pr = _same_round_ratios(mm, t)
                 if pr:
                     mm["paired_ratio_vs_tcp"] = _median(pr)
         entry["vs_raw"] = raw_rows(entry)
@@ -268,7 +275,6 @@ def summarize(data):
     return out
 
 
-# ---- host mode: pass-through overhead vs kernel TCP ---------------------------
 # The issue's targets against raw verbs (the floor on Soft-RoCE): latency
 # within RAW_LATENCY_MAX of it, throughput at least RAW_THROUGHPUT_MIN of it.
 RAW_LATENCY_MAX = 1.3
@@ -284,18 +290,18 @@ def raw_rows(entry):
     (the stricter floor) and the paired ratio."""
     rows = []
     xv = entry["variants"].get("xpress", {})
+    lower_of = {m[0]: m[3] for m in METRICS.get(entry["scenario"], [])}
     for key in RAW_METRICS.get(entry["scenario"], []):
         xm = _get(xv, "metrics", key)
         if not xm:
             continue
-        lower = key != "gbps"
+        lower = lower_of[key]
         row = {"metric": key, "lower_is_better": lower, "vs": {}}
         for base in ("verbs-send", "verbs-write"):
             bm = _get(entry, "variants", base, "metrics", key)
             if not bm or not bm["median"]:
                 continue
-            pr = [xm["by_round"][k] / bm["by_round"][k] for k in sorted(xm["by_round"])
-                  if k in bm["by_round"] and bm["by_round"][k]]
+            pr = _same_round_ratios(xm, bm)
             row["vs"][base] = {"ratio": xm["median"] / bm["median"], "paired": _median(pr) if pr else None,
                                "by_round": pr}
         if not row["vs"]:
@@ -312,6 +318,7 @@ def raw_rows(entry):
     return rows
 
 
+# ---- host mode: pass-through overhead vs kernel TCP ---------------------------
 def lo_bytes(rec):
     """Bytes the run sent through the loopback interface (host mode)."""
     return (rec.get("counters") or {}).get("lo.tx_bytes", 0)
@@ -341,11 +348,8 @@ def overhead_rows(cases):
             row["overhead_of_medians"] = overhead_of(row["ratio"], lower)
             per_round = []
             if tm and xm:
-                for k in sorted(xm["by_round"]):
-                    if k in tm["by_round"] and tm["by_round"][k]:
-                        o = overhead_of(xm["by_round"][k] / tm["by_round"][k], lower)
-                        if o is not None:
-                            per_round.append(o)
+                per_round = [o for o in (overhead_of(r, lower) for r in _same_round_ratios(xm, tm))
+                             if o is not None]
             row["overhead_by_round"] = per_round
             # the verdict uses the paired comparison: each round's tcp and xpress runs are
             # adjacent in time, so drift between rounds (common to both) cancels
@@ -703,7 +707,6 @@ def write_md_host(data, path):
       "few samples beyond p99. ps is closed-loop (the next operation starts when the last ends), so its \"total "
       "CPU in the window\" row has no target.")
     w("")
-    _raw_md(w, s, variants)
     _failures_md(w, s, variants)
     _per_round_md(w, s, variants)
     w("Reproduce: `make bench-host` (or `bench/compare --host --help`); how to read this file: "
