@@ -47,7 +47,7 @@ std::atomic<int> g_count{0};
 constexpr int kKeyBuckets = 256;
 std::atomic<int> g_any{0};
 std::atomic<int> g_bucket[kKeyBuckets];
-std::atomic<uint64_t> g_scans{0};
+uint64_t g_scans = 0; // notify() calls that scanned, under g_mu (tests)
 
 int bucket_of(const void* key) {
   auto k = reinterpret_cast<uintptr_t>(key);
@@ -143,8 +143,8 @@ void notify(const void* key) {
   if (key != nullptr && g_any.load(std::memory_order_relaxed) == 0 &&
       g_bucket[bucket_of(key)].load(std::memory_order_relaxed) == 0)
     return; // nobody waits for key, nor for anything
-  g_scans.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> g(g_mu);
+  ++g_scans;
   int n = g_count.load(std::memory_order_relaxed);
   uint64_t one = 1;
   int self = t_self_awake ? t_fd.fd : -1;
@@ -157,7 +157,8 @@ void notify(const void* key) {
 }
 
 uint64_t scans_for_tests() {
-  return g_scans.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_scans;
 }
 
 void SelfAwake::start() {
