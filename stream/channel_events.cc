@@ -159,6 +159,27 @@ bool rearm(Channel* ch) {
   return true;
 }
 
+bool may_stay_unarmed(Channel* ch, uint64_t now) {
+  if (!spun_lately(ch, now) && !sent_lately(ch, now)) return false;
+  // Published before the sleepers are counted: a thread that registers as
+  // a sleeper after this load sees the flag in its arm_before_sleep() and
+  // arms ch itself (both seq_cst).  Without this order, or with the
+  // flag published only after the decision, a poll/epoll sleeper that
+  // armed just before the engine took ch's event slept with ch unarmed
+  // until the engine's next tick, up to kBusyUnarmedTickMs (4 threads of
+  // 64 B request/response over one channel on Soft-RoCE: p99 16-27 ms,
+  // max 100 ms).
+  note_unarmed();
+  if (ch->spinners.load(std::memory_order_seq_cst) > 0) return true;
+  // Nobody polls ch right now: "spun or sent lately" bets that its thread
+  // is back within microseconds.  A thread asleep waiting for anything
+  // cannot take that bet: the record that ends its sleep must raise an
+  // event.  (Blocked calls wait for their own connection: they sleep on
+  // the completion fd, which they arm, or leave ch to a spinner, which
+  // the engine's left-sleeper looks cover.)
+  return !wake::any_sleepers();
+}
+
 void take_event(Channel* ch, bool leave_to_spinner) {
   if (ch->link->ack_event()) {
     disarm(ch);
@@ -166,11 +187,7 @@ void take_event(Channel* ch, bool leave_to_spinner) {
     // later (the engine re-arms after the idle time), or this load sees the
     // spinner gone.  A channel spun on lately stays unarmed: its thread is
     // likely back within microseconds (a request/response loop).
-    const uint64_t now = mono_ns();
-    if (spun_lately(ch, now) || sent_lately(ch, now))
-      note_unarmed();
-    else
-      rearm(ch);
+    if (!may_stay_unarmed(ch, mono_ns())) rearm(ch);
   }
   // The engine thread leaves the polling to a thread that spins on ch now
   // (it polls again within microseconds, and before it sleeps it arms and
@@ -217,7 +234,14 @@ void spin_enter(Channel* ch) {
 uint64_t spin_leave(Channel* ch) {
   uint64_t now = mono_ns();
   ch->last_spin_ns.store(now, std::memory_order_relaxed);
-  ch->spinners.fetch_sub(1, std::memory_order_seq_cst);
+  // The last spinner of a channel left unarmed for it leaves while some
+  // thread sleeps waiting for anything: nobody would poll ch for that
+  // sleeper until the engine's tick (may_stay_unarmed).  Arm it, and poll
+  // what arrived meanwhile (it raised no event).
+  if (ch->spinners.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      !ch->armed.load(std::memory_order_seq_cst) && wake::any_sleepers() && !ch->failed.load() &&
+      rearm(ch))
+    progress(ch);
   return now;
 }
 
@@ -339,7 +363,7 @@ void arm_idle_channels() {
   bool left = false;
   for (Channel* ch : channels_snapshot()) {
     if (ch->failed.load() || ch->armed.load()) continue;
-    if ((spun_lately(ch, now) || sent_lately(ch, now)) && !uncovered(ch, now)) {
+    if (may_stay_unarmed(ch, now) && !uncovered(ch, now)) {
       left = true;
       continue;
     }

@@ -269,6 +269,11 @@ void sleep_enter(Channel* ch);
 void sleep_leave(Channel* ch);
 // Arm ch if it is unarmed; true if this call armed it (poll it then).
 bool rearm(Channel* ch);
+// ch, whose event was just taken (or found unarmed by the engine's tick),
+// may stay unarmed: someone spins or sent on it lately, and either one
+// spins now or no thread sleeps waiting for anything (poll, select,
+// epoll_wait).  Publishes the unarmed state before it counts the sleepers.
+bool may_stay_unarmed(Channel* ch, uint64_t now);
 bool maybe_unarmed();
 // The engine thread owes a poll to a channel whose lock was taken when it
 // took its event (owe_poll): it tries again every kOwedPollMs

@@ -113,6 +113,10 @@ bool add(int efd, const void* key) {
   return ok;
 }
 
+bool any_sleepers() {
+  return g_any.load(std::memory_order_seq_cst) > 0;
+}
+
 void set_no_waker(bool none) {
   g_no_waker.store(none, std::memory_order_release);
 }

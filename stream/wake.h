@@ -23,6 +23,12 @@ void remove(int efd);
 // null: every sleeper).  One relaxed load when nobody sleeps; three, and no
 // lock, when nobody waits for key or for anything.
 void notify(const void* key = nullptr);
+// Some thread sleeps (or is about to) waiting for anything: a poll, select
+// or epoll_wait over user-mode fds.  Such a sleeper learns of its bytes only
+// from whoever polls their channel, so a channel nobody spins on must stay
+// armed while it sleeps (stream/channel_events.cc).  seq_cst: pairs with the
+// sleeper's registration, which comes before its arm_before_sleep().
+bool any_sleepers();
 // How many notify() calls took the lock to scan the sleepers (tests).
 uint64_t scans_for_tests();
 // While one lives, notify() in this thread skips this thread's own eventfd:
