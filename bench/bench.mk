@@ -22,13 +22,24 @@ bench-alloc: $(BUILD)/bench/alloc-churn $(if $(filter $(abspath $(LIB)),$(abspat
 
 # Ping-pong with the client waiting in recv, poll, epoll_wait or select, kernel
 # TCP vs xpress builds in one VM boot (bench/readiness-pingpong.sh).  Reports only.
-$(BUILD)/bench/readiness-pingpong: bench/readiness-pingpong.c
+$(BUILD)/bench/readiness-pingpong: bench/readiness-pingpong.c bench/lib/latency.h
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -Wall -Wextra -Werror -o $@ $<
 
 .PHONY: bench-readiness
 bench-readiness: $(BUILD)/bench/readiness-pingpong $(LIB) softroce-kernel
 	bash bench/readiness-pingpong.sh
+
+# Many threads, each with its own connection, 64 B request/response (epoll
+# workers on the server, poll or blocking recv on the client): TCP vs xpress
+# in one VM boot (bench/mt-pingpong.sh).  Reports only.
+$(BUILD)/bench/mt-pingpong: bench/mt-pingpong.c bench/lib/latency.h
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
+
+.PHONY: bench-threads
+bench-threads: $(BUILD)/bench/mt-pingpong $(LIB) softroce-kernel
+	bash bench/mt-pingpong.sh
 
 # User-space instructions of the RDMA data path per 64 B round trip and per
 # empty receive, over the unit tests' fake link (callgrind; deterministic, no

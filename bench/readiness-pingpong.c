@@ -17,16 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp(const void* x, const void* y) {
-  double d = *(const double*)x - *(const double*)y;
-  return d < 0 ? -1 : d > 0;
-}
+#include "lib/latency.h"
 
 static int serve(struct sockaddr_in* a) {
   int one = 1;
@@ -108,7 +99,7 @@ int main(int argc, char** argv) {
     if (i >= 0) lat[i] = now_us() - t;
   }
   double total = now_us() - t0;
-  qsort(lat, (size_t)n, sizeof(double), cmp);
+  qsort(lat, (size_t)n, sizeof(double), cmp_double);
   printf("%-6s n=%d mean=%.0f p50=%.0f p90=%.0f p99=%.0f max=%.0f us\n", mode, n, total / n,
          lat[n / 2], lat[n * 9 / 10], lat[n * 99 / 100], lat[n - 1]);
   return 0;

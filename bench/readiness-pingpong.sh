@@ -8,16 +8,15 @@
 # waits for the 4 ms timer tick (kernel TCP too): compare within a round.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib/common.sh
+source "$REPO/bench/lib/common.sh"
 BIN=$REPO/build/bench/readiness-pingpong
-[ -x "$BIN" ] || { echo "build it first: make $BIN" >&2; exit 1; }
-libs=("$@")
-[ ${#libs[@]} -gt 0 ] || libs=("$REPO/build/libxpress.so")
-guest=$(mktemp)
-trap 'rm -f "$guest"' EXIT
+bench_vm_setup "$BIN" "$@"
+guest=$BENCH_GUEST
 {
   echo "set -u; cd /tmp"
   echo "for round in \$(seq 1 ${RP_ROUNDS:-3}); do"
-  for lib in "" "${libs[@]}"; do
+  for lib in "" "${BENCH_LIBS[@]}"; do
     tag=${lib:-tcp}
     pre=${lib:+LD_PRELOAD=$lib}
     echo "  env $pre $BIN server 10.77.0.1 7000 & srv=\$!; sleep 1.5"

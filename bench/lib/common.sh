@@ -71,3 +71,17 @@ median() {
 ratio() {
   awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "n/a"; else printf "%.4f\n", a / b }'
 }
+
+# bench_vm_setup BIN [LIB.so ...]: for the scripts that compare kernel TCP
+# with xpress builds in one Soft-RoCE VM boot: BIN must be built; the builds
+# to compare (the arguments, or build/libxpress.so) go to BENCH_LIBS, and
+# BENCH_GUEST names a temporary guest script, removed at exit.
+bench_vm_setup() {
+  local bin=$1
+  shift
+  [ -x "$bin" ] || { echo "build it first: make $bin" >&2; exit 1; }
+  BENCH_LIBS=("$@")
+  [ ${#BENCH_LIBS[@]} -gt 0 ] || BENCH_LIBS=("$BENCH_ROOT/build/libxpress.so")
+  BENCH_GUEST=$(mktemp)
+  trap 'rm -f "$BENCH_GUEST"' EXIT
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Many threads, each with its own connection, doing 64 B request/response
+# (bench/mt-pingpong.c): kernel TCP and one or more xpress builds,
+# interleaved over rounds in one Soft-RoCE VM boot (server 10.77.0.1 with 4
+# epoll workers, client from 10.77.0.2).
+#   bench/mt-pingpong.sh [LIB.so[@VAR=VAL,VAR=VAL] ...]   (default build/libxpress.so)
+# Env: MT_ROUNDS (3), MT_N (round trips per thread, 400), MT_SPECS (client
+# wait and thread count, "poll:1 poll:4 block:4").  Reports only: one line
+# per run with mean, p50, p90, p99 and max round trip (us) and wall time.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib/common.sh
+source "$REPO/bench/lib/common.sh"
+BIN=$REPO/build/bench/mt-pingpong
+bench_vm_setup "$BIN" "$@"
+guest=$BENCH_GUEST
+{
+  echo "set -u; cd /tmp"
+  echo "for round in \$(seq 1 ${MT_ROUNDS:-3}); do"
+  for item in tcp "${BENCH_LIBS[@]}"; do
+    lib=${item%%@*} ev=""
+    [ "$item" = "$lib" ] || ev=${item#*@}
+    ev=${ev//,/ }
+    tag="$(basename "$lib")${ev:+[$ev]}"
+    pre=""
+    [ "$lib" = tcp ] || pre="LD_PRELOAD=$lib"
+    echo "  env $pre $ev $BIN server 10.77.0.1 7000 4 & srv=\$!; sleep 1.5"
+    echo "  for spec in ${MT_SPECS:-poll:1 poll:4 block:4}; do"
+    echo "    echo -n \"r\$round $tag \${spec%:*} \"; timeout 120 env $pre $ev $BIN \${spec%:*} 10.77.0.1 7000 \${spec#*:} ${MT_N:-400} || echo failed"
+    echo "  done"
+    echo "  kill \$srv; wait \$srv 2>/dev/null"
+  done
+  echo "done"
+} >"$guest"
+"$REPO/tools/softroce/vm" run -q --timeout "${MT_VM_TIMEOUT:-900}" -- bash "$guest" 2>&1 | grep '^r[0-9]'
