@@ -691,6 +691,29 @@ void report_stall(Channel* ch, uint64_t now) {
 }
 } // namespace
 
+namespace {
+// The receive cursor moves only when someone polls the channel: before the
+// keepalive calls the peer silent it polls once itself.  Records that were
+// only waiting (nobody polled the channel for the whole period: a lost
+// wake-up, or every thread of the process starved) mean a live peer, and
+// failing the channel for them sent every stream through a resume (VM,
+// memcached under load, before the fix in channel_events.cc: "nothing
+// heard for 3000 ms" with the peer's keepalives in the ring).  True: still
+// silent (fail it); false: heard, or the poll failed it already.
+bool silent_after_poll(Channel* ch, uint64_t now) {
+  progress(ch);
+  std::lock_guard<std::mutex> l(ch->mu);
+  if (ch->failed.load()) return false;
+  const uint64_t cur = ch->mux->channel().recv_cursor();
+  if (cur == ch->ka_cursor) return true;
+  XP_SLOG(XP_SLOG_INFO, "RDMA channel: records waited %llu ms for anyone to poll it",
+          static_cast<unsigned long long>(now - ch->ka_heard_ms));
+  ch->ka_heard_ms = now;
+  ch->ka_cursor = cur;
+  return false;
+}
+} // namespace
+
 void keepalive(uint64_t now) {
   const uint32_t ka = g().p.keepalive_ms;
   if (ka == 0) return;
@@ -739,7 +762,7 @@ void keepalive(uint64_t now) {
       expired = now - ch->ka_heard_ms > ka;
       report_stall(ch, now);
     }
-    if (expired) {
+    if (expired && silent_after_poll(ch, now)) {
       XP_SLOG(XP_SLOG_INFO, "RDMA channel: nothing heard for %u ms", ka);
       channel_failed(ch, ResumeCause::keepalive_timeout);
     }

@@ -184,6 +184,16 @@ void fail_new_links(Back& q, unsigned seed) {
   if (seed % 3 != 1) q.lb2.force_error();
 }
 
+// A resumed stream back on RDMA with nothing in flight either way.
+void settle_back_on_rdma(Back& q) {
+  resume_pair(q, 10);
+  q.link_up();
+  drive(q, 1500000, 20, [&] { return on_rdma(q.p); });
+  REQUIRE(on_rdma(q.p));
+  step(q);
+  step(q);
+}
+
 } // namespace
 
 TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways") {
@@ -222,13 +232,8 @@ TEST_CASE("keepalive: a stall of the checking thread is not the peer's silence")
   // meanwhile was only waiting to be polled.
   Back q;
   RPair& p = q.p;
-  resume_pair(q, 10);
-  q.link_up();
-  drive(q, 1500000, 20, [&] { return on_rdma(p); });
-  REQUIRE(on_rdma(p));
-  step(q);
-  step(q);           // nothing in flight; the last check saw the receive cursors
-  usleep(10 * 1000); // a check is due (every ka/6), nothing expired (ka: 30 ms)
+  settle_back_on_rdma(q); // the last check saw the receive cursors
+  usleep(10 * 1000);      // a check is due (every ka/6), nothing expired (ka: 30 ms)
   stream::engine::keepalive(stream::engine::now_ms());
   // The thread stalls longer than the period; its first check after the
   // stall comes before anyone polled what the peer sent meanwhile.
@@ -240,6 +245,27 @@ TEST_CASE("keepalive: a stall of the checking thread is not the peer's silence")
   CHECK(on_rdma(p));
   CHECK(p.a.c->ch == q.ca);
   CHECK(p.b.c->ch == q.cb);
+}
+
+TEST_CASE("keepalive: records nobody polled are the peer's voice, not its silence") {
+  // VM, memcached under load: a channel nobody polled for the whole
+  // keepalive period (a lost wake-up) was failed for "nothing heard",
+  // with the peer's keepalives waiting in the ring, and all its streams
+  // went through a resume.  The keepalive polls once before it decides.
+  Back q;
+  RPair& p = q.p;
+  settle_back_on_rdma(q);
+  // Regular checks (every 3 ms: no stall of the checking thread), each end
+  // sending its keepalives, and nobody polling either channel for 4 periods.
+  const uint64_t until = stream::engine::now_ms() + 4 * 30;
+  while (stream::engine::now_ms() < until) {
+    stream::engine::keepalive(stream::engine::now_ms());
+    usleep(3 * 1000);
+  }
+  CHECK_FALSE(q.ca->failed.load());
+  CHECK_FALSE(q.cb->failed.load());
+  step(q);
+  CHECK(on_rdma(p));
 }
 
 TEST_CASE("back to RDMA: the new channel fails too; the second resume goes on from S'") {
