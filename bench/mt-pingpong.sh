@@ -13,7 +13,6 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO/bench/lib/common.sh"
 BIN=$REPO/build/bench/mt-pingpong
 bench_vm_setup "$BIN" "$@"
-guest=$BENCH_GUEST
 {
   echo "set -u; cd /tmp"
   echo "for round in \$(seq 1 ${MT_ROUNDS:-3}); do"
@@ -31,5 +30,5 @@ guest=$BENCH_GUEST
     echo "  kill \$srv; wait \$srv 2>/dev/null"
   done
   echo "done"
-} >"$guest"
-"$REPO/tools/softroce/vm" run -q --timeout "${MT_VM_TIMEOUT:-900}" -- bash "$guest" 2>&1 | grep '^r[0-9]'
+} >"$BENCH_GUEST"
+"$REPO/tools/softroce/vm" run -q --timeout "${MT_VM_TIMEOUT:-900}" -- bash "$BENCH_GUEST" 2>&1 | grep '^r[0-9]'

@@ -12,7 +12,6 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO/bench/lib/common.sh"
 BIN=$REPO/build/bench/readiness-pingpong
 bench_vm_setup "$BIN" "$@"
-guest=$BENCH_GUEST
 {
   echo "set -u; cd /tmp"
   echo "for round in \$(seq 1 ${RP_ROUNDS:-3}); do"
@@ -24,5 +23,5 @@ guest=$BENCH_GUEST
     echo "  kill \$srv; wait \$srv 2>/dev/null"
   done
   echo "done"
-} >"$guest"
-"$REPO/tools/softroce/vm" run -q --timeout "${RP_VM_TIMEOUT:-900}" -- bash "$guest" 2>&1 | grep '^r[0-9]'
+} >"$BENCH_GUEST"
+"$REPO/tools/softroce/vm" run -q --timeout "${RP_VM_TIMEOUT:-900}" -- bash "$BENCH_GUEST" 2>&1 | grep '^r[0-9]'

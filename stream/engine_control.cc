@@ -689,9 +689,7 @@ void report_stall(Channel* ch, uint64_t now) {
               c->stream_bits.load(std::memory_order_relaxed), c->tx_rdma.load() ? "rdma" : "tcp",
               c->rx_rdma.load() ? "rdma" : "tcp");
 }
-} // namespace
 
-namespace {
 // The receive cursor moves only when someone polls the channel: before the
 // keepalive calls the peer silent it polls once itself.  Records that were
 // only waiting (nobody polled the channel for the whole period: a lost
