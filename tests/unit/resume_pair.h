@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <mutex>
 #include <random>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +18,31 @@
 #include "stream/engine_internal.h"
 
 namespace xp::test {
+
+// What the resume hook reported.  Both ends of a pair live in this process,
+// and either end's call, engine or peer thread may be the one that resumes:
+// the hook runs on two threads at once (for_fork's move and the peer's
+// answer), so the log takes a lock.  An unlocked vector lost or doubled an
+// event under ASan's timing ("fork" counted twice, "peer_moved" never).
+class ResumeLog {
+public:
+  void add(const stream::ResumeEvent& e) {
+    std::lock_guard<std::mutex> l(mu_);
+    ev_.push_back(e);
+  }
+  void clear() {
+    std::lock_guard<std::mutex> l(mu_);
+    ev_.clear();
+  }
+  std::vector<stream::ResumeEvent> events() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return ev_;
+  }
+
+private:
+  mutable std::mutex mu_;
+  std::vector<stream::ResumeEvent> ev_;
+};
 
 inline uint8_t rpat(int dir, uint64_t i) {
   return static_cast<uint8_t>(i * 131 + dir * 17 + (i >> 11));

@@ -24,13 +24,13 @@ using stream::ResumeEvent;
 
 namespace {
 
-std::vector<ResumeEvent> g_moves;
+ResumeLog g_moves;
 void capture(const ResumeEvent& e) {
-  g_moves.push_back(e);
+  g_moves.add(e);
 }
 int count(ResumeCause c) {
   int n = 0;
-  for (const ResumeEvent& e : g_moves)
+  for (const ResumeEvent& e : g_moves.events())
     n += e.cause == c && e.ok;
   return n;
 }

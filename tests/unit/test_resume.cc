@@ -18,14 +18,14 @@ using stream::ResumeEvent;
 
 namespace {
 
-std::vector<ResumeEvent> g_events;
+ResumeLog g_events;
 void capture(const ResumeEvent& e) {
-  g_events.push_back(e);
+  g_events.add(e);
 }
 
 uint64_t resent_total() {
   uint64_t n = 0;
-  for (const ResumeEvent& e : g_events)
+  for (const ResumeEvent& e : g_events.events())
     n += e.resent_bytes;
   return n;
 }
@@ -175,7 +175,7 @@ TEST_CASE("recovery: resume at every boundary loses and duplicates nothing") {
     CHECK(p.a.c->resumed.load());
     finish(p, total, 4);
     bool peer = false;
-    for (const ResumeEvent& e : g_events)
+    for (const ResumeEvent& e : g_events.events())
       peer |= e.cause == stream::ResumeCause::peer_resumed;
     CHECK(peer);
   }

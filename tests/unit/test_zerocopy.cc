@@ -238,9 +238,9 @@ void zc_write(RPair& p, ZcWrite* w, size_t n) {
   p.a.sent += w->done;
 }
 
-std::vector<ResumeEvent> g_zev;
+ResumeLog g_zev;
 void zcapture(const ResumeEvent& e) {
-  g_zev.push_back(e);
+  g_zev.add(e);
 }
 
 void zfinish(RPair& p, uint64_t total, unsigned seed) {
@@ -317,7 +317,7 @@ TEST_CASE("zero copy: a channel failure with zero-copy records in flight loses n
     // Re-sent: at most what a had not seen acknowledged, at least what b
     // lacked of the zero-copy bytes when the channel failed.
     uint64_t resent = 0;
-    for (const ResumeEvent& e : g_zev)
+    for (const ResumeEvent& e : g_zev.events())
       if (e.resent_bytes) resent += e.resent_bytes;
     CHECK(resent > 0);
     CHECK(resent <= p.a.sent - b_had + 65536);
