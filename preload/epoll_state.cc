@@ -74,8 +74,16 @@ void sync_user(EpollState* e, uint32_t before) {
 
 void set_src(EpollState* e, Reg* r, stream::ReadySource* src) {
   uint32_t before = e->regs.user_count();
+  const bool fresh = src != nullptr && src != r->src;
   e->regs.set_src(r, src);
   sync_user(e, before);
+  // Keyed sleepers wait for the sources they saw: a new one is theirs to
+  // look at, so they wake and register again (as activate() wakes waiters
+  // that came before the first user-mode member).
+  if (fresh && e->keyed.load(std::memory_order_relaxed) != 0 && e->wake >= 0 && !e->kick) {
+    readiness::eventfd_raise(e->wake);
+    e->level = e->kick = true;
+  }
 }
 
 void erase_reg(EpollState* e, Reg* r, Drops& drops) {

@@ -106,23 +106,57 @@ int validate_kids(EpollState* e, epoll_event* ev, int n) {
 
 // The wake eventfds of e and of the sets nested in it that have user-mode
 // members: registered as sleepers while a thread waits in the kernel on e.
+// A set with few members is registered under the keys of its user-mode
+// ones, so that other connections' changes do not wake it (a server whose
+// workers each wait on their own set: every answer woke all of them); its
+// `keyed` count makes a member that enters user mode meanwhile wake it.
 struct WakeList {
   static constexpr int kCap = 8;
+  static constexpr size_t kKeyedRegs = 64; // members looked through, at most
   int fds[kCap];
+  EpollState* sets[kCap];
+  const void* keys[kCap][stream::wake::kMaxWatchKeys];
+  int nkeys[kCap]; // 0: registered for anything
   int n = 0;
   bool complete = true; // every set that needs one has one, and it fitted
+  bool by_key = true;   // false: all for anything (a poll() over epoll sets)
   void collect(EpollState* e, int depth) {
     if (e->n_user.load(std::memory_order_acquire) != 0) {
       std::lock_guard<std::mutex> l(e->mu);
-      if (e->wake_in_kernel && n < kCap)
+      if (e->wake_in_kernel && n < kCap) {
+        sets[n] = e;
+        nkeys[n] = by_key ? member_keys(e, keys[n]) : 0;
+        if (nkeys[n] > 0) e->keyed.fetch_add(1, std::memory_order_relaxed);
         fds[n++] = e->wake;
-      else
+      } else {
         complete = false;
+      }
     }
     if (depth >= kMaxNest || e->n_nested.load(std::memory_order_acquire) == 0) return;
     Kids kids(e);
     for (int i = 0; i < kids.n; ++i)
       if (active(kids.k[i].child, depth + 1)) collect(kids.k[i].child, depth + 1);
+  }
+  // Under e->mu: the sources of e's user-mode members, or 0 when there are
+  // too many to wait for by key.
+  static int member_keys(EpollState* e, const void** out) {
+    const uint32_t nu = e->regs.user_count();
+    if (nu == 0 || nu > static_cast<uint32_t>(stream::wake::kMaxWatchKeys) ||
+        e->regs.size() > kKeyedRegs)
+      return 0;
+    int k = 0;
+    for (size_t i = 0; i < e->regs.size() && k < static_cast<int>(nu); ++i)
+      if (const Reg& r = e->regs.at(i); r.src != nullptr) out[k++] = r.src;
+    return k == static_cast<int>(nu) ? k : 0;
+  }
+  bool add(int i) const {
+    return nkeys[i] > 0 ? stream::wake::add_watch(fds[i], keys[i], nkeys[i])
+                        : stream::wake::add(fds[i]);
+  }
+  void unkey(int i) const {
+    if (nkeys[i] == 0) return;
+    std::lock_guard<std::mutex> l(sets[i]->mu);
+    sets[i]->keyed.fetch_sub(1, std::memory_order_relaxed);
   }
 };
 
@@ -134,7 +168,7 @@ struct Sleepers {
     w.collect(e, 0);
     ok = w.complete;
     for (; added < w.n; ++added) {
-      if (!stream::wake::add(w.fds[added])) {
+      if (!w.add(added)) {
         ok = false;
         break;
       }
@@ -143,7 +177,9 @@ struct Sleepers {
   void remove() {
     for (int i = 0; i < added; ++i)
       stream::wake::remove(w.fds[i]);
-    added = 0;
+    for (int i = 0; i < w.n; ++i)
+      w.unkey(i);
+    added = w.n = 0;
   }
   ~Sleepers() { remove(); }
   Sleepers(const Sleepers&) = delete;
@@ -391,6 +427,7 @@ int wake_fds(int fd, int* out, int cap) {
   StateRef e = acquire(g_slots.find(fd));
   if (!e) return 0;
   WakeList w;
+  w.by_key = false;
   w.collect(e.get(), 0);
   int n = 0;
   for (int i = 0; i < w.n && n < cap; ++i)

@@ -296,7 +296,7 @@ public:
     ok_ = true;
     if (nu_ != 0) {
       int tfd = stream::wake::thread_fd();
-      if (tfd >= 0 && stream::wake::add(tfd))
+      if (tfd >= 0 && add_thread_fd(tfd))
         wakes_[nwakes_++] = tfd;
       else
         ok_ = false;
@@ -312,6 +312,23 @@ public:
       }
     }
     return ok_;
+  }
+  // Woken only by changes of the connections polled, when they are few
+  // and all still in user mode (one that is leaving is announced to every
+  // sleeper); by any change otherwise.
+  bool add_thread_fd(int tfd) {
+    const void* keys[stream::wake::kMaxWatchKeys];
+    int n = 0;
+    if (nu_ <= static_cast<size_t>(stream::wake::kMaxWatchKeys)) {
+      for (size_t i = 0; i < nu_; ++i) {
+        SocketRef rec = track::lookup(users_[i].fd);
+        stream::ReadySource* src = rec ? rec->ready.load(std::memory_order_acquire) : nullptr;
+        if (src == nullptr) break;
+        keys[n++] = src;
+      }
+      if (static_cast<size_t>(n) == nu_) return stream::wake::add_watch(tfd, keys, n);
+    }
+    return stream::wake::add(tfd);
   }
   void unregister_sleep() {
     for (int i = 0; i < nwakes_; ++i)

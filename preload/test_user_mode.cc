@@ -46,18 +46,22 @@ bool g_atfork = false;
 // generations.  Readers call it too (ready_gen), so an edge the kernel
 // already has is never missed because the watcher thread was not scheduled
 // yet: the generation a reader sees is as new as the kernel's state.
+// Each source's sleepers are woken by its key, as the stream layer does
+// (wake::notify(conn)), so that the user-mode semantics run proves the
+// keyed registrations of poll/select/epoll sleepers miss no readiness.
 void pump() {
   int ep = g_ep.load(std::memory_order_acquire);
   if (ep < 0) return;
   int n;
+  epoll_event evs[64];
   {
     std::lock_guard<std::mutex> l(g_pump);
-    epoll_event evs[64];
     n = XP_REAL(epoll_wait, ep, evs, 64, 0);
     for (int i = 0; i < n; ++i)
       static_cast<Source*>(evs[i].data.ptr)->gen.fetch_add(1, std::memory_order_acq_rel);
   }
-  if (n > 0) stream::wake::notify();
+  for (int i = 0; i < n; ++i)
+    stream::wake::notify(static_cast<stream::ReadySource*>(static_cast<Source*>(evs[i].data.ptr)));
 }
 
 void* watcher(void*) {

@@ -35,6 +35,7 @@ constexpr int kMaxSleepers = 1024;
 std::mutex g_mu;
 int g_fds[kMaxSleepers];
 const void* g_keys[kMaxSleepers];
+bool g_watch[kMaxSleepers]; // a watcher's registration (any_sleepers)
 std::atomic<int> g_count{0};
 // Which sleepers there are, without the lock: how many wait for anything
 // (key null: poll, select, epoll) and, per bucket of keys, how many wait for
@@ -47,6 +48,8 @@ std::atomic<int> g_count{0};
 constexpr int kKeyBuckets = 256;
 std::atomic<int> g_any{0};
 std::atomic<int> g_bucket[kKeyBuckets];
+// Registrations of watchers, keyed or not (any_sleepers()).
+std::atomic<int> g_watchers{0};
 uint64_t g_scans = 0; // notify() calls that scanned, under g_mu (tests)
 
 int bucket_of(const void* key) {
@@ -84,37 +87,52 @@ void atfork_child() {
   new (&g_mu) std::mutex;
   g_count.store(0, std::memory_order_relaxed);
   g_any.store(0, std::memory_order_relaxed);
+  g_watchers.store(0, std::memory_order_relaxed);
   for (auto& b : g_bucket)
     b.store(0, std::memory_order_relaxed);
 }
 
-bool add_locked(int efd, const void* key) {
+bool add_locked(int efd, const void* const* keys, int nkeys, bool watch) {
   static const bool atfork = pthread_atfork(nullptr, nullptr, atfork_child) == 0;
   (void)atfork;
   std::lock_guard<std::mutex> g(g_mu);
   int n = g_count.load(std::memory_order_relaxed);
-  if (n >= kMaxSleepers) return false;
-  g_fds[n] = efd;
-  g_keys[n] = key;
-  // seq_cst: the sleeper's next load of the readiness it waits for must not
-  // be ordered before these stores (notify() reads the counts after the
-  // change it publishes, behind a seq_cst fence).
-  counter_of(key).fetch_add(1, std::memory_order_seq_cst);
-  g_count.store(n + 1, std::memory_order_seq_cst);
+  if (n + nkeys > kMaxSleepers) return false;
+  for (int i = 0; i < nkeys; ++i) {
+    g_fds[n + i] = efd;
+    g_keys[n + i] = keys[i];
+    g_watch[n + i] = watch;
+    // seq_cst: the sleeper's next load of the readiness it waits for must
+    // not be ordered before these stores (notify() reads the counts after
+    // the change it publishes, behind a seq_cst fence; the engine reads
+    // g_watchers after publishing a channel unarmed).
+    counter_of(keys[i]).fetch_add(1, std::memory_order_seq_cst);
+    if (watch) g_watchers.fetch_add(1, std::memory_order_seq_cst);
+  }
+  g_count.store(n + nkeys, std::memory_order_seq_cst);
   return true;
 }
-} // namespace
 
-bool add(int efd, const void* key) {
+bool add_entries(int efd, const void* const* keys, int nkeys, bool watch) {
   if (g_no_waker.load(std::memory_order_acquire)) return false;
-  bool ok = add_locked(efd, key);
+  bool ok = add_locked(efd, keys, nkeys, watch);
   if (ok)
     if (void (*fn)() = g_before_sleep.load(std::memory_order_acquire)) fn();
   return ok;
 }
+} // namespace
+
+bool add(int efd, const void* key) {
+  return add_entries(efd, &key, 1, key == nullptr);
+}
+
+bool add_watch(int efd, const void* const* keys, int n) {
+  if (n <= 0 || n > kMaxWatchKeys) return false;
+  return add_entries(efd, keys, n, true);
+}
 
 bool any_sleepers() {
-  return g_any.load(std::memory_order_seq_cst) > 0;
+  return g_watchers.load(std::memory_order_seq_cst) > 0;
 }
 
 void set_no_waker(bool none) {
@@ -128,15 +146,19 @@ void set_before_sleep(void (*fn)()) {
 void remove(int efd) {
   std::lock_guard<std::mutex> g(g_mu);
   int n = g_count.load(std::memory_order_relaxed);
-  for (int i = 0; i < n; ++i) {
-    if (g_fds[i] == efd) {
-      counter_of(g_keys[i]).fetch_sub(1, std::memory_order_relaxed);
-      g_fds[i] = g_fds[n - 1];
-      g_keys[i] = g_keys[n - 1];
-      g_count.store(n - 1, std::memory_order_relaxed);
-      return;
+  for (int i = 0; i < n;) {
+    if (g_fds[i] != efd) {
+      ++i;
+      continue;
     }
+    counter_of(g_keys[i]).fetch_sub(1, std::memory_order_relaxed);
+    if (g_watch[i]) g_watchers.fetch_sub(1, std::memory_order_relaxed);
+    --n;
+    g_fds[i] = g_fds[n];
+    g_keys[i] = g_keys[n];
+    g_watch[i] = g_watch[n];
   }
+  g_count.store(n, std::memory_order_relaxed);
 }
 
 void notify(const void* key) {
@@ -152,9 +174,11 @@ void notify(const void* key) {
   int n = g_count.load(std::memory_order_relaxed);
   uint64_t one = 1;
   int self = t_self_awake ? t_fd.fd : -1;
+  int last = -1; // a watcher's keys sit side by side, mostly: one write
   for (int i = 0; i < n; ++i) {
     if (key != nullptr && g_keys[i] != nullptr && g_keys[i] != key) continue;
-    if (g_fds[i] == self) continue;
+    if (g_fds[i] == self || g_fds[i] == last) continue;
+    last = g_fds[i];
     long r = syscall(SYS_write, g_fds[i], &one, sizeof one);
     (void)r; // EAGAIN: the counter is saturated, the sleeper wakes anyway
   }

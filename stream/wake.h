@@ -16,15 +16,25 @@ namespace xp::stream::wake {
 int thread_fd();
 // Register / unregister an eventfd as a sleeper.  add() returns false when
 // the registry is full (the caller then sleeps with a short timeout).
-// key: what the sleeper waits for (a connection); null: anything.
+// key: what the sleeper waits for (a connection: its ReadySource, which is
+// where a Conn starts, so the Conn* the stream layer notifies with is the
+// same key); null: anything (a watcher, see any_sleepers()).
 bool add(int efd, const void* key = nullptr);
+// A watcher (poll, select, epoll_wait over user-mode fds) that knows the
+// connections it waits for: efd is registered under each of the n keys, so
+// a change of another connection does not wake it (4 threads each polling
+// its own connection: every answer woke all four).  All or nothing.
+constexpr int kMaxWatchKeys = 8;
+bool add_watch(int efd, const void* const* keys, int n);
+// Removes every registration of efd.
 void remove(int efd);
 // Wake the sleepers waiting for key and those waiting for anything (key
 // null: every sleeper).  One relaxed load when nobody sleeps; three, and no
 // lock, when nobody waits for key or for anything.
 void notify(const void* key = nullptr);
-// Some thread sleeps (or is about to) waiting for anything: a poll, select
-// or epoll_wait over user-mode fds.  Such a sleeper learns of its bytes only
+// Some thread sleeps (or is about to) as a watcher: a poll, select or
+// epoll_wait over user-mode fds, waiting for anything or for the keys of
+// add_watch().  Such a sleeper learns of its bytes only
 // from whoever polls their channel, so a channel nobody spins on must stay
 // armed while it sleeps (stream/channel_events.cc).  seq_cst: pairs with the
 // sleeper's registration, which comes before its arm_before_sleep().

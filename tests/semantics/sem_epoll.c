@@ -254,6 +254,39 @@ static void epoll_exclusive_threads(void) {
   RC(0, close(b));
 }
 
+// A waiter already asleep on a set is told of a member added after it fell
+// asleep (xpress keys such a sleeper by the members it saw: the new one
+// must wake it to look again).
+static void epoll_member_added_while_waiting(void) {
+  int a1, b1, a2, b2;
+  tcp_pair(&a1, &b1);
+  tcp_pair(&a2, &b2); // before the waiter sleeps: only the ADD tells it
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b1, EPOLLIN, 1));
+  struct waiter w = {.ep = ep, .drain_fd = b1};
+  waiters_done = 0;
+  REQUIRE(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
+  long end = now_ms() + 3000;
+  while (!(w.tid && thread_sleeping(w.tid))) {
+    REQUIRE(now_ms() < end);
+    msleep(1);
+  }
+  msleep(50);
+  RC(0, ep_add(ep, b2, EPOLLIN, 2));
+  msleep(100); // asleep again, if the ADD woke it
+  long t0 = now_ms();
+  RC(1, send(a2, "!", 1, 0));
+  REQUIRE(pthread_join(w.thread, NULL) == 0);
+  EQ("waiter result", w.result, 1);
+  EQ("waiter data", w.data, 2);
+  EQ("woken within 2 s", now_ms() - t0 < 2000, 1);
+  RC(0, close(ep));
+  RC(0, close(a1));
+  RC(0, close(b1));
+  RC(0, close(a2));
+  RC(0, close(b2));
+}
+
 static void epoll_nested(void) {
   int a, b;
   tcp_pair(&a, &b);
@@ -389,6 +422,7 @@ const struct sem_case sem_epoll_cases[] = {
     {"epoll_rdhup", epoll_rdhup},
     {"epoll_shared_oneshot_threads", epoll_shared_oneshot_threads},
     {"epoll_exclusive_threads", epoll_exclusive_threads},
+    {"epoll_member_added_while_waiting", epoll_member_added_while_waiting},
     {"epoll_nested", epoll_nested},
     {"epoll_ctl_errors", epoll_ctl_errors},
     {"epoll_registration_follows_file", epoll_registration_follows_file},

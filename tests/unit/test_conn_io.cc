@@ -366,6 +366,37 @@ TEST_CASE("conn io: readiness never outlives the TCP bytes (select, then a block
   CHECK(p.a.bad + p.b.bad == 0);
 }
 
+// A second stream (id 7) on b's channel, beside b's own connection.
+struct SecondStream {
+  Pair& p;
+  Conn* other = new Conn(-1, params(recover::Role::server, 3));
+  explicit SecondStream(Pair& pair) : p(pair) {
+    {
+      std::lock_guard<std::mutex> l(p.b.ch->mu);
+      other->st = p.b.ch->mux->open(7, 0, 0);
+      REQUIRE(other->st != nullptr);
+      p.b.ch->by_id[7] = other;
+      p.b.ch->conns.push_back(other);
+      other->ref();
+    }
+    other->ch = p.b.ch;
+    other->sid = 7;
+    other->rx_rdma.store(true);
+    other->tx_rdma.store(true);
+  }
+  ~SecondStream() {
+    {
+      std::lock_guard<std::mutex> l(p.b.ch->mu);
+      p.b.ch->mux->close(other->st);
+      p.b.ch->by_id[7] = nullptr;
+      p.b.ch->conns.pop_back();
+      other->st = nullptr;
+    }
+    other->unref();
+    other->unref();
+  }
+};
+
 TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream's sleeper") {
   // Two streams share b's channel.  A reader of the second one polls the
   // channel and finds data for the first: whoever sleeps waiting for the
@@ -375,19 +406,8 @@ TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream
   run(p, 3000, 5);
   settle(p, [&] { return p.b.c->rx_rdma.load(); });
   REQUIRE(p.b.c->rx_rdma.load());
-  Conn* other = new Conn(-1, params(recover::Role::server, 3));
-  {
-    std::lock_guard<std::mutex> l(p.b.ch->mu);
-    other->st = p.b.ch->mux->open(7, 0, 0);
-    REQUIRE(other->st != nullptr);
-    p.b.ch->by_id[7] = other;
-    p.b.ch->conns.push_back(other);
-    other->ref();
-  }
-  other->ch = p.b.ch;
-  other->sid = 7;
-  other->rx_rdma.store(true);
-  other->tx_rdma.store(true);
+  SecondStream two(p);
+  Conn* other = two.other;
   int efd = wake::thread_fd();
   REQUIRE(efd >= 0);
   wake::drain(efd);
@@ -401,15 +421,51 @@ TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream
   CHECK(poll(&pf, 1, 0) == 1); // ...but b's sleeper was told
   wake::remove(efd);
   CHECK(take(p.b, 64, 0) == 64);
-  {
-    std::lock_guard<std::mutex> l(p.b.ch->mu);
-    p.b.ch->mux->close(other->st);
-    p.b.ch->by_id[7] = nullptr;
-    p.b.ch->conns.pop_back();
-    other->st = nullptr;
-  }
-  other->unref();
-  other->unref();
+}
+
+TEST_CASE("conn io: a watcher that names its connections sleeps through the others' bytes") {
+  // poll() and epoll_wait() over a few user-mode fds register under those
+  // connections' keys (their ReadySource, where a Conn starts): a change of
+  // another connection of the process does not wake them.  Registered for
+  // anything, 4 threads each polling its own connection over one channel
+  // were all woken by every answer.
+  Pair p(true);
+  run(p, 3000, 11);
+  settle(p, [&] { return p.b.c->rx_rdma.load(); });
+  REQUIRE(p.b.c->rx_rdma.load());
+  SecondStream two(p);
+  const void* mine = static_cast<stream::ReadySource*>(two.other);
+  CHECK(mine == static_cast<const void*>(two.other)); // the key notify() is given
+  engine::progress(p.b.ch); // the new stream's first readiness (writable) is seen
+  int efd = wake::thread_fd();
+  REQUIRE(efd >= 0);
+  wake::drain(efd);
+  REQUIRE(wake::add_watch(efd, &mine, 1));
+  CHECK(wake::any_sleepers()); // the channel stays armed for it (channel_events.cc)
+  pollfd pf{efd, POLLIN, 0};
+  REQUIRE(put(p.a, 64) == 64); // for b's first stream
+  engine::progress(p.b.ch);
+  CHECK((p.b.c->ready_events() & EPOLLIN) != 0);
+  CHECK(poll(&pf, 1, 0) == 0); // not ours: asleep still
+  wake::notify();              // a change announced to all (a mode change)
+  CHECK(poll(&pf, 1, 0) == 1);
+  wake::drain(efd);
+  wake::remove(efd);
+  CHECK_FALSE(wake::any_sleepers());
+  // Both keys: b's bytes wake it, once per change however many keys match.
+  const void* both[2] = {mine, static_cast<stream::ReadySource*>(p.b.c)};
+  REQUIRE(wake::add_watch(efd, both, 2));
+  CHECK(take(p.b, 64, 0) == 64);
+  REQUIRE(put(p.a, 64) == 64);
+  engine::progress(p.b.ch);
+  CHECK(poll(&pf, 1, 0) == 1);
+  wake::remove(efd); // every registration of efd
+  wake::drain(efd);
+  wake::notify();
+  CHECK(poll(&pf, 1, 0) == 0);
+  CHECK_FALSE(wake::add_watch(efd, both, 0)); // no keys: not a watch
+  CHECK(take(p.b, 64, 0) == 64);
+  CHECK(p.a.bad + p.b.bad == 0);
 }
 
 TEST_CASE("conn io: readiness that only goes away wakes no sleeper") {
