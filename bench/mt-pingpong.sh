@@ -4,9 +4,12 @@
 # interleaved over rounds in one Soft-RoCE VM boot (server 10.77.0.1 with 4
 # epoll workers, client from 10.77.0.2).
 #   bench/mt-pingpong.sh [LIB.so[@VAR=VAL,VAR=VAL] ...]   (default build/libxpress.so)
-# Env: MT_ROUNDS (3), MT_N (round trips per thread, 400), MT_SPECS (client
-# wait and thread count, "poll:1 poll:4 block:4").  Reports only: one line
-# per run with mean, p50, p90, p99 and max round trip (us) and wall time.
+# Env: MT_ROUNDS (3), MT_N (round trips per thread, 2000), MT_WARM (round
+# trips per thread before those, not counted: the upgrade, 100), MT_SPECS
+# (client wait and thread count, "poll:1 poll:4 block:4").  Reports only:
+# one line per run with mean, p50, p90, p99 and max round trip (us), the
+# longest warm-up (ms from connect), the client's CPU time per round trip
+# (us) and the wall time.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/lib/common.sh
@@ -25,7 +28,7 @@ bench_vm_setup "$BIN" "$@"
     [ "$lib" = tcp ] || pre="LD_PRELOAD=$lib"
     echo "  env $pre $ev $BIN server 10.77.0.1 7000 4 & srv=\$!; sleep 1.5"
     echo "  for spec in ${MT_SPECS:-poll:1 poll:4 block:4}; do"
-    echo "    echo -n \"r\$round $tag \${spec%:*} \"; timeout 120 env $pre $ev $BIN \${spec%:*} 10.77.0.1 7000 \${spec#*:} ${MT_N:-400} || echo failed"
+    echo "    echo -n \"r\$round $tag \${spec%:*} \"; timeout 120 env $pre $ev $BIN \${spec%:*} 10.77.0.1 7000 \${spec#*:} ${MT_N:-2000} ${MT_WARM:-100} || echo failed"
     echo "  done"
     echo "  kill \$srv; wait \$srv 2>/dev/null"
   done
