@@ -333,6 +333,28 @@ void settle(EpollState* e, bool residual, bool drained) {
   if (residual) raise_level(e);
 }
 
+void watch_kernel_members(EpollState* e) {
+  if (e->epfd < 0) return;
+  for (size_t i = 0; i < e->regs.size(); ++i) {
+    Reg& r = e->regs.at(i);
+    if (r.src == nullptr || !r.shadow || !r.armed || (r.events & EPOLLEXCLUSIVE)) continue;
+    short ev = 0;
+    if (r.src->kernel_watch(&ev) < 0) continue;
+    // Input only: the kernel re-checks a registration's level on MOD, so
+    // a writable socket, or unread bytes under EPOLLET, would fire at once
+    // and wake the sleeper for nothing, over and over.
+    constexpr uint32_t kInput = EPOLLIN | EPOLLRDNORM | EPOLLPRI | EPOLLRDHUP;
+    uint32_t bits = static_cast<uint16_t>(ev) & r.events & kInput;
+    if (bits == 0) continue;
+    pollfd p{r.fd, static_cast<short>(bits), 0};
+    if (XP_REAL(poll, &p, 1, 0) != 0) continue; // input there already: the relay tells
+    epoll_event k;
+    k.events = bits | EPOLLET | EPOLLONESHOT;
+    k.data.u64 = kShadowData;
+    real_ctl(e->epfd, EPOLL_CTL_MOD, r.fd, &k);
+  }
+}
+
 void consume_wake(EpollState* e) {
   std::lock_guard<std::mutex> l(e->mu);
   if (e->wake >= 0) readiness::eventfd_drain(e->wake);

@@ -126,6 +126,7 @@ struct WakeList {
       if (e->wake_in_kernel && n < kCap) {
         sets[n] = e;
         nkeys[n] = by_key ? member_keys(e, keys[n]) : 0;
+        if (nkeys[n] > 0) watch_kernel_members(e);
         if (nkeys[n] > 0) e->keyed.fetch_add(1, std::memory_order_relaxed);
         fds[n++] = e->wake;
       } else {

@@ -237,6 +237,26 @@ int kernel_poll(pollfd* fds, nfds_t n, int64_t ns, const sigset_t* mask, bool as
   return XP_REAL(poll, fds, n, ms);
 }
 
+// The kernel wait with one more entry after the program's (a watch, see
+// PollSet::watch); the count is of the program's entries only.  Beyond 63
+// entries the watch is left out: the engine's relay of the socket's
+// readiness wakes the sleeper then, as it did before watches.
+int kernel_poll_plus(pollfd* fds, nfds_t n, pollfd extra, int64_t ns, const sigset_t* mask,
+                     bool as_ppoll) {
+  constexpr nfds_t kMax = 64;
+  if (n >= kMax) return kernel_poll(fds, n, ns, mask, as_ppoll);
+  pollfd all[kMax];
+  memcpy(all, fds, n * sizeof *fds);
+  all[n] = extra;
+  all[n].revents = 0;
+  int k = kernel_poll(all, n + 1, ns, mask, as_ppoll);
+  if (k < 0) return k;
+  for (nfds_t i = 0; i < n; ++i)
+    fds[i].revents = all[i].revents;
+  if (all[n].revents) --k;
+  return k;
+}
+
 // The entries xpress answers are hidden from the kernel (fd -1: it ignores
 // them and reports 0) and put back before returning.
 struct Hidden {
@@ -354,6 +374,50 @@ public:
     }
     return false;
   }
+  // For the kernel wait: a user-mode entry whose source's readiness is the
+  // kernel socket's for some direction (an upgrade before its switch) is
+  // shown to the kernel with those bits, so that TCP bytes wake this thread
+  // directly rather than through the engine, which may be busy creating
+  // the channel (20-50 ms under TCG, on each end).  The entry lent to the
+  // thread's eventfd gets its watch in *extra (fd -1: none).  The bits are
+  // a subset of what answer() reports from the source, so a watch that
+  // fires is answered at once.  unwatch() hides them again.
+  void watch(pollfd* extra) {
+    extra->fd = -1;
+    for (size_t i = 0; i < nu_ && nwatch_ < kWatch; ++i) {
+      pollfd& p = fds_[users_[i].idx];
+      const bool lent = static_cast<long>(users_[i].idx) == slot_;
+      if (!lent && p.fd != -1) continue; // back with the kernel: polled as is
+      SocketRef rec = track::lookup(users_[i].fd);
+      stream::ReadySource* src = rec ? rec->ready.load(std::memory_order_acquire) : nullptr;
+      short ev = 0;
+      if (src == nullptr || src->kernel_watch(&ev) < 0) continue;
+      ev = static_cast<short>(ev & (lent ? slot_events_ : p.events));
+      if (ev == 0) continue;
+      if (lent) {
+        *extra = {users_[i].fd, ev, 0};
+        continue;
+      }
+      watched_[nwatch_++] = {users_[i].idx, p.events};
+      p.fd = users_[i].fd;
+      p.events = ev;
+      p.revents = 0;
+    }
+  }
+  // Hides the watched entries again; returns how many of them the kernel
+  // counted as ready (not the program's: the caller takes them off).
+  int unwatch() {
+    int fired = 0;
+    for (int i = 0; i < nwatch_; ++i) {
+      pollfd& p = fds_[watched_[i].idx];
+      if (p.revents) ++fired;
+      p.fd = -1;
+      p.events = watched_[i].events;
+      p.revents = 0;
+    }
+    nwatch_ = 0;
+    return fired;
+  }
   // After the kernel wait: whether the lent slot fired (it is hidden again).
   // POLLNVAL: the program closed the thread's eventfd behind our back
   // (closefrom); from then on this call sleeps in slices instead of spinning.
@@ -370,6 +434,7 @@ public:
     return fired;
   }
   void restore() {
+    unwatch();
     take_slot();
     for (size_t i = 0; i < nu_; ++i)
       fds_[users_[i].idx].fd = users_[i].fd;
@@ -406,6 +471,13 @@ private:
   bool dead_ = false; // the thread's eventfd is gone
   long slot_ = -1;
   short slot_events_ = 0;
+  struct Watched {
+    nfds_t idx;
+    short events; // the program's
+  };
+  static constexpr int kWatch = 16;
+  Watched watched_[kWatch];
+  int nwatch_ = 0;
 };
 
 // poll/ppoll with user-mode fds or epoll sets with user-mode members.
@@ -449,15 +521,20 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
     if (!set.lend_slot()) ok = false;
     int64_t left = clock.left();
     if (!ok && (left < 0 || left > kSliceNs)) left = kSliceNs;
-    int k = kernel_poll(fds, n, left, mask, as_ppoll);
+    pollfd extra;
+    set.watch(&extra);
+    int k = extra.fd < 0 ? kernel_poll(fds, n, left, mask, as_ppoll)
+                         : kernel_poll_plus(fds, n, extra, left, mask, as_ppoll);
     int err = errno;
     set.unregister_sleep();
+    const int watched = set.unwatch();
     bool woke = set.take_slot();
     if (k < 0) {
       errno = err;
       return -1;
     }
     if (woke) --k;
+    k -= watched;
     if (k > 0) return k + set.answer();
     set.refresh_epolls(); // a wake-up or the time is up: look again
   }

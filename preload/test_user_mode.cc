@@ -27,6 +27,13 @@ class Source final : public stream::ReadySource {
 public:
   uint32_t ready_events() const override;
   uint32_t ready_gen(uint32_t events) const override;
+  // The kernel's readiness is the whole answer here: watched as a
+  // connection's is while it upgrades.
+  int kernel_watch(short* events) const override {
+    if (!live.load(std::memory_order_acquire)) return -1;
+    *events = POLLIN | POLLRDNORM | POLLPRI | POLLRDHUP | POLLOUT | POLLWRNORM;
+    return fd.load(std::memory_order_acquire);
+  }
 
   std::atomic<int> fd{-1}; // a number naming the socket
   std::atomic<uint32_t> gen{0};
@@ -64,12 +71,27 @@ void pump() {
     stream::wake::notify(static_cast<stream::ReadySource*>(static_cast<Source*>(evs[i].data.ptr)));
 }
 
+// XPRESS_TEST_RELAY_DELAY_MS (0-1000): the watcher relays each batch of
+// kernel events that much later, as a busy engine does (it creates
+// channels for tens of ms under TCG); sleepers that watch the sockets
+// themselves (ReadySource::kernel_watch) must not wait for it.
+long relay_delay_ms() {
+  const char* v = getenv("XPRESS_TEST_RELAY_DELAY_MS");
+  long ms = v ? strtol(v, nullptr, 10) : 0;
+  return ms < 0 ? 0 : ms > 1000 ? 1000 : ms;
+}
+
 void* watcher(void*) {
+  const long delay_ms = relay_delay_ms();
   for (;;) {
     pollfd p = {g_ep.load(std::memory_order_acquire), POLLIN, 0};
     // No set (the program closed ours; a program thread makes the next one):
     // wait a little rather than spin on POLLNVAL.
     int n = p.fd < 0 ? -1 : XP_REAL(poll, &p, 1, -1);
+    if (n > 0 && delay_ms > 0) {
+      timespec d = {delay_ms / 1000, (delay_ms % 1000) * 1'000'000};
+      nanosleep(&d, nullptr);
+    }
     if (n < 0 || (p.revents & POLLNVAL)) {
       timespec ts = {0, 10'000'000};
       nanosleep(&ts, nullptr);

@@ -39,6 +39,7 @@ public:
   int sock() const { return fd.load(std::memory_order_acquire); }
 
   uint32_t ready_events() const override;
+  int kernel_watch(short* events) const override;
   uint32_t ready_gen(uint32_t events) const override {
     // gen: edges for every registration; gen_in / gen_out: for those that
     // ask for reading / writing.  The sum changes when any of its terms do.

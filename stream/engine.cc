@@ -628,6 +628,20 @@ void Conn::unref() {
   delete this;
 }
 
+int Conn::kernel_watch(short* events) const {
+  // A resumed stream's TCP bytes are frames the engine pumps first: its
+  // relay is what makes them readable.
+  if (resumed.load(std::memory_order_acquire)) return -1;
+  const bool rx = rx_rdma.load(std::memory_order_acquire);
+  const bool tx = tx_rdma.load(std::memory_order_acquire);
+  if (rx && tx) return -1;
+  short ev = 0;
+  if (!rx) ev |= POLLIN | POLLRDNORM | POLLPRI | POLLRDHUP;
+  if (!tx) ev |= POLLOUT | POLLWRNORM;
+  *events = ev;
+  return sock();
+}
+
 uint32_t Conn::ready_events() const {
   if (resumed.load(std::memory_order_acquire)) return resume::ready_events(this);
   const bool rx = rx_rdma.load(std::memory_order_acquire);

@@ -20,6 +20,17 @@ public:
   // for EPOLLET and EPOLLEXCLUSIVE.  As the kernel's: room to write is no
   // EPOLLIN edge.  Monotonic modulo 2^32.
   virtual uint32_t ready_gen(uint32_t events) const = 0;
+  // The kernel socket whose own readiness is this source's for some
+  // direction now (a connection that upgrades reads and writes TCP until
+  // its switch), and in *events the poll bits of those directions; -1 if
+  // none.  A sleeper that waits in the kernel watches it too, so that TCP
+  // bytes wake it directly: otherwise only the engine's relay of the
+  // socket's readiness does, and the engine spends tens of ms creating a
+  // channel under TCG just when a new connection's first bytes flow.
+  virtual int kernel_watch(short* events) const {
+    (void)events;
+    return -1;
+  }
 
 protected:
   ~ReadySource() = default;
