@@ -337,7 +337,10 @@ void watch_kernel_members(EpollState* e) {
   if (e->epfd < 0) return;
   for (size_t i = 0; i < e->regs.size(); ++i) {
     Reg& r = e->regs.at(i);
-    if (r.src == nullptr || !r.shadow || !r.armed || (r.events & EPOLLEXCLUSIVE)) continue;
+    // An orphan's number was closed (another fd keeps the socket): it may
+    // name another file by now, whose registration a MOD would overwrite.
+    if (r.src == nullptr || !r.shadow || !r.armed || r.orphan || (r.events & EPOLLEXCLUSIVE))
+      continue;
     short ev = 0;
     if (r.src->kernel_watch(&ev) < 0) continue;
     // Input only: the kernel re-checks a registration's level on MOD, so
