@@ -72,18 +72,24 @@ void sync_user(EpollState* e, uint32_t before) {
   if (before != 0 && now == 0) g_active.fetch_sub(1, std::memory_order_relaxed);
 }
 
+// Under e->mu: bring the set's waiters back to look again (they slept
+// before something they must see: a first user-mode member, a new source
+// among keyed members).  Once until a waiter consumed it (consume_wake);
+// settle() leaves it readable meanwhile.
+void kick_waiters(EpollState* e) {
+  if (e->wake < 0 || e->kick) return;
+  readiness::eventfd_raise(e->wake);
+  e->level = e->kick = true;
+}
+
 void set_src(EpollState* e, Reg* r, stream::ReadySource* src) {
   uint32_t before = e->regs.user_count();
   const bool fresh = src != nullptr && src != r->src;
   e->regs.set_src(r, src);
   sync_user(e, before);
   // Keyed sleepers wait for the sources they saw: a new one is theirs to
-  // look at, so they wake and register again (as activate() wakes waiters
-  // that came before the first user-mode member).
-  if (fresh && e->keyed.load(std::memory_order_relaxed) != 0 && e->wake >= 0 && !e->kick) {
-    readiness::eventfd_raise(e->wake);
-    e->level = e->kick = true;
-  }
+  // look at, so they wake and register again.
+  if (fresh && e->keyed.load(std::memory_order_relaxed) != 0) kick_waiters(e);
 }
 
 void erase_reg(EpollState* e, Reg* r, Drops& drops) {
@@ -313,10 +319,7 @@ void activate(EpollState* e, int epfd) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   uint32_t asleep = e->idle.load(std::memory_order_relaxed);
   if (FdSlot* s = g_slots.find(epfd)) asleep += s->raw_waiters.load(std::memory_order_relaxed);
-  if (asleep != 0 && !e->kick) {
-    readiness::eventfd_raise(e->wake);
-    e->level = e->kick = true;
-  }
+  if (asleep != 0) kick_waiters(e);
 }
 
 // Under e->mu, after a report: leave the wake eventfd readable exactly when

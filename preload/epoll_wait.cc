@@ -126,8 +126,10 @@ struct WakeList {
       if (e->wake_in_kernel && n < kCap) {
         sets[n] = e;
         nkeys[n] = by_key ? member_keys(e, keys[n]) : 0;
-        if (nkeys[n] > 0) watch_kernel_members(e);
-        if (nkeys[n] > 0) e->keyed.fetch_add(1, std::memory_order_relaxed);
+        if (nkeys[n] > 0) {
+          e->keyed.fetch_add(1, std::memory_order_relaxed);
+          watch_kernel_members(e);
+        }
         fds[n++] = e->wake;
       } else {
         complete = false;
