@@ -364,7 +364,8 @@ def run_perftest(run, rec):
     # so the CPU figure is the measured part only, not QP setup and exchange.
     pre = ["stdbuf", "-oL"] if PLAN.get("stdbuf", True) else []
     t0 = time.monotonic()
-    srv = Proc(pre + [tool, "-d", "rxe0"] + common, {}, os.path.join(WORK, tag + ".pt-server.log"))
+    srv = Proc(pre + [tool, "-d", "rxe0"] + common, {}, os.path.join(WORK, tag + ".pt-server.log"),
+               wrap=WRAP.get("server"))
     if not wait_for(lambda: tcp_listening(port), 20, srv):
         srv.stop()
         rec.update(ok=False, error="%s server did not start: %s" % (tool, err_line(srv.text()) or "exit %s" % srv.rc))
@@ -372,7 +373,7 @@ def run_perftest(run, rec):
     t1 = time.monotonic()
     argv = [tool, "-d", "rxe1"] + common + [A0]
     rec["argv"] = " ".join(argv)
-    cli = Proc(pre + argv, {}, os.path.join(WORK, tag + ".pt-client.log"))
+    cli = Proc(pre + argv, {}, os.path.join(WORK, tag + ".pt-client.log"), wrap=WRAP.get("client"))
     end = time.monotonic() + run["timeout"]
     snap = None
     rc = None

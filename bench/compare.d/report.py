@@ -487,11 +487,12 @@ def write_md(data, path):
     g = data.get("guest") or {}
     w("%s, git %s, guest kernel %s under qemu TCG (%s vCPUs; host %s cores, load average %s before / %s after). "
       "Server 10.77.0.1 (veth0/rxe0), client 10.77.0.2 (veth1/rxe1): every byte crosses the veth pair. "
+      "%s. "
       "%d round(s), variants interleaved (order reversed every other round), %s s per timed run%s. "
       "Total %.0f s wall clock including the VM boot%s."
       % (data["date_utc"], data.get("git", "?"), data.get("guest_kernel") or "?", g.get("vcpus", "?"),
          data["host"]["nproc"], " ".join(data["host"].get("loadavg_before", ["?"])), " ".join(data["host"]["loadavg"]),
-         p["rounds"], _fmt(p["duration_s"]),
+         (data["host"].get("pin") or "not pinned").capitalize(), p["rounds"], _fmt(p["duration_s"]),
          ", --quick" if p.get("quick") else "", data.get("wall_s", 0),
          "" if data.get("vm_exit") == 0 else " (VM exit status %s)" % data.get("vm_exit")))
     w("")
