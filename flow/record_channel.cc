@@ -1,5 +1,6 @@
 #include "flow/record_channel.h"
 
+#include "common/bulk_copy.h"
 #include "common/logsink.h"
 
 #include <cstring>
@@ -81,7 +82,7 @@ Status RecordChannel::post(RecordType type, uint32_t stream, uint64_t seq, const
   size_t off = 0;
   Status st = stage(type, stream, seq, len, control, &off);
   if (st != Status::ok) return st;
-  if (len && !lkey) memcpy(link_->send_stage() + off + sizeof(RecordHeader), payload, len);
+  if (len && !lkey) bulk_copy(link_->send_stage() + off + sizeof(RecordHeader), payload, len);
   return post_staged(type, stream, seq, payload, len, off, lkey);
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "common/bulk_copy.h"
 #include "flow/record_channel.h"
 
 namespace xp::flow {
@@ -33,7 +34,7 @@ bool RecordChannel::try_extend_cork(uint32_t stream, uint64_t seq, const void* p
     if (send_credit_.reserve(more, &ignored) != Status::ok) return false;
   }
   uint8_t* rec = link_->send_stage() + cork_.off;
-  memcpy(rec + sizeof(RecordHeader) + cork_.len, payload, len);
+  bulk_copy(rec + sizeof(RecordHeader) + cork_.len, payload, len);
   cork_.len += len;
   // The staged header is what the recovery walk reads: keep it true.
   const uint32_t l = static_cast<uint32_t>(cork_.len);
@@ -47,7 +48,7 @@ Status RecordChannel::open_cork(uint32_t stream, uint64_t seq, const void* paylo
   size_t off = 0;
   Status st = stage(RecordType::data, stream, seq, len, false, &off);
   if (st != Status::ok) return st;
-  memcpy(link_->send_stage() + off + sizeof(RecordHeader), payload, len);
+  bulk_copy(link_->send_stage() + off + sizeof(RecordHeader), payload, len);
   cork_.open = true;
   cork_.stream = stream;
   cork_.seq = seq;

@@ -116,6 +116,8 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   e.autocork_max = p.number("XPRESS_AUTOCORK_KB", 0, 1024, e.autocork_max >> 10) << 10;
   e.zerocopy = p.flag("XPRESS_ZEROCOPY", e.zerocopy);
   e.zerocopy_min = p.number("XPRESS_ZEROCOPY_MIN_KB", 4, 65536, e.zerocopy_min >> 10) << 10;
+  static const char* const copies[] = {"auto", "libc", "vector"};
+  e.copy = static_cast<CopyMode>(p.choice("XPRESS_COPY", copies, "auto|libc|vector", 0));
   e.fault_qp_error_at = p.number("XPRESS_FAULT_QP_ERROR_AT", 0, 1ull << 50, 0); // test only
 
   const char* rules = lookup("XPRESS_RULES", lookup_ctx);

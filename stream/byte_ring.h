@@ -1,6 +1,7 @@
 // A fixed-capacity byte FIFO: a stream's receive buffer.  Memory is mapped
 // once when the stream is set up; the data path only copies.
 #pragma once
+#include "common/bulk_copy.h"
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,8 +30,8 @@ public:
   bool put(const void* src, size_t n) {
     if (n > space()) return false;
     size_t pos = tail_ % cap_, first = n < cap_ - pos ? n : cap_ - pos;
-    memcpy(buf_ + pos, src, first);
-    memcpy(buf_, static_cast<const uint8_t*>(src) + first, n - first);
+    bulk_copy(buf_ + pos, src, first);
+    bulk_copy(buf_, static_cast<const uint8_t*>(src) + first, n - first);
     tail_ += n;
     return true;
   }
@@ -40,8 +41,8 @@ public:
     if (skip >= size()) return 0;
     if (n > size() - skip) n = size() - skip;
     size_t pos = (head_ + skip) % cap_, first = n < cap_ - pos ? n : cap_ - pos;
-    memcpy(dst, buf_ + pos, first);
-    memcpy(static_cast<uint8_t*>(dst) + first, buf_, n - first);
+    bulk_copy(dst, buf_ + pos, first);
+    bulk_copy(static_cast<uint8_t*>(dst) + first, buf_, n - first);
     if (!peek) head_ += n;
     return n;
   }

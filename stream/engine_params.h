@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/bulk_copy.h"
+
 namespace xp::stream {
 
 struct EngineParams {
@@ -41,6 +43,9 @@ struct EngineParams {
   size_t autocork_max = 64u << 10;
   bool zerocopy = true;
   size_t zerocopy_min = 256u << 10;
+  // XPRESS_COPY: the routine of large payload copies, chosen when the engine
+  // starts (common/bulk_copy.h).
+  CopyMode copy = CopyMode::automatic;
 };
 
 } // namespace xp::stream

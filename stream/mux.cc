@@ -1,5 +1,6 @@
 #include "stream/mux.h"
 
+#include "common/bulk_copy.h"
 #include "common/logsink.h"
 
 #include "recover/upgrade_wire.h"
@@ -144,7 +145,7 @@ size_t Stream::zero_copy_release() {
 void Stream::zero_copy_overlay(uint64_t lo, uint64_t hi, uint8_t* dst) const {
   if (!zc_active_) return;
   uint64_t a = lo > zc_lo_ ? lo : zc_lo_, b = hi < zc_hi_ ? hi : zc_hi_;
-  if (a < b) memcpy(dst + (a - lo), zc_src_ + (a - zc_lo_), b - a);
+  if (a < b) bulk_copy(dst + (a - lo), zc_src_ + (a - zc_lo_), b - a);
 }
 
 Status Stream::read(void* buf, size_t len, size_t* got, bool peek) {
@@ -186,7 +187,7 @@ size_t Stream::fill_lent(const uint8_t* p, size_t n) {
     const iovec& e = lent_[lent_i_];
     size_t take = e.iov_len - lent_off_;
     if (take > n - done) take = n - done;
-    memcpy(static_cast<uint8_t*>(e.iov_base) + lent_off_, p + done, take);
+    bulk_copy(static_cast<uint8_t*>(e.iov_base) + lent_off_, p + done, take);
     done += take;
     lent_off_ += take;
     if (lent_off_ == e.iov_len) {

@@ -67,6 +67,21 @@ TEST_CASE("config: autocorking size, and 0 turns it off") {
   CHECK(f.cfg.engine.autocork_max == 128u << 10);
 }
 
+TEST_CASE("config: payload copy routine") {
+  Env d;
+  CHECK(d.parse());
+  CHECK(d.cfg.engine.copy == CopyMode::automatic);
+  const std::pair<const char*, CopyMode> ok[] = {
+      {"auto", CopyMode::automatic}, {"libc", CopyMode::libc}, {"vector", CopyMode::vector}};
+  for (const auto& [val, mode] : ok) {
+    Env e;
+    e.vars = {{"XPRESS_COPY", val}};
+    CHECK(e.parse());
+    CHECK(e.cfg.engine.copy == mode);
+    CHECK(e.errors.empty());
+  }
+}
+
 TEST_CASE("config: every variable accepts its documented values") {
   Env e;
   e.vars = {{"XPRESS_ENABLE", "0"},
@@ -132,6 +147,9 @@ TEST_CASE("config: a malformed value names the variable and the accepted values,
       {"XPRESS_AUTOCORK_KB", "1025"},
       {"XPRESS_AUTOCORK_KB", "-1"},
       {"XPRESS_AUTOCORK_KB", "64k"},
+      {"XPRESS_COPY", "avx2"},
+      {"XPRESS_COPY", "AUTO"},
+      {"XPRESS_COPY", "1"},
   };
   for (const auto& [var, val] : bad) {
     CAPTURE(var);
