@@ -57,6 +57,11 @@ METRICS = {
 }
 
 
+def _sentence(s):
+    """s with its first letter capitalised (str.capitalize lowers the rest: vCPU)."""
+    return s[:1].upper() + s[1:]
+
+
 def _get(d, *path):
     for p in path:
         if not isinstance(d, dict) or p not in d:
@@ -492,7 +497,7 @@ def write_md(data, path):
       "Total %.0f s wall clock including the VM boot%s."
       % (data["date_utc"], data.get("git", "?"), data.get("guest_kernel") or "?", g.get("vcpus", "?"),
          data["host"]["nproc"], " ".join(data["host"].get("loadavg_before", ["?"])), " ".join(data["host"]["loadavg"]),
-         (data["host"].get("pin") or "not pinned").capitalize(), p["rounds"], _fmt(p["duration_s"]),
+         _sentence(data["host"].get("pin") or "not pinned"), p["rounds"], _fmt(p["duration_s"]),
          ", --quick" if p.get("quick") else "", data.get("wall_s", 0),
          "" if data.get("vm_exit") == 0 else " (VM exit status %s)" % data.get("vm_exit")))
     w("")
