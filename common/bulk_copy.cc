@@ -16,8 +16,6 @@ std::atomic<CopyFn> g_large{&memcpy};
 
 namespace {
 
-std::atomic<const char*> g_name{"libc"};
-
 #if defined(__x86_64__)
 // Unaligned 16-byte moves, four per step; the tail (< 64 bytes) goes to
 // memcpy, whose small-size path is plain moves.
@@ -101,7 +99,6 @@ uint64_t time_copy(CopyFn fn, uint8_t* dst, const uint8_t* src) {
 
 void use(const CopyImpl& i) {
   copy_detail::g_large.store(i.fn, std::memory_order_relaxed);
-  g_name.store(i.name, std::memory_order_relaxed);
 }
 
 } // namespace
@@ -155,7 +152,12 @@ CopyChoice select_bulk_copy(CopyMode mode) {
 }
 
 const char* bulk_copy_name() {
-  return g_name.load(std::memory_order_relaxed);
+  // Named by the routine itself: no second variable to keep in step.
+  const CopyFn f = copy_detail::g_large.load(std::memory_order_relaxed);
+  const Impls& im = impls();
+  for (size_t i = 0; i < im.n; ++i)
+    if (im.v[i].fn == f) return im.v[i].name;
+  return im.v[0].name;
 }
 
 } // namespace xp

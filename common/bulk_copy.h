@@ -62,7 +62,8 @@ struct CopyChoice {
 // large copies use memcpy.
 CopyChoice select_bulk_copy(CopyMode mode);
 
-// The routine in use ("libc", "sse2", "avx2"), for statistics and logs.
+// The routine large copies use now ("libc", "sse2", "avx2"); the engine logs
+// select_bulk_copy's answer, the tests read this.
 const char* bulk_copy_name();
 
 } // namespace xp
