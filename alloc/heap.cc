@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <gnu/lib-names.h>
 #include <malloc.h>
+#include <sys/auxv.h>
 
 #include "alloc/arena.h"
 #include "alloc/mem_stats.h"
@@ -62,7 +63,9 @@ bool decide() {
   if (environ == nullptr) return false; // the loader's early calls: glibc serves them
   // Invalid values are reported by preload/config.cc (which then disables
   // xpress); here they simply turn the hook off.
-  bool on = flag(getenv("XPRESS_ENABLE"), 1) == 1 && flag(getenv("XPRESS_ALLOC"), 1) == 1;
+  // A secure-execution process ignores the environment (preload/config.h).
+  bool on = flag(getenv("XPRESS_ENABLE"), 1) == 1 && flag(getenv("XPRESS_ALLOC"), 1) == 1 &&
+            getauxval(AT_SECURE) == 0;
   size_t min_kb = kDefaultMinKb;
   if (const char* v = getenv("XPRESS_ALLOC_MIN_KB"); v != nullptr && *v != '\0') {
     char* end = nullptr;

@@ -26,9 +26,11 @@ constexpr size_t kLargeMin = 1024;
 extern std::atomic<CopyFn> g_large;
 } // namespace copy_detail
 
+// n may be 0 with a null buffer (an empty send, a ring not yet mapped):
+// memcpy's arguments must not be null even then (C11 7.24.1p2).
 inline void bulk_copy(void* dst, const void* src, size_t n) {
   if (n < copy_detail::kLargeMin) {
-    memcpy(dst, src, n);
+    if (n != 0) memcpy(dst, src, n);
     return;
   }
   copy_detail::g_large.load(std::memory_order_relaxed)(dst, src, n);

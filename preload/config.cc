@@ -88,7 +88,7 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   int s = p.choice("XPRESS_STATS", stats, "0|off|1|text|json", 0);
   cfg->stats = s <= 1 ? StatsFormat::off : (s == 4 ? StatsFormat::json : StatsFormat::text);
   p.path("XPRESS_STATS_FILE", cfg->stats_file, sizeof cfg->stats_file);
-  cfg->stats_live = p.flag("XPRESS_STATS_LIVE", true);
+  cfg->stats_live = p.flag("XPRESS_STATS_LIVE", false);
   cfg->backtrace = p.flag("XPRESS_BACKTRACE", false);
   cfg->alloc = p.flag("XPRESS_ALLOC", true);
   cfg->alloc_min_kb =
@@ -132,6 +132,14 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   }
   if (!cfg->valid) cfg->enabled = false;
   return cfg->valid;
+}
+
+void apply_secure_execution(Config* cfg) {
+  cfg->enabled = false;
+  cfg->alloc = false;
+  cfg->log_file[0] = '\0';
+  cfg->stats_file[0] = '\0';
+  cfg->stats_live = false;
 }
 
 } // namespace xp

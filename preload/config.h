@@ -19,7 +19,7 @@ struct Config {
   char log_file[256] = {};              // XPRESS_LOG_FILE ("" = stderr)
   StatsFormat stats = StatsFormat::off; // XPRESS_STATS
   char stats_file[256] = {};            // XPRESS_STATS_FILE ("" = stderr)
-  bool stats_live = true;               // XPRESS_STATS_LIVE
+  bool stats_live = false;              // XPRESS_STATS_LIVE
   bool backtrace = false;               // XPRESS_BACKTRACE
   // The hooked allocator reads these itself (alloc/heap.cc, before any
   // constructor); they are parsed here too so a bad value is reported.
@@ -37,6 +37,12 @@ using EnvLookup = const char* (*)(const char* name, void* ctx);
 using ErrorReport = void (*)(const char* line, void* ctx);
 bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* report_ctx,
                   Config* cfg);
+
+// A secure-execution process (setuid/setgid, file capabilities: AT_SECURE)
+// must not let the invoking user's environment steer it: xpress becomes a
+// pass-through (no upgrade, no hooked allocator) and opens no file named by
+// a variable (logs go to stderr).  Pure, for the tests.
+void apply_secure_execution(Config* cfg);
 
 // The process-wide configuration, parsed on first use (see lifecycle.h).
 const Config& config();

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <pthread.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,6 +55,7 @@ void atfork_parent() {
 
 void do_init() {
   parse_config(env_lookup, nullptr, env_report, nullptr, &g_config);
+  if (getauxval(AT_SECURE) != 0) apply_secure_execution(&g_config);
   log::g_level = g_config.log_level;
   log::open_destination(g_config.log_file);
   real::resolve_all();

@@ -35,13 +35,17 @@ void raw_write_all(int fd, const char* p, size_t n) {
   }
 }
 
-int open_template(const char* tmpl) {
-  char path[512];
-  if (!expand_path(tmpl, static_cast<int>(::syscall(SYS_getpid)), path, sizeof path)) return -1;
-  return static_cast<int>(
-      ::syscall(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-}
 } // namespace
+
+int open_append(const char* tmpl) {
+  char path[512];
+  if (!expand_path(tmpl, static_cast<int>(::syscall(SYS_getpid)), path, sizeof path)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return static_cast<int>(
+      ::syscall(SYS_openat, AT_FDCWD, path, kCreateFlags | O_WRONLY | O_APPEND, kCreateMode));
+}
 
 bool expand_path(const char* tmpl, int pid, char* out, unsigned n) {
   unsigned o = 0;
@@ -63,7 +67,7 @@ bool expand_path(const char* tmpl, int pid, char* out, unsigned n) {
 void open_destination(const char* path_template) {
   if (path_template == nullptr || *path_template == '\0') return;
   snprintf(g_template, sizeof g_template, "%s", path_template);
-  int fd = open_template(g_template);
+  int fd = open_append(g_template);
   if (fd >= 0) {
     g_fd = fd;
   } else {
@@ -74,7 +78,7 @@ void open_destination(const char* path_template) {
 
 void after_fork_child() {
   if (g_template[0] == '\0' || strstr(g_template, "%p") == nullptr) return;
-  int fd = open_template(g_template);
+  int fd = open_append(g_template);
   if (fd < 0) return;
   if (g_fd != 2) ::syscall(SYS_close, g_fd);
   g_fd = fd;

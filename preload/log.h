@@ -2,6 +2,7 @@
 // wrappers (raw syscalls only), so it is safe in wrappers and signal handlers.
 #pragma once
 #include <cstdarg>
+#include <fcntl.h>
 
 namespace xp {
 
@@ -24,6 +25,14 @@ void write(LogLevel l, const char* fmt, ...) __attribute__((format(printf, 2, 3)
 void vwrite(LogLevel l, const char* fmt, va_list ap);
 // Unconditional line on stderr (configuration errors: the user must see them).
 void to_stderr(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Every file xpress creates from a path it was given (XPRESS_LOG_FILE,
+// XPRESS_STATS_FILE): never through a symbolic link at the last component,
+// never inherited across exec, readable by the owner only (logs name peers).
+constexpr int kCreateFlags = O_CREAT | O_CLOEXEC | O_NOFOLLOW;
+constexpr unsigned kCreateMode = 0600;
+// Opens tmpl ("%p" expanded) for appending with kCreateFlags; -1 and errno.
+int open_append(const char* tmpl);
 
 // Expand "%p" to the pid into out (size n); returns false if it does not fit.
 bool expand_path(const char* tmpl, int pid, char* out, unsigned n);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,16 +58,50 @@ bool write_all(int fd, const void* data, size_t n, size_t at) {
   return true;
 }
 
-// Replace the block's pages, and the registered-memory counters' page, in
-// place by MAP_SHARED mappings of a new file holding the same bytes: every
-// pointer into them stays valid.
+// The live file, created afresh in the caller's own directory (see
+// live_dir): O_EXCL, so nobody else's file or link is ever opened, and mode
+// 0600.  A stale file of an earlier process with this pid is replaced.
+int create_live_file(int pid) {
+  char dir[64], name[32];
+  live_dir(static_cast<unsigned>(geteuid()), dir, sizeof dir);
+  snprintf(name, sizeof name, "%d.stats", pid);
+  ::syscall(SYS_mkdirat, AT_FDCWD, dir, 0700);
+  int dfd = static_cast<int>(
+      ::syscall(SYS_openat, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dfd < 0) return -1;
+  struct stat st {};
+  int fd = -1;
+  // Only a directory of our own that nobody else can enter.
+  if (fstat(dfd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+      (st.st_mode & 077) == 0) {
+    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    fd = static_cast<int>(::syscall(SYS_openat, dfd, name, flags, 0600));
+    if (fd < 0 && errno == EEXIST && ::syscall(SYS_unlinkat, dfd, name, 0) == 0)
+      fd = static_cast<int>(::syscall(SYS_openat, dfd, name, flags, 0600));
+  } else {
+    errno = EPERM;
+  }
+  int saved = errno;
+  ::syscall(SYS_close, dfd);
+  errno = saved;
+  return fd;
+}
+
+// The registered-memory counters' copy in the live file.  The allocator
+// keeps its counters in private memory (it reads some of them to decide
+// what to give back): the file only gets snapshots (refresh_live).
+std::atomic<alloc::MemStats*> g_live_mem{nullptr};
+// The page read as counters (its tail past the last field is zero).
+constexpr size_t kMemCounters = sizeof(alloc::MemStats) / sizeof(alloc::MemCounter);
+using MemCounterArray = alloc::MemCounter[kMemCounters];
+
+// Replace the block's pages in place by a MAP_SHARED mapping of a new file
+// holding the same bytes (every pointer into them stays valid), and map the
+// file's second part for the registered-memory snapshot.
 bool map_live_file(StatsBlock* b) {
-  char path[128];
-  live_path(b->pid, path, sizeof path);
-  int fd = static_cast<int>(::syscall(SYS_openat, AT_FDCWD, path,
-                                      O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  int fd = create_live_file(b->pid);
   if (fd < 0) {
-    XP_LOG(debug, "live statistics unavailable: cannot create %s: %s", path, strerror(errno));
+    XP_LOG(debug, "live statistics unavailable: cannot create the file: %s", strerror(errno));
     return false;
   }
   bool ok = false;
@@ -74,10 +109,12 @@ bool map_live_file(StatsBlock* b) {
   if (write_all(fd, b, kBlockBytes, 0) && write_all(fd, mem, sizeof *mem, kBlockBytes) &&
       mmap(b, kBlockBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
     ok = true;
-    // Counts made between the copy and the mapping are lost (as for the block).
-    mmap(mem, sizeof *mem, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-         static_cast<off_t>(kBlockBytes));
+    void* m = mmap(nullptr, sizeof *mem, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                   static_cast<off_t>(kBlockBytes));
+    if (m != MAP_FAILED) g_live_mem.store(static_cast<alloc::MemStats*>(m));
   } else {
+    char path[128];
+    live_path(static_cast<unsigned>(geteuid()), b->pid, path, sizeof path);
     ::syscall(SYS_unlink, path);
   }
   ::syscall(SYS_close, fd);
@@ -88,8 +125,22 @@ bool map_live_file(StatsBlock* b) {
 
 std::atomic<StatsBlock*> g_block{nullptr};
 
-void live_path(int pid, char* out, size_t n) {
-  snprintf(out, n, "/dev/shm/xpress-%d.stats", pid);
+void live_dir(unsigned uid, char* out, size_t n) {
+  snprintf(out, n, "/dev/shm/xpress-%u", uid);
+}
+
+void live_path(unsigned uid, int pid, char* out, size_t n) {
+  snprintf(out, n, "/dev/shm/xpress-%u/%d.stats", uid, pid);
+}
+
+void refresh_live() {
+  alloc::MemStats* dst = g_live_mem.load(std::memory_order_acquire);
+  if (dst == nullptr) return;
+  const alloc::MemStats& src = alloc::mem_stats();
+  const auto* from = reinterpret_cast<const MemCounterArray*>(&src);
+  auto* to = reinterpret_cast<MemCounterArray*>(dst);
+  for (size_t i = 0; i < kMemCounters; ++i)
+    (*to)[i].store((*from)[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 StatsBlock& block() {
@@ -131,9 +182,8 @@ void make_private(void* page, size_t n) {
 
 void after_fork_child() {
   StatsBlock* b = g_block.load(std::memory_order_acquire);
-  if (b != nullptr && g_live.load(std::memory_order_acquire))
-    make_private(&alloc::mem_stats(), sizeof(alloc::MemStats));
-  alloc::mem_stats_after_fork_child(); // only once the page is the child's own
+  if (alloc::MemStats* m = g_live_mem.exchange(nullptr)) munmap(m, sizeof *m); // the parent's file
+  alloc::mem_stats_after_fork_child();
   if (b == nullptr) return;
   b->pid = raw_pid();
   b->started_unix_ms = unix_ms();
@@ -410,18 +460,20 @@ void at_exit() {
   if (cfg.stats != StatsFormat::off && saw_sockets) {
     StatsBlock& blk = block();
     FILE* out = stderr;
-    char path[512];
-    if (cfg.stats_file[0] != '\0' &&
-        log::expand_path(cfg.stats_file, raw_pid(), path, sizeof path)) {
-      FILE* f = fopen(path, "ae");
-      if (f) out = f;
+    if (cfg.stats_file[0] != '\0') {
+      int fd = log::open_append(cfg.stats_file);
+      FILE* f = fd >= 0 ? fdopen(fd, "a") : nullptr;
+      if (f)
+        out = f;
+      else if (fd >= 0)
+        ::syscall(SYS_close, fd);
     }
     dump(out, blk, cfg.stats == StatsFormat::json, &alloc::mem_stats());
     if (out != stderr) fclose(out);
   }
   if (b && g_live.load(std::memory_order_acquire) && b->pid == raw_pid()) {
     char path[128];
-    live_path(b->pid, path, sizeof path);
+    live_path(static_cast<unsigned>(geteuid()), b->pid, path, sizeof path);
     ::syscall(SYS_unlink, path);
   }
 }

@@ -92,8 +92,13 @@ inline Counters& c() {
   return __builtin_expect(b != nullptr, 1) ? b->c : block().c;
 }
 
-// Publish the block as /dev/shm/xpress-<pid>.stats (first tracked socket).
+// Publish the block as /dev/shm/xpress-<euid>/<pid>.stats (first tracked
+// socket, with XPRESS_STATS_LIVE=1).  The directory is the user's own, mode
+// 0700 (a directory someone else made there, or open to others, is not
+// used); the file is created with O_EXCL, mode 0600.
 void publish_live();
+// Copy the registered-memory counters into the live file (the engine's tick).
+void refresh_live();
 // In a fork child: the child's own file and zeroed counters; rows of inherited
 // sockets stay (they are the child's too).
 void after_fork_child();
@@ -114,8 +119,9 @@ void totals(const StatsBlock& b, Totals* t);
 // Writes the human table (json=false) or one JSON object to out; the
 // registered-memory counters too when mem is given.
 void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem = nullptr);
-// Path of a process's live file.
-void live_path(int pid, char* out, size_t n);
+// A user's directory of live files, and a process's live file in it.
+void live_dir(unsigned uid, char* out, size_t n);
+void live_path(unsigned uid, int pid, char* out, size_t n);
 } // namespace stats
 
 } // namespace xp

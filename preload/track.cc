@@ -9,6 +9,7 @@
 #include "preload/config.h"
 #include "preload/lifecycle.h"
 #include "preload/log.h"
+#include "preload/stats.h"
 #include "preload/test_user_mode.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
@@ -139,6 +140,7 @@ void engine_config_once() {
   stream::engine::configure(config().engine);
   stream::engine::set_outcome_hook(on_outcome);
   stream::engine::set_switch_hook(on_switch);
+  stream::engine::set_tick_hook(stats::refresh_live);
   stream::set_resume_hook(on_resume);
   stream::reattach::set_hook(on_reattach);
   stream::set_mode_hook(on_mode);

@@ -46,6 +46,8 @@ State& state_once() {
 }
 #define g_state (state_once())
 std::atomic<OutcomeHook> g_outcome{nullptr};
+std::atomic<TickHook> g_tick_hook{nullptr};
+constexpr uint64_t kTickHookMs = 100;
 std::atomic<SwitchHook> g_switch{nullptr};
 
 void* engine_main(void*);
@@ -220,7 +222,7 @@ void* engine_main(void*) {
     XP_SLOG(XP_SLOG_INFO, "payload copies: %s (64 KiB: memcpy %lu ns, chosen %lu ns)", cc.name,
             static_cast<unsigned long>(cc.libc_ns), static_cast<unsigned long>(cc.chosen_ns));
   epoll_event evs[64];
-  uint64_t last_tick = now_ms();
+  uint64_t last_tick = now_ms(), last_hook = last_tick;
   while (true) {
     std::vector<Conn*> dead;
     {
@@ -255,6 +257,10 @@ void* engine_main(void*) {
     if (now - last_tick >= kTickMs) {
       last_tick = now;
       tick_conns(now);
+      if (now - last_hook >= kTickHookMs) {
+        last_hook = now;
+        if (TickHook h = g_tick_hook.load(std::memory_order_acquire)) h();
+      }
       std::lock_guard<std::mutex> l(s.mu);
       retry_pending(now);
       relisten(now);
@@ -264,15 +270,14 @@ void* engine_main(void*) {
   return nullptr;
 }
 
-recover::Nonce make_nonce() {
-  recover::Nonce n{};
-  if (getrandom(n.b, sizeof n.b, 0) != static_cast<ssize_t>(sizeof n.b)) {
-    // getrandom cannot fail for 16 bytes once the pool is ready; mix the
-    // clock in rather than send zeros.
-    uint64_t t = now_ms() ^ reinterpret_cast<uintptr_t>(&n);
-    memcpy(n.b, &t, sizeof t);
-  }
-  return n;
+// False when the kernel gives no randomness: no upgrade then (a guessable
+// nonce would weaken the proof, docs/protocol.md §3).
+bool make_nonce(recover::Nonce* n) {
+  ssize_t r;
+  do {
+    r = getrandom(n->b, sizeof n->b, 0);
+  } while (r < 0 && errno == EINTR);
+  return r == static_cast<ssize_t>(sizeof n->b);
 }
 
 Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockaddr* peer,
@@ -287,7 +292,11 @@ Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockadd
     *why = Reason::handshake_failed; // IPv6 rendezvous is not built yet
     return nullptr;
   }
-  p.nonce = make_nonce();
+  if (!make_nonce(&p.nonce)) {
+    XP_SLOG(XP_SLOG_WARN, "getrandom failed (%s): connection stays on TCP", strerror(errno));
+    *why = Reason::handshake_failed;
+    return nullptr;
+  }
   auto* c = new (std::nothrow) Conn(fd, p);
   if (c == nullptr)
     *why = Reason::resources_exhausted;
@@ -363,6 +372,10 @@ const EngineParams& engine::params() {
 
 void engine::set_outcome_hook(OutcomeHook h) {
   g_outcome.store(h, std::memory_order_release);
+}
+
+void engine::set_tick_hook(TickHook h) {
+  g_tick_hook.store(h, std::memory_order_release);
 }
 
 void engine::set_switch_hook(SwitchHook h) {

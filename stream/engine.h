@@ -74,6 +74,10 @@ void set_outcome_hook(OutcomeHook h);
 // resume does not call it.
 using SwitchHook = void (*)(int fd, bool tx, uint64_t at);
 void set_switch_hook(SwitchHook h);
+// Tick hook: called on the engine thread about every 100 ms while it has
+// work (the live statistics' snapshot of the registered-memory counters).
+using TickHook = void (*)();
+void set_tick_hook(TickHook h);
 
 // The process exits (exit, _exit) with connections open: end each stream as
 // the kernel's close would (FIN after the bytes written, a reset with unread

@@ -1,5 +1,6 @@
 // xpress-stat: live statistics of running xpress processes, read from their
-// /dev/shm/xpress-<pid>.stats files (like smcss / vma_stats).
+// /dev/shm/xpress-<uid>/<pid>.stats files (XPRESS_STATS_LIVE=1; like smcss /
+// vma_stats).
 //
 //   xpress-stat                 one line per process
 //   xpress-stat PID             that process's full table (connections, reasons, rows)
@@ -30,10 +31,8 @@ void usage() {
 
 // Reads a consistent-enough snapshot (counters are independent; no lock):
 // the block, then the registered-memory counters after its pages.
-bool load(int pid, StatsBlock* out, alloc::MemStats* mem) {
-  char path[128];
-  stats::live_path(pid, path, sizeof path);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+bool load_path(const char* path, StatsBlock* out, alloc::MemStats* mem) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return false;
   ssize_t n = read(fd, static_cast<void*>(out), sizeof *out);
   ssize_t m = pread(fd, static_cast<void*>(mem), sizeof *mem, stats::kMemStatsOffset);
@@ -46,12 +45,49 @@ bool alive(int pid) {
   return kill(pid, 0) == 0 || errno == EPERM;
 }
 
-int list_all(bool json) {
-  DIR* d = opendir("/dev/shm");
-  if (d == nullptr) {
-    perror("xpress-stat: /dev/shm");
-    return 1;
+// Calls fn(path, pid) for every live file this user may read: each user's
+// files are in /dev/shm/xpress-<uid>/ (mode 0700: root sees everyone's).
+// Files of processes that are gone (killed) are removed.
+template <typename Fn> void for_each_live(Fn fn) {
+  DIR* top = opendir("/dev/shm");
+  if (top == nullptr) return;
+  while (dirent* u = readdir(top)) {
+    unsigned uid = 0;
+    char tail = 0;
+    if (sscanf(u->d_name, "xpress-%u%c", &uid, &tail) != 1) continue;
+    char dir[64];
+    stats::live_dir(uid, dir, sizeof dir);
+    DIR* d = opendir(dir);
+    if (d == nullptr) continue;
+    while (dirent* e = readdir(d)) {
+      int pid = 0;
+      char end[8] = "";
+      if (sscanf(e->d_name, "%d.%7s", &pid, end) != 2 || strcmp(end, "stats") != 0) continue;
+      char path[128];
+      stats::live_path(uid, pid, path, sizeof path);
+      if (!alive(pid)) {
+        unlink(path);
+        continue;
+      }
+      fn(path, pid);
+    }
+    closedir(d);
   }
+  closedir(top);
+}
+
+bool load(int pid, StatsBlock* out, alloc::MemStats* mem) {
+  char path[128];
+  stats::live_path(static_cast<unsigned>(geteuid()), pid, path, sizeof path);
+  if (load_path(path, out, mem)) return true;
+  bool found = false;
+  for_each_live([&](const char* p, int n) {
+    if (!found && n == pid) found = load_path(p, out, mem);
+  });
+  return found;
+}
+
+int list_all(bool json) {
   auto b = std::make_unique<StatsBlock>();
   auto mem = std::make_unique<alloc::MemStats>();
   if (!json)
@@ -60,16 +96,8 @@ int list_all(bool json) {
   else
     printf("[");
   bool first = true;
-  while (dirent* e = readdir(d)) {
-    int pid = 0;
-    if (sscanf(e->d_name, "xpress-%d.stats", &pid) != 1) continue;
-    if (!alive(pid)) {
-      char path[128];
-      stats::live_path(pid, path, sizeof path);
-      unlink(path); // left behind by a process that was killed
-      continue;
-    }
-    if (!load(pid, b.get(), mem.get())) continue;
+  for_each_live([&](const char* path, int) {
+    if (!load_path(path, b.get(), mem.get())) return;
     const Counters& c = b->c;
     stats::Totals t;
     stats::totals(*b, &t);
@@ -93,8 +121,7 @@ int list_all(bool json) {
              t.bytes_tx[0] + t.bytes_rx[0] + t.tx_before_switch + t.rx_before_switch, reasons);
     }
     first = false;
-  }
-  closedir(d);
+  });
   if (json) printf("]\n");
   return 0;
 }
@@ -131,7 +158,7 @@ int main(int argc, char** argv) {
     } else if (!load(pid, b.get(), mem.get())) {
       fprintf(stderr,
               "xpress-stat: no live statistics for pid %d (not running under xpress, "
-              "XPRESS_STATS_LIVE=0, or no TCP socket yet)\n",
+              "XPRESS_STATS_LIVE=1 not set, another user's process, or no TCP socket yet)\n",
               pid);
       return 1;
     } else {

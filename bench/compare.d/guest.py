@@ -231,7 +231,7 @@ def variant_env(variant, tag, side):
     if variant == "xpress":
         if not PLAN.get("lib"):
             return None
-        env = {"LD_PRELOAD": PLAN["lib"], "XPRESS_STATS": "json",
+        env = {"LD_PRELOAD": PLAN["lib"], "XPRESS_STATS": "json", "XPRESS_STATS_LIVE": "1",
                "XPRESS_STATS_FILE": os.path.join(WORK, "%s.%s.xstats.json" % (tag, side))}
         env.update(PLAN.get("xpress_env") or {})  # bench/compare --xpress-env VAR=VALUE
         return env

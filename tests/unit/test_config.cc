@@ -33,7 +33,7 @@ TEST_CASE("config: defaults") {
   CHECK(e.cfg.enabled);
   CHECK(e.cfg.log_level == LogLevel::warn);
   CHECK(e.cfg.stats == StatsFormat::off);
-  CHECK(e.cfg.stats_live);
+  CHECK(!e.cfg.stats_live); // every connection's addresses: published only when asked
   CHECK(!e.cfg.backtrace);
   CHECK(e.cfg.rules.count == 3); // the default rules
   CHECK(e.cfg.alloc);
@@ -42,6 +42,22 @@ TEST_CASE("config: defaults") {
   CHECK(e.cfg.engine.zerocopy);
   CHECK(e.cfg.engine.zerocopy_min == stream::EngineParams{}.zerocopy_min);
   CHECK(e.errors.empty());
+}
+
+TEST_CASE("config: a secure-execution process passes through and names no file") {
+  Env e;
+  e.vars = {{"XPRESS_LOG_FILE", "/etc/x"},
+            {"XPRESS_STATS", "1"},
+            {"XPRESS_STATS_FILE", "/etc/y"},
+            {"XPRESS_STATS_LIVE", "1"}};
+  CHECK(e.parse());
+  CHECK(e.cfg.stats_live);
+  apply_secure_execution(&e.cfg);
+  CHECK(!e.cfg.enabled);
+  CHECK(!e.cfg.alloc);
+  CHECK(!e.cfg.stats_live);
+  CHECK(e.cfg.log_file[0] == '\0');
+  CHECK(e.cfg.stats_file[0] == '\0');
 }
 
 TEST_CASE("config: zero-copy switch and threshold") {

@@ -13,7 +13,7 @@ tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # A preloaded python server keeps a connection open while xpress-stat looks.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-tools/xpress-run /usr/bin/python3 -c "
+XPRESS_STATS_LIVE=1 tools/xpress-run /usr/bin/python3 -c "
 import socket,time
 l=socket.socket(); l.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1); l.bind(('127.0.0.1',$port)); l.listen()
 c=socket.create_connection(('127.0.0.1',$port)); s,_=l.accept(); c.sendall(b'x'*1000); s.recv(1000)
@@ -26,9 +26,74 @@ out=$(build/xpress-stat "$pypid")
 if grep -q "rule_denied=2" <<<"$out" && grep -q "open connections" <<<"$out" && grep -q "127.0.0.1:$port" <<<"$out"; then ok "xpress-stat PID shows reasons and rows"; else bad "xpress-stat PID: $out"; fi
 out=$(build/xpress-stat --json "$pypid")
 if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["connections"]["tcp"]==2 and len(d["open_connections"])==2' "$out"; then ok "xpress-stat --json is valid JSON"; else bad "xpress-stat --json: $out"; fi
+live=/dev/shm/xpress-$(id -u)/$pypid.stats
+mode=$(stat -c '%a %u' "$live" 2>/dev/null) dmode=$(stat -c '%a %u' "$(dirname "$live")" 2>/dev/null)
+if [ "$mode" = "600 $(id -u)" ] && [ "$dmode" = "700 $(id -u)" ]; then ok "live file 0600 in the user's 0700 directory"; else bad "live file mode '$mode', directory '$dmode'"; fi
 kill -9 $pypid; wait $pypid 2>/dev/null
-[ -f /dev/shm/xpress-$pypid.stats ] && build/xpress-stat >/dev/null
-if [ ! -f /dev/shm/xpress-$pypid.stats ]; then ok "stale live file of a killed process is pruned"; else bad "stale file kept"; fi
+[ -f "$live" ] && build/xpress-stat >/dev/null
+if [ ! -f "$live" ]; then ok "stale live file of a killed process is pruned"; else bad "stale file kept"; fi
+
+# Live statistics are off unless asked for.
+out=$(tools/xpress-run /usr/bin/python3 -c "
+import socket, os
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname())
+print(int(os.path.exists('/dev/shm/xpress-%d/%d.stats' % (os.geteuid(), os.getpid()))))")
+if [ "$out" = 0 ]; then ok "no live file by default"; else bad "live file without XPRESS_STATS_LIVE=1"; fi
+
+# A live-file directory that is not the user's own and private is not used,
+# and an existing file there (another process's pid, a planted link) is
+# replaced, never opened.  Run as another user where we can (root).
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  nob=$(id -u nobody) d=/dev/shm/xpress-$(id -u nobody)
+  rm -rf "$d"; mkdir -m 0777 "$d"
+  out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups env XPRESS_STATS_LIVE=1 LD_PRELOAD=$PWD/build/libxpress.so /usr/bin/python3 -c "
+import socket, os
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname())
+print(int(os.path.exists('$d/%d.stats' % os.getpid())))" 2>&1)
+  if [ "$out" = 0 ]; then ok "a live-file directory open to others is refused"; else bad "open directory used: $out"; fi
+  rm -rf "$d"; mkdir -m 0700 "$d"; chown nobody "$d"
+  out=$(setpriv --reuid=nobody --regid=nogroup --clear-groups env XPRESS_STATS_LIVE=1 LD_PRELOAD=$PWD/build/libxpress.so /usr/bin/python3 -c "
+import socket, os
+ln='$d/%d.stats' % os.getpid()
+os.symlink('/dev/shm/xpress-planted-target', ln)
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname())
+print(int(os.path.islink(ln)), int(os.path.exists('/dev/shm/xpress-planted-target')))" 2>&1)
+  if [ "$out" = "0 0" ]; then ok "a planted link in the live directory is replaced, not followed"; else bad "planted link: $out"; fi
+  rm -rf "$d" /dev/shm/xpress-planted-target
+fi
+
+# Log and statistics files: never through a symbolic link; created 0600.
+ln -s "$tmp/link-target" "$tmp/log-link"
+XPRESS_LOG_LEVEL=debug XPRESS_LOG_FILE="$tmp/log-link" tools/xpress-run /usr/bin/python3 -c 'import socket; socket.socket()' 2>/dev/null
+XPRESS_STATS=1 XPRESS_STATS_FILE="$tmp/log-link" tools/xpress-run /usr/bin/python3 -c "
+import socket
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname())" 2>/dev/null
+if [ ! -e "$tmp/link-target" ]; then ok "log and statistics files are not opened through a link"; else bad "followed the link"; fi
+XPRESS_STATS=1 XPRESS_STATS_FILE="$tmp/stats.txt" tools/xpress-run /usr/bin/python3 -c "
+import socket
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname())"
+if [ "$(stat -c %a "$tmp/stats.txt" 2>/dev/null)" = 600 ] && grep -q "xpress statistics" "$tmp/stats.txt"; then ok "statistics file created 0600"; else bad "statistics file: $(ls -l "$tmp/stats.txt" 2>&1)"; fi
+
+# A secure-execution (setuid) process ignores the environment: no file
+# named by a variable is created, nothing is accelerated.  ld.so ignores
+# LD_PRELOAD paths there (/etc/ld.so.preload would still load us): the test
+# program links the library by its absolute path instead.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  cat > "$tmp/suid.c" <<'C'
+#include <stdio.h>
+#include <sys/socket.h>
+int main(void) {
+  printf("socket=%d\n", socket(AF_INET, SOCK_STREAM, 0) >= 0);
+  return 0;
+}
+C
+  mkdir -m 0755 "$tmp/suid"; gcc -o "$tmp/suid/prog" "$tmp/suid.c" "$PWD/build/libxpress.so"
+  chown nobody "$tmp/suid/prog"; chmod 4755 "$tmp/suid/prog"
+  pub=$(mktemp -d /tmp/xp-secure.XXXXXX); chmod 1777 "$pub"; chmod 0755 "$tmp"
+  out=$(XPRESS_LOG_LEVEL=debug XPRESS_LOG_FILE="$pub/secure.log" "$tmp/suid/prog" 2>&1)
+  if grep -q "socket=1" <<<"$out" && [ ! -e "$pub/secure.log" ]; then ok "setuid process: XPRESS_LOG_FILE ignored"; else bad "setuid: $out; $(ls -l "$pub" 2>&1)"; fi
+  rm -rf "$pub"; chmod 0700 "$tmp"
+fi
 
 # Invalid configuration: one clear line, then the program works as plain TCP.
 out=$(XPRESS_LOG_LEVEL=loud tools/xpress-run /usr/bin/python3 -c 'print("fine")' 2>&1)
@@ -84,7 +149,7 @@ done
 
 # A fork child that _exits leaves no live statistics file behind; one that
 # makes a connection publishes its own (and removes it at exit).
-out=$(tools/xpress-run /usr/bin/python3 -c "
+out=$(XPRESS_STATS_LIVE=1 tools/xpress-run /usr/bin/python3 -c "
 import os, socket
 l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()
 c = socket.create_connection(l.getsockname()); s, _ = l.accept()
@@ -101,13 +166,13 @@ r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     c2 = socket.create_connection(l.getsockname())
-    os.write(w, b'%d' % int(os.path.exists('/dev/shm/xpress-%d.stats' % os.getpid())))
+    os.write(w, b'%d' % int(os.path.exists('/dev/shm/xpress-%d/%d.stats' % (os.geteuid(), os.getpid()))))
     c2.close()
     os._exit(0)
 os.waitpid(pid, 0)
 print(os.read(r, 1).decode())")
 kids=$(head -1 <<<"$out") published=$(tail -1 <<<"$out") left=0
-for k in $kids; do [ -e /dev/shm/xpress-$k.stats ] && left=$((left + 1)); done
+for k in $kids; do [ -e /dev/shm/xpress-$(id -u)/$k.stats ] && left=$((left + 1)); done
 if [ "$left" = 0 ] && [ "$published" = 1 ]; then ok "fork children: no stale live file; a child with a connection publishes its own"; else bad "fork children: $left stale files, child published=$published"; fi
 
 echo "$pass passed, $fail failed"
