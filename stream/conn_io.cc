@@ -24,6 +24,7 @@
 #include "stream/conn_zerocopy.h"
 #include "stream/engine_internal.h"
 #include "stream/iov_slice.h"
+#include "stream/signal_gate.h"
 #include "stream/wake.h"
 
 namespace xp::stream::io {
@@ -84,16 +85,6 @@ int64_t timeout_ms(Conn* c, int opt) {
 // Whether the kernel would restart a socket call a signal interrupted: we
 // cannot tell which signal it was, so only when every handler the program
 // installed asks for SA_RESTART (a call with a socket timeout never restarts).
-bool restartable() {
-  for (int sig = 1; sig < NSIG; ++sig) {
-    struct sigaction sa;
-    if (sigaction(sig, nullptr, &sa) != 0) continue;
-    if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) continue;
-    if (!(sa.sa_flags & SA_RESTART)) return false;
-  }
-  return true;
-}
-
 // The spin budget of one blocked call follows its connection's recent
 // waits (engine::spin_budget_ns).
 uint64_t spin_budget_ns(const Conn* c) {
@@ -118,14 +109,9 @@ struct Waiter {
   // before the next attempt.  Halves the work, and the time the channel's
   // lock is held, per spin round (each round locked and polled twice).
   bool polled = false;
-  // From the first sleep on, the call runs with asynchronous signals held
-  // and lets them in only inside ppoll (the pselect idiom): a signal that
-  // came while the call was between two sleeps (woken by the upgrade, say)
-  // would otherwise run its handler in user space and the next sleep would
-  // never see it, where the kernel's call returns EINTR (found by the RDMA
-  // semantics run: eintr_restart hung).  Calls that only spin pay nothing.
-  bool masked = false;
-  sigset_t saved; // set by hold_signals() (then masked); left uninitialised: 128 bytes per call
+  // From the first sleep on, signals are let in only while asleep
+  // (signal_gate.h).  Calls that only spin pay nothing.
+  SignalGate gate;
   // Once registered, whatever this thread changes while it runs (polling
   // the channel) is followed by the caller's re-check before the next
   // sleep: it need not write its own eventfd (and read it back after a
@@ -140,15 +126,6 @@ struct Waiter {
     const bool spun = spinning != nullptr;
     stop_spinning();
     if (conn) note_wait(conn, (spun ? spin_left_ns : engine::mono_ns()) - began_ns);
-    if (masked) pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  }
-  void hold_signals() {
-    sigset_t all;
-    sigfillset(&all);
-    // Faults must reach their handlers (or kill) at once.
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS})
-      sigdelset(&all, sig);
-    masked = pthread_sigmask(SIG_BLOCK, &all, &saved) == 0;
   }
   void stop_spinning() {
     if (spinning) spin_left_ns = engine::spin_leave(spinning);
@@ -178,7 +155,7 @@ struct Waiter {
     }
     stop_spinning();
     if (!registered) {
-      hold_signals();
+      gate.hold();
       efd = wake::thread_fd();
       registered = efd >= 0 && wake::add(efd, c);
       if (registered) awake.start();
@@ -229,19 +206,14 @@ struct Waiter {
     long r;
     if (cfd >= 0) engine::sleep_enter(ch);
     if (left) engine::left_enter(left, idle);
-    if (masked) {
-      timespec ts = {timeout / 1000, (timeout % 1000) * 1000000L};
-      r = syscall(SYS_ppoll, p, n, timeout < 0 ? nullptr : &ts, &saved, _NSIG / 8);
-    } else {
-      r = syscall(SYS_poll, p, n, timeout);
-    }
+    r = gate.sleep(p, n, timeout);
     int saved_errno = errno;
     if (left) engine::left_leave(left, idle);
     // The event first, then the engine's watch again: re-enabling a watch
     // on a readable fd would wake the engine for an event this thread takes.
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);
     if (cfd >= 0) engine::sleep_leave(ch);
-    if (r < 0 && saved_errno == EINTR && (deadline_ms >= 0 || !restartable())) {
+    if (r < 0 && saved_errno == EINTR && (deadline_ms >= 0 || !signals_restart())) {
       errno = EINTR;
       return -1;
     }
@@ -606,9 +578,6 @@ bool conn_nonblocking(Conn* c) {
 }
 int64_t conn_timeout_ms(Conn* c, int opt) {
   return timeout_ms(c, opt);
-}
-bool signals_restart() {
-  return restartable();
 }
 
 ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {

@@ -24,11 +24,9 @@ void fd_options_changed();
 
 // For the data calls of resumed connections (stream/resume_io.cc): the
 // file's O_NONBLOCK and SO_RCVTIMEO/SO_SNDTIMEO (ms, -1: none) as cached
-// here, and whether a signal restarts a socket call (every handler has
-// SA_RESTART).
+// here.
 bool conn_nonblocking(Conn* c);
 int64_t conn_timeout_ms(Conn* c, int opt);
-bool signals_restart();
 
 // recv's end of the TCP part (stream/conn_tcp_end.cc), under Conn::mu: the
 // kernel said end of stream before any SWITCH from a peer that had our

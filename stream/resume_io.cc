@@ -18,6 +18,7 @@
 #include "stream/iov_slice.h"
 #include "stream/reattach.h"
 #include "stream/resume_internal.h"
+#include "stream/signal_gate.h"
 #include "stream/wake.h"
 
 namespace xp::stream::resume {
@@ -76,9 +77,14 @@ int at_end(Conn* c, Resume* r) {
 }
 
 // Sleep until a wake-up for c, the socket's `ev` or 100 ms (every state
-// change is re-checked by the caller).  -1 with errno: EAGAIN at the
-// deadline, EINTR.
-int wait(Conn* c, short ev, int64_t deadline_ms) {
+// change is re-checked by the caller).  The first call only holds signals
+// (signal_gate.h) and returns for that re-check.  -1 with errno: EAGAIN at
+// the deadline, EINTR.
+int wait(Conn* c, short ev, int64_t deadline_ms, SignalGate* gate) {
+  if (!gate->held()) {
+    gate->hold();
+    return 0;
+  }
   int timeout = 100;
   if (deadline_ms >= 0) {
     int64_t left = deadline_ms - static_cast<int64_t>(engine::now_ms());
@@ -91,13 +97,13 @@ int wait(Conn* c, short ev, int64_t deadline_ms) {
   int efd = wake::thread_fd();
   bool reg = efd >= 0 && wake::add(efd, c);
   pollfd p[2] = {{reg ? efd : -1, POLLIN, 0}, {ev ? c->sock() : -1, ev, 0}};
-  long n = syscall(SYS_poll, p, 2, timeout);
+  long n = gate->sleep(p, 2, timeout);
   int saved = errno;
   if (reg) {
     wake::drain(efd);
     wake::remove(efd);
   }
-  if (n < 0 && saved == EINTR && (deadline_ms >= 0 || !io::signals_restart())) {
+  if (n < 0 && saved == EINTR && (deadline_ms >= 0 || !signals_restart())) {
     errno = EINTR;
     return -1;
   }
@@ -142,6 +148,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
   const bool waitall = (flags & MSG_WAITALL) && !peek;
   const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
   int64_t deadline = -2;
+  SignalGate gate;
   size_t got = *done;
   while (true) {
     size_t n = 0;
@@ -205,7 +212,7 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
       return -1;
     }
     if (deadline == -2) deadline = deadline_for(c, SO_RCVTIMEO);
-    if (wait(c, POLLIN, deadline) != 0) return got > 0 ? static_cast<ssize_t>(got) : -1;
+    if (wait(c, POLLIN, deadline, &gate) != 0) return got > 0 ? static_cast<ssize_t>(got) : -1;
   }
 }
 
@@ -213,6 +220,7 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
   const size_t want = iov_total_len(iov, iovcnt);
   const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
   int64_t deadline = -2;
+  SignalGate gate;
   size_t sent = *done;
   while (true) {
     int err = 0;
@@ -280,7 +288,7 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
       return -1;
     }
     if (deadline == -2) deadline = deadline_for(c, SO_SNDTIMEO);
-    if (wait(c, waiting ? 0 : POLLOUT, deadline) != 0)
+    if (wait(c, waiting ? 0 : POLLOUT, deadline, &gate) != 0)
       return sent > 0 ? static_cast<ssize_t>(sent) : -1;
   }
 }
