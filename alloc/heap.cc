@@ -13,6 +13,7 @@
 #include "alloc/arena.h"
 #include "alloc/mem_stats.h"
 #include "alloc/reg_cache.h"
+#include "common/env_value.h"
 
 // glibc's own entry points: no symbol lookup, usable at any time.
 extern "C" {
@@ -44,18 +45,6 @@ std::atomic<int> g_mode{kUndecided};
 // compare in malloc() sends every small request to glibc from the start.
 std::atomic<size_t> g_min{kDefaultMinKb << 10};
 
-bool streq(const char* a, const char* b) {
-  return strcmp(a, b) == 0;
-}
-
-// 1 / 0 for the flag spellings config.cc accepts, -1 for anything else.
-int flag(const char* v, int dflt) {
-  if (v == nullptr || *v == '\0') return dflt;
-  if (streq(v, "1") || streq(v, "on") || streq(v, "true") || streq(v, "yes")) return 1;
-  if (streq(v, "0") || streq(v, "off") || streq(v, "false") || streq(v, "no")) return 0;
-  return -1;
-}
-
 // Decides once the environment exists; false while undecided or off.
 bool decide() {
   int m = g_mode.load(std::memory_order_acquire);
@@ -64,18 +53,17 @@ bool decide() {
   // Invalid values are reported by preload/config.cc (which then disables
   // xpress); here they simply turn the hook off.
   // A secure-execution process ignores the environment (preload/config.h).
-  bool on = flag(getenv("XPRESS_ENABLE"), 1) == 1 && flag(getenv("XPRESS_ALLOC"), 1) == 1 &&
-            getauxval(AT_SECURE) == 0;
+  bool on = env::flag(getenv("XPRESS_ENABLE"), 1) == 1 &&
+            env::flag(getenv("XPRESS_ALLOC"), 1) == 1 && getauxval(AT_SECURE) == 0;
   size_t min_kb = kDefaultMinKb;
   if (const char* v = getenv("XPRESS_ALLOC_MIN_KB"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (*end != '\0' || *v < '0' || *v > '9' || n < kMinKbLow || n > kMinKbHigh)
-      on = false;
-    else
+    uint64_t n = 0;
+    if (env::number(v, kMinKbLow, kMinKbHigh, &n))
       min_kb = n;
+    else
+      on = false;
   }
-  int huge = flag(getenv("XPRESS_ALLOC_HUGETLB"), 0);
+  int huge = env::flag(getenv("XPRESS_ALLOC_HUGETLB"), 0);
   if (huge < 0) on = false;
   arena::Options o;
   o.hugetlb = huge == 1;

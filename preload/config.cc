@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/env_value.h"
+
 namespace xp {
 namespace {
 
@@ -36,9 +38,11 @@ struct Parser {
   }
 
   bool flag(const char* var, bool dflt) {
-    static const char* const names[] = {"0", "1", "off", "on", "false", "true", "no", "yes"};
-    int i = choice(var, names, "0|1|off|on|false|true|no|yes", dflt ? 1 : 0);
-    return (i % 2) == 1;
+    const char* v = lookup(var, lookup_ctx);
+    int f = env::flag(v, dflt ? 1 : 0);
+    if (f >= 0) return f == 1;
+    reject(var, v, env::kFlagSpellings);
+    return dflt;
   }
 
   // A decimal integer in [lo, hi]; dflt when unset.
@@ -46,10 +50,7 @@ struct Parser {
     const char* v = lookup(var, lookup_ctx);
     if (v == nullptr || *v == '\0') return dflt;
     uint64_t n = 0;
-    const char* p = v;
-    for (; *p >= '0' && *p <= '9' && n <= hi; ++p)
-      n = n * 10 + static_cast<uint64_t>(*p - '0');
-    if (*p != '\0' || p == v || n < lo || n > hi) {
+    if (!env::number(v, lo, hi, &n)) {
       char acc[96];
       snprintf(acc, sizeof acc, "an integer from %llu to %llu", static_cast<unsigned long long>(lo),
                static_cast<unsigned long long>(hi));

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env_value.h"
 #include "preload/config.h"
 
 using namespace xp;
@@ -235,4 +236,24 @@ TEST_CASE("config: back to RDMA after a resume (XPRESS_REUPGRADE_MS, _MAX_MS)") 
   REQUIRE(m.errors.size() == 1);
   CHECK(m.errors[0].find("XPRESS_REUPGRADE_MAX_MS") != std::string::npos);
   CHECK(m.cfg.engine.reupgrade_max_ms == 60000);
+}
+
+// The allocator reads its variables with the same functions (alloc/heap.cc).
+TEST_CASE("env values: flag spellings and bounded numbers") {
+  for (const char* on : {"1", "on", "true", "yes"})
+    CHECK(env::flag(on, 0) == 1);
+  for (const char* off : {"0", "off", "false", "no"})
+    CHECK(env::flag(off, 1) == 0);
+  CHECK(env::flag(nullptr, 1) == 1);
+  CHECK(env::flag("", 0) == 0);
+  CHECK(env::flag("ON", 0) == -1);
+  CHECK(env::flag("2", 0) == -1);
+  uint64_t n = 7;
+  CHECK(env::number("64", 16, 65536, &n));
+  CHECK(n == 64);
+  CHECK(!env::number("8", 16, 65536, &n));
+  CHECK(!env::number("99999999999999999999999", 16, 65536, &n));
+  CHECK(!env::number("64k", 16, 65536, &n));
+  CHECK(!env::number("-1", 0, 10, &n));
+  CHECK(n == 64);
 }
