@@ -56,7 +56,7 @@ $(BUILD)/exports.map: preload/interpose_table.def preload/alloc_table.def tools/
 
 $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
 	$(CXX) $(LIB_LTO) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \
-	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LDLIBS)
+	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LDLIBS)
 
 -include $(CORE_OBJS:.o=.d) $(WRAP_OBJS:.o=.d)
 
@@ -70,6 +70,7 @@ include tests/rdma-programs/rdma-programs.mk
 include bench/bench.mk
 include bench/xpress-bench/xpress-bench.mk
 include bench/compare.mk
+include packaging/packaging.mk
 
 deps:
 	bash tools/install-deps.sh

@@ -15,6 +15,8 @@ PKGS=(
   valgrind
   # stacks of a server that hangs in a VM test (tests/rdma-programs/lib.sh)
   gdb
+  # the Debian package and its checks (make deb, make test-install)
+  dpkg-dev lintian man-db
   # Soft-RoCE VM test bed
   qemu-system-x86 busybox-static cpio kmod iproute2 xz-utils
 )
