@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <pthread.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
@@ -14,6 +15,7 @@
 #include "preload/track.h"
 #include "stream/conn_io.h"
 #include "stream/engine.h"
+#include "xp_version.h"
 
 namespace xp {
 namespace {
@@ -53,16 +55,36 @@ void atfork_parent() {
   stream::io::fd_options_changed(); // files shared with the child now
 }
 
+// The start-up line bug reports need: version, revision, the settings that
+// differ from the defaults (every XPRESS_* variable set), and why nothing
+// will be accelerated when that is known already.
+void log_banner() {
+  char set[768];
+  size_t o = 0;
+  set[0] = '\0';
+  for (char** e = environ; e != nullptr && *e != nullptr && o + 1 < sizeof set; ++e) {
+    if (strncmp(*e, "XPRESS_", 7) != 0) continue;
+    int w = snprintf(set + o, sizeof set - o, " %s", *e);
+    if (w < 0) break;
+    o += static_cast<size_t>(w);
+  }
+  if (o >= sizeof set) o = sizeof set - 1;
+  XP_LOG(info, "xpress %s (%s), pid %ld%s; settings:%s", XP_VERSION, XP_GIT_REV,
+         static_cast<long>(::syscall(SYS_getpid)),
+         g_config.enabled ? "" : " (disabled: passing everything through)", o ? set : " defaults");
+}
+
 void do_init() {
   parse_config(env_lookup, nullptr, env_report, nullptr, &g_config);
   if (getauxval(AT_SECURE) != 0) apply_secure_execution(&g_config);
-  log::g_level = g_config.log_level;
+  log::g_level.store(g_config.log_level);
   log::open_destination(g_config.log_file);
   real::resolve_all();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (g_config.backtrace) install_backtrace_handlers();
   XP_LOG(debug, "initialised: enabled=%d stats=%d rules=%zu", g_config.enabled,
          static_cast<int>(g_config.stats), g_config.rules.count);
+  if (log::enabled(LogLevel::info)) log_banner();
 }
 
 } // namespace

@@ -8,11 +8,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/logsink.h"
 #include "common/switches.h"
 
 namespace xp::log {
 
-LogLevel g_level = LogLevel::warn;
+std::atomic<LogLevel> g_level{LogLevel::warn};
+
+void set_level(LogLevel l) {
+  g_level.store(l, std::memory_order_relaxed);
+  // The lower layers' threshold, once their writer is installed.
+  int cur = logsink::g_level.load(std::memory_order_relaxed);
+  while (cur >= 0 && !logsink::g_level.compare_exchange_weak(cur, static_cast<int>(l))) {
+  }
+}
 
 namespace {
 int g_fd = 2;

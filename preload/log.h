@@ -1,6 +1,7 @@
 // Logging that never allocates, never clobbers errno and never re-enters our
 // wrappers (raw syscalls only), so it is safe in wrappers and signal handlers.
 #pragma once
+#include <atomic>
 #include <cstdarg>
 #include <fcntl.h>
 
@@ -9,11 +10,13 @@ namespace xp {
 enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3, trace = 4 };
 
 namespace log {
-// Current threshold; set by configuration (default warn).
-extern LogLevel g_level;
+// Current threshold; set by configuration (default warn), and at run time
+// by xpress-stat -l (set_level: the lower layers' threshold too).
+extern std::atomic<LogLevel> g_level;
 inline bool enabled(LogLevel l) {
-  return static_cast<int>(l) <= static_cast<int>(g_level);
+  return static_cast<int>(l) <= static_cast<int>(g_level.load(std::memory_order_relaxed));
 }
+void set_level(LogLevel l);
 
 // Open the log destination: nullptr/"" means stderr; "%p" in the path becomes the pid.
 void open_destination(const char* path_template);

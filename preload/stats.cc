@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <initializer_list>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -89,7 +90,7 @@ int create_live_file(int pid) {
 
 // The registered-memory counters' copy in the live file.  The allocator
 // keeps its counters in private memory (it reads some of them to decide
-// what to give back): the file only gets snapshots (refresh_live).
+// what to give back): the file only gets snapshots (on_tick).
 std::atomic<alloc::MemStats*> g_live_mem{nullptr};
 // The page read as counters (its tail past the last field is zero).
 constexpr size_t kMemCounters = sizeof(alloc::MemStats) / sizeof(alloc::MemCounter);
@@ -133,7 +134,32 @@ void live_path(unsigned uid, int pid, char* out, size_t n) {
   snprintf(out, n, "/dev/shm/xpress-%u/%d.stats", uid, pid);
 }
 
-void refresh_live() {
+void take_requests() {
+  StatsBlock* b = g_block.load(std::memory_order_acquire);
+  if (b == nullptr || b->request.load(std::memory_order_relaxed) == 0) return;
+  uint32_t r = b->request.exchange(0, std::memory_order_acq_rel);
+  if (r & kRequestLevel) {
+    auto l = static_cast<LogLevel>((r >> kRequestLevelShift) & 0xff);
+    if (static_cast<int>(l) <= static_cast<int>(LogLevel::trace)) {
+      log::set_level(l);
+      XP_LOG(warn, "log level set to %d by xpress-stat", static_cast<int>(l));
+    }
+  }
+  if (r & kRequestReset) {
+    auto* raw = reinterpret_cast<Counter*>(&b->c);
+    for (size_t i = 0; i < sizeof(Counters) / sizeof(Counter); ++i)
+      raw[i].store(0, std::memory_order_relaxed);
+    for (ConnSlot& s : b->slots) {
+      for (Counter* x : {&s.bytes_tx, &s.bytes_rx, &s.msgs_tx, &s.msgs_rx})
+        x->store(0, std::memory_order_relaxed);
+    }
+    alloc::mem_stats_after_fork_child(); // events start over, gauges stay
+    XP_LOG(info, "statistics reset by xpress-stat");
+  }
+}
+
+void on_tick() {
+  take_requests();
   alloc::MemStats* dst = g_live_mem.load(std::memory_order_acquire);
   if (dst == nullptr) return;
   const alloc::MemStats& src = alloc::mem_stats();
@@ -204,6 +230,7 @@ void after_fork_child() {
 }
 
 ConnSlot* claim_slot(int fd) {
+  take_requests(); // also without an engine thread (no RDMA device)
   StatsBlock& b = block();
   uint32_t start = g_slot_hint.load(std::memory_order_relaxed);
   for (uint32_t i = 0; i < sw::kStatsConnSlots; ++i) {
@@ -307,6 +334,24 @@ const char* role_name(uint8_t r) {
 } // namespace
 
 namespace {
+// Up to three reasons by count, "name=count" separated by spaces.
+void top_reasons(const Counters& c, char* out, size_t n) {
+  bool used[static_cast<int>(Reason::count)] = {};
+  size_t o = 0;
+  out[0] = '\0';
+  for (int k = 0; k < 3; ++k) {
+    int best = 0;
+    for (int r = 1; r < static_cast<int>(Reason::count); ++r)
+      if (!used[r] && get(c.fallbacks[r]) > (best ? get(c.fallbacks[best]) : 0)) best = r;
+    if (best == 0) break;
+    used[best] = true;
+    int w = snprintf(out + o, n - o, "%s%s=%lu", o ? " " : "",
+                     reason_name(static_cast<Reason>(best)), get(c.fallbacks[best]));
+    if (w < 0 || static_cast<size_t>(w) >= n - o) break;
+    o += static_cast<size_t>(w);
+  }
+}
+
 void dump_mem_json(FILE* out, const alloc::MemStats& m) {
   fprintf(out,
           "\"memory\":{\"arena\":{\"committed\":%lu,\"in_use\":%lu,\"registered\":%lu,"
@@ -407,6 +452,10 @@ void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem)
     any = true;
   }
   fprintf(out, "%s\n", any ? "" : " -");
+  char why[200];
+  if (nothing_accelerated(b, why, sizeof why))
+    fprintf(out, "  %-22s no connection went over RDMA (%s; see xpress(7), STATISTICS)\n", "hint",
+            why);
   fprintf(out, "  %-22s rdma %lu/%lu   tcp %lu/%lu   tcp before the switch %lu/%lu\n",
           "bytes tx/rx", t.bytes_tx[kRdma], t.bytes_rx[kRdma], t.bytes_tx[kTcp], t.bytes_rx[kTcp],
           t.tx_before_switch, t.rx_before_switch);
@@ -449,6 +498,12 @@ void dump(FILE* out, const StatsBlock& b, bool json, const alloc::MemStats* mem)
   fflush(out);
 }
 
+bool nothing_accelerated(const StatsBlock& b, char* why, size_t n) {
+  if (get(b.c.connections[kRdma]) != 0 || get(b.c.connections[kTcp]) == 0) return false;
+  top_reasons(b.c, why, n);
+  return true;
+}
+
 void at_exit() {
   StatsBlock* b = g_block.load(std::memory_order_acquire);
   const Config& cfg = config();
@@ -457,6 +512,9 @@ void at_exit() {
   bool saw_sockets = b && (b->c.sockets_tracked.load(std::memory_order_relaxed) != 0 ||
                            b->c.fallbacks[static_cast<int>(Reason::not_stream_socket)].load(
                                std::memory_order_relaxed) != 0);
+  char why[200];
+  if (saw_sockets && log::enabled(LogLevel::info) && nothing_accelerated(*b, why, sizeof why))
+    XP_LOG(info, "exit: no connection went over RDMA (%s; see xpress(7), STATISTICS)", why);
   if (cfg.stats != StatsFormat::off && saw_sockets) {
     StatsBlock& blk = block();
     FILE* out = stderr;

@@ -17,7 +17,10 @@ constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
 // 3: the live file carries the registered-memory page (alloc::MemStats) at
 // kMemStatsOffset, after the block's pages.  4: recovery counters.  5: back
 // to RDMA after a resume.  6: bytes on TCP before the switch.
-constexpr uint32_t kStatsVersion = 6;
+constexpr uint32_t kStatsVersion = 7; // 7: xpress-stat's requests
+constexpr uint32_t kRequestReset = 1;
+constexpr uint32_t kRequestLevel = 2;
+constexpr uint32_t kRequestLevelShift = 8;
 // stream::ResumeCause::count (stream/resume.h; checked in track.cc).
 constexpr int kResumeCauses = 9;
 
@@ -78,7 +81,10 @@ struct StatsBlock {
   char comm[32];
   uint64_t started_unix_ms;
   uint32_t slot_count;
-  uint32_t pad;
+  // Requests from xpress-stat (-z, -l) that the process takes at its next
+  // engine tick or new connection: kRequestReset, and kRequestLevel with a
+  // log level in the bits of kRequestLevelShift.  0: none.
+  std::atomic<uint32_t> request;
   Counters c;
   ConnSlot slots[sw::kStatsConnSlots];
 };
@@ -97,8 +103,12 @@ inline Counters& c() {
 // 0700 (a directory someone else made there, or open to others, is not
 // used); the file is created with O_EXCL, mode 0600.
 void publish_live();
-// Copy the registered-memory counters into the live file (the engine's tick).
-void refresh_live();
+// The engine's tick: the registered-memory counters copied into the live
+// file, and xpress-stat's requests taken.
+void on_tick();
+// xpress-stat's requests, if any: counters of events start over (gauges
+// and open connections stay), the log level changes.
+void take_requests();
 // In a fork child: the child's own file and zeroed counters; rows of inherited
 // sockets stay (they are the child's too).
 void after_fork_child();
@@ -115,6 +125,9 @@ struct Totals {
   uint64_t tx_before_switch, rx_before_switch;
 };
 void totals(const StatsBlock& b, Totals* t);
+// A process whose connections all stayed on TCP: true, and the top reasons
+// ("name=count ...") in why.  For the hint line at exit.
+bool nothing_accelerated(const StatsBlock& b, char* why, size_t n);
 
 // Writes the human table (json=false) or one JSON object to out; the
 // registered-memory counters too when mem is given.

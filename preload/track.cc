@@ -140,7 +140,7 @@ void engine_config_once() {
   stream::engine::configure(config().engine);
   stream::engine::set_outcome_hook(on_outcome);
   stream::engine::set_switch_hook(on_switch);
-  stream::engine::set_tick_hook(stats::refresh_live);
+  stream::engine::set_tick_hook(stats::on_tick);
   stream::set_resume_hook(on_resume);
   stream::reattach::set_hook(on_reattach);
   stream::set_mode_hook(on_mode);

@@ -22,6 +22,7 @@
 #include "stream/fault.h"
 #include "stream/move.h"
 #include "stream/ready_source.h"
+#include "stream/startup_checks.h"
 #include "stream/reattach.h"
 #include "stream/wake.h"
 #include "verbs/device.h"
@@ -90,6 +91,7 @@ bool start_locked() {
     return false;
   }
   pthread_setname_np(t, "xpress-engine");
+  log_startup_checks(s.p);
   return true;
 }
 

@@ -6,6 +6,7 @@
 //   xpress-stat PID             that process's full table (connections, reasons, rows)
 //   xpress-stat --json [PID]    the same as JSON
 //   xpress-stat -w SECONDS ...  repeat every SECONDS until interrupted
+//   xpress-stat -z PID          reset its counters; -l LEVEL PID: its log level
 // Files of processes that no longer exist are removed on the way.
 #include <cerrno>
 #include <csignal>
@@ -15,6 +16,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <memory>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "preload/stats.h"
@@ -25,8 +27,11 @@ namespace {
 
 void usage() {
   fprintf(stderr, "usage: xpress-stat [--json] [-w SECONDS] [PID]\n"
+                  "       xpress-stat -z PID | -l LEVEL PID | -z -l LEVEL PID\n"
                   "  no PID: one line per process running with xpress\n"
-                  "  PID:    that process's counters, fallback reasons and open connections\n");
+                  "  PID:    that process's counters, fallback reasons and open connections\n"
+                  "  -z:     reset that process's counters (open connections stay)\n"
+                  "  -l:     set its log level (error, warn, info, debug, trace)\n");
 }
 
 // Reads a consistent-enough snapshot (counters are independent; no lock):
@@ -76,15 +81,57 @@ template <typename Fn> void for_each_live(Fn fn) {
   closedir(top);
 }
 
-bool load(int pid, StatsBlock* out, alloc::MemStats* mem) {
-  char path[128];
-  stats::live_path(static_cast<unsigned>(geteuid()), pid, path, sizeof path);
-  if (load_path(path, out, mem)) return true;
+// The live file of pid: this user's own first, then any this user can read.
+bool find_path(int pid, char* path, size_t n) {
+  stats::live_path(static_cast<unsigned>(geteuid()), pid, path, n);
+  if (access(path, R_OK) == 0) return true;
   bool found = false;
-  for_each_live([&](const char* p, int n) {
-    if (!found && n == pid) found = load_path(p, out, mem);
+  for_each_live([&](const char* p, int k) {
+    if (!found && k == pid) {
+      snprintf(path, n, "%s", p);
+      found = true;
+    }
   });
   return found;
+}
+
+bool load(int pid, StatsBlock* out, alloc::MemStats* mem) {
+  char path[128];
+  return find_path(pid, path, sizeof path) && load_path(path, out, mem);
+}
+
+// -z / -l: leave a request in the process's block and wait up to 2 s for
+// the process to take it (preload/stats.h).
+int send_request(int pid, uint32_t req) {
+  char path[128];
+  int fd = find_path(pid, path, sizeof path) ? open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW) : -1;
+  if (fd < 0) {
+    fprintf(stderr, "xpress-stat: no live statistics of pid %d to change\n", pid);
+    return 1;
+  }
+  void* m = mmap(nullptr, sizeof(StatsBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) {
+    perror("xpress-stat: mmap");
+    return 1;
+  }
+  auto* b = static_cast<StatsBlock*>(m);
+  int rc = 0;
+  if (memcmp(b->magic, kStatsMagic, 8) != 0 || b->version != kStatsVersion) {
+    fprintf(stderr, "xpress-stat: pid %d runs another version of xpress\n", pid);
+    rc = 1;
+  } else {
+    b->request.fetch_or(req);
+    bool taken = false;
+    for (int i = 0; i < 200 && !taken; ++i) {
+      taken = b->request.load() == 0;
+      if (!taken) usleep(10000);
+    }
+    printf("pid %d: %s\n", pid,
+           taken ? "done" : "requested (taken at the process's next tick or new connection)");
+  }
+  munmap(m, sizeof(StatsBlock));
+  return rc;
 }
 
 int list_all(bool json) {
@@ -130,10 +177,22 @@ int list_all(bool json) {
 
 int main(int argc, char** argv) {
   bool json = false;
-  int watch = 0, pid = 0;
+  int watch = 0, pid = 0, level = -1;
+  bool reset = false;
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--json") == 0) {
       json = true;
+    } else if (strcmp(argv[i], "-z") == 0) {
+      reset = true;
+    } else if (strcmp(argv[i], "-l") == 0 && i + 1 < argc) {
+      static const char* const names[] = {"error", "warn", "info", "debug", "trace"};
+      const char* v = argv[++i];
+      for (int k = 0; k < 5; ++k)
+        if (strcmp(v, names[k]) == 0 || (v[0] == '0' + k && v[1] == '\0')) level = k;
+      if (level < 0) {
+        usage();
+        return 2;
+      }
     } else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc) {
       watch = atoi(argv[++i]);
       if (watch <= 0) {
@@ -148,6 +207,15 @@ int main(int argc, char** argv) {
       usage();
       return 2;
     }
+  }
+  if (reset || level >= 0) {
+    if (pid == 0 || watch != 0 || json) {
+      usage();
+      return 2;
+    }
+    uint32_t req = reset ? kRequestReset : 0;
+    if (level >= 0) req |= kRequestLevel | (static_cast<uint32_t>(level) << kRequestLevelShift);
+    return send_request(pid, req);
   }
   auto b = std::make_unique<StatsBlock>();
   auto mem = std::make_unique<alloc::MemStats>();

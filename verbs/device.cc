@@ -1,6 +1,7 @@
 #include "verbs/device.h"
 
 #include <atomic>
+#include <cstdio>
 #include <infiniband/verbs.h>
 
 namespace xp::verbs {
@@ -18,6 +19,21 @@ bool device_present() {
   v = (list != nullptr && n > 0) ? 1 : 0;
   g_present.store(v, std::memory_order_release);
   return v == 1;
+}
+
+void device_names(char* out, unsigned n) {
+  if (n == 0) return;
+  out[0] = '\0';
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  if (list == nullptr) return;
+  unsigned o = 0;
+  for (int i = 0; i < count && o + 1 < n; ++i) {
+    int w = snprintf(out + o, n - o, "%s%s", i ? "," : "", ibv_get_device_name(list[i]));
+    if (w < 0) break;
+    o += static_cast<unsigned>(w);
+  }
+  ibv_free_device_list(list);
 }
 
 void reset_device_cache() {

@@ -9,6 +9,10 @@ namespace xp::verbs {
 // devices once (sysfs reads; no device is opened) on first call; cached.
 bool device_present();
 
+// The devices' names, comma-separated, into out (size n; "" when none).
+// For the start-up log line.
+void device_names(char* out, unsigned n);
+
 // For tests and the fork child: forget the cached answer.
 void reset_device_cache();
 

@@ -33,6 +33,38 @@ kill -9 $pypid; wait $pypid 2>/dev/null
 [ -f "$live" ] && build/xpress-stat >/dev/null
 if [ ! -f "$live" ]; then ok "stale live file of a killed process is pruned"; else bad "stale file kept"; fi
 
+# xpress-stat -z and -l: the process takes the requests (here at its next
+# connection: no RDMA device, so no engine tick): counters start over, the
+# log level changes at run time.
+XPRESS_STATS_LIVE=1 XPRESS_LOG_FILE="$tmp/rt.log" tools/xpress-run /usr/bin/python3 -c "
+import socket, time, os
+l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()
+cs = [socket.create_connection(l.getsockname()) for i in range(3)]
+open('$tmp/r1', 'w').close()
+while not os.path.exists('$tmp/go'): time.sleep(0.02)
+c = socket.create_connection(l.getsockname())
+open('$tmp/r2', 'w').close(); time.sleep(20)" &
+rtpid=$!
+for _ in $(seq 100); do [ -f "$tmp/r1" ] && break; sleep 0.1; done
+before=$(build/xpress-stat "$rtpid" | grep "tcp reasons" | grep -o "rule_denied=[0-9]*")
+build/xpress-stat -z -l debug "$rtpid" > "$tmp/req.out" &
+reqpid=$!
+sleep 0.3; touch "$tmp/go"
+for _ in $(seq 100); do [ -f "$tmp/r2" ] && break; sleep 0.1; done
+wait $reqpid
+after=$(build/xpress-stat "$rtpid" | grep "tcp reasons" | grep -o "rule_denied=[0-9]*")
+if [ "$before" = rule_denied=3 ] && [ "$after" = rule_denied=1 ] && grep -q "done" "$tmp/req.out"; then ok "xpress-stat -z: counters start over"; else bad "xpress-stat -z: before '$before' after '$after' ($(cat "$tmp/req.out"))"; fi
+if grep -q "log level set to 3" "$tmp/rt.log" && grep -q "debug.*fd [0-9]*: tcp" "$tmp/rt.log"; then ok "xpress-stat -l: log level changed at run time"; else bad "xpress-stat -l: $(cat "$tmp/rt.log")"; fi
+kill $rtpid; wait $rtpid 2>/dev/null
+
+# The start-up line (version, revision, settings) and the exit hint when
+# nothing went over RDMA, with the top reasons.
+out=$(XPRESS_LOG_LEVEL=info XPRESS_STATS=1 tools/xpress-run /usr/bin/python3 -c "
+import socket
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname()); s,_=l.accept()" 2>&1)
+if grep -q "info: xpress $(cat VERSION) ([0-9a-f]*\|unknown), pid [0-9]*; settings: .*XPRESS_LOG_LEVEL=info" <<<"$out"; then ok "start-up line: version, revision, settings"; else bad "start-up line: $out"; fi
+if grep -q "hint  *no connection went over RDMA (rule_denied=2" <<<"$out" && grep -q "info: exit: no connection went over RDMA" <<<"$out"; then ok "exit hint with the top reasons"; else bad "exit hint: $out"; fi
+
 # Live statistics are off unless asked for.
 out=$(tools/xpress-run /usr/bin/python3 -c "
 import socket, os
@@ -77,7 +109,7 @@ if [ "$(stat -c %a "$tmp/stats.txt" 2>/dev/null)" = 600 ] && grep -q "xpress sta
 # A secure-execution (setuid) process ignores the environment: no file
 # named by a variable is created, nothing is accelerated.  ld.so ignores
 # LD_PRELOAD paths there (/etc/ld.so.preload would still load us): the test
-# program links the library by its absolute path instead.
+# program links the library, found through its absolute run path.
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
   cat > "$tmp/suid.c" <<'C'
 #include <stdio.h>
@@ -87,7 +119,8 @@ int main(void) {
   return 0;
 }
 C
-  mkdir -m 0755 "$tmp/suid"; gcc -o "$tmp/suid/prog" "$tmp/suid.c" "$PWD/build/libxpress.so"
+  mkdir -m 0755 "$tmp/suid"; cp build/libxpress.so "$tmp/suid/libxpress.so.0"
+  gcc -o "$tmp/suid/prog" "$tmp/suid.c" "$tmp/suid/libxpress.so.0" -Wl,-rpath,"$tmp/suid"
   chown nobody "$tmp/suid/prog"; chmod 4755 "$tmp/suid/prog"
   pub=$(mktemp -d /tmp/xp-secure.XXXXXX); chmod 1777 "$pub"; chmod 0755 "$tmp"
   out=$(XPRESS_LOG_LEVEL=debug XPRESS_LOG_FILE="$pub/secure.log" "$tmp/suid/prog" 2>&1)

@@ -26,10 +26,11 @@ ASAN_DIR := $(BUILD)/asan
 ASAN_SRCS := $(CORE_SRCS) $(UNIT_SRCS)
 ASAN_OBJS := $(ASAN_SRCS:%.cc=$(ASAN_DIR)/%.o)
 ASAN_FLAGS := -std=c++20 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
-              -fno-omit-frame-pointer -pthread -I. -MMD -MP -Wall -Wextra -Werror
+              -fno-omit-frame-pointer -pthread -I. -I$(BUILD)/gen -MMD -MP -Wall -Wextra -Werror
 $(ASAN_OBJS): $(ASAN_DIR)/%.o: %.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_FLAGS) -c $< -o $@
+$(ASAN_DIR)/preload/lifecycle.o: $(BUILD)/gen/xp_version.h
 $(ASAN_DIR)/xpress-unit: $(ASAN_OBJS)
 	$(CXX) -fsanitize=address,undefined -o $@ $^ $(LDLIBS)
 -include $(ASAN_OBJS:.o=.d)
