@@ -22,8 +22,8 @@
 #include "stream/fault.h"
 #include "stream/move.h"
 #include "stream/ready_source.h"
-#include "stream/startup_checks.h"
 #include "stream/reattach.h"
+#include "stream/startup_checks.h"
 #include "stream/wake.h"
 #include "verbs/device.h"
 
