@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -68,9 +69,26 @@ bool is_pipe(int fd) {
   return fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
 }
 
-// Staging for sendfile/splice on RDMA streams (no allocation per call).
+// Staging for sendfile/splice on RDMA streams: allocated by a thread's first
+// such call, kept until the thread exits (no allocation per call).  Only its
+// pointer is thread-local: every thread of a preloaded program carries the
+// library's static TLS, and glibc refuses a thread whose stack cannot hold it.
 constexpr size_t kStage = 64 * 1024;
-thread_local char t_stage[kStage];
+struct Stage {
+  char* p = nullptr;
+  ~Stage() { free(p); }
+};
+thread_local Stage t_stage;
+
+// This thread's staging buffer; null (errno ENOMEM) when none can be had.
+char* stage() {
+  Stage& st = t_stage;
+  if (__builtin_expect(st.p == nullptr, 0)) {
+    st.p = static_cast<char*>(malloc(kStage));
+    if (!st.p) errno = ENOMEM;
+  }
+  return st.p;
+}
 
 // TCP-mode sockets only need their statistics updated: an uncounted peek
 // suffices (a close racing the call at worst credits the bytes to a
@@ -312,17 +330,18 @@ ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bo
     errno = EINVAL;
     return -1;
   }
+  char* stg = stage();
+  if (!stg) return -1;
   size_t done = 0;
   while (done < count) {
     size_t want = count - done < kStage ? count - done : kStage;
-    ssize_t n =
-        offset ? pread64(in_fd, t_stage, want, *offset) : XP_REAL(read, in_fd, t_stage, want);
+    ssize_t n = offset ? pread64(in_fd, stg, want, *offset) : XP_REAL(read, in_fd, stg, want);
     if (n < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
     if (n == 0) break;
-    iovec v{t_stage, static_cast<size_t>(n)};
+    iovec v{stg, static_cast<size_t>(n)};
     bool k2;
     ssize_t w = stream::io::send(r.c, &v, 1, done > 0 ? MSG_DONTWAIT : 0, &k2);
-    if (k2) w = XP_REAL(write, out_fd, t_stage, static_cast<size_t>(n));
+    if (k2) w = XP_REAL(write, out_fd, stg, static_cast<size_t>(n));
     size_t took = w > 0 ? static_cast<size_t>(w) : 0;
     if (offset)
       *offset += static_cast<off64_t>(took);
@@ -369,17 +388,18 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
     // pipe -> stream: read what the stream will take, send it all.
     ConnRef r;
     if (conn_of(fd_out, &r)) {
+      char* stg = stage();
+      if (!stg) return -1;
       size_t want = len < kStage ? len : kStage;
-      ssize_t n =
-          off_in ? pread64(fd_in, t_stage, want, *off_in) : XP_REAL(read, fd_in, t_stage, want);
+      ssize_t n = off_in ? pread64(fd_in, stg, want, *off_in) : XP_REAL(read, fd_in, stg, want);
       if (n <= 0) return n;
       if (off_in) *off_in += n;
       size_t done = 0;
       while (done < static_cast<size_t>(n)) {
-        iovec v{t_stage + done, static_cast<size_t>(n) - done};
+        iovec v{stg + done, static_cast<size_t>(n) - done};
         bool k;
         ssize_t w = stream::io::send(r.c, &v, 1, 0, &k);
-        if (k) w = XP_REAL(write, fd_out, t_stage + done, static_cast<size_t>(n) - done);
+        if (k) w = XP_REAL(write, fd_out, stg + done, static_cast<size_t>(n) - done);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
         done += static_cast<size_t>(w);
@@ -391,18 +411,20 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
     // stream -> pipe: peek, write what the pipe takes, then consume that much.
     ConnRef r;
     if (conn_of(fd_in, &r)) {
+      char* stg = stage();
+      if (!stg) return -1;
       size_t want = len < kStage ? len : kStage;
-      iovec v{t_stage, want};
+      iovec v{stg, want};
       bool k;
       int f = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
       ssize_t n = stream::io::recv(r.c, &v, 1, f | MSG_PEEK, &k);
       if (!k) {
         if (n <= 0) return n;
-        ssize_t w = off_out ? pwrite64(fd_out, t_stage, static_cast<size_t>(n), *off_out)
-                            : XP_REAL(write, fd_out, t_stage, static_cast<size_t>(n));
+        ssize_t w = off_out ? pwrite64(fd_out, stg, static_cast<size_t>(n), *off_out)
+                            : XP_REAL(write, fd_out, stg, static_cast<size_t>(n));
         if (w <= 0) return w;
         if (off_out) *off_out += w;
-        iovec c{t_stage, static_cast<size_t>(w)};
+        iovec c{stg, static_cast<size_t>(w)};
         stream::io::recv(r.c, &c, 1, MSG_DONTWAIT, &k);
         return count_rx(in, w);
       }

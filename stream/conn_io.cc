@@ -447,6 +447,22 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
   if (done_total > zc_bytes)
     ms.tx_copied_bytes.fetch_add(done_total - zc_bytes, std::memory_order_relaxed);
   if (done_total > 0) return static_cast<ssize_t>(done_total);
+  if (st == Status::ok && iov_total_len(iov, iovcnt) <= skip) {
+    // Nothing to send (a zero-length write, as libuv's after a response):
+    // the stream's state decides, as the kernel's does (0, or EPIPE after
+    // shutdown), never a wait for room the call does not need.
+    std::lock_guard<std::mutex> l(ch->mu);
+    Stream* s = c->st;
+    if (s == nullptr) {
+      if (c->resumed.load(std::memory_order_acquire)) return -2;
+      errno = ECONNRESET;
+      return -1;
+    }
+    size_t d = 0;
+    st = s->write(nullptr, 0, &d, skip, more);
+    if (st == Status::ok) return 0;
+    if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
+  }
   if (st == Status::unsupported) {
     errno = EPIPE; // after shutdown(SHUT_WR)
     return -1;

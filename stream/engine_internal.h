@@ -57,7 +57,8 @@ struct PendingAttach {
 struct Negative {
   uint8_t addr[4];
   uint16_t port;
-  uint64_t until_ms;
+  uint64_t until_ms;   // no xpress there until then (0: not known)
+  uint64_t refused_ms; // a first attempt found nobody listening then (0: none)
 };
 struct OwnedListener {
   ListenShare* share;

@@ -83,6 +83,36 @@ void remember_negative(const uint8_t addr[4], uint16_t port) {
   g().negative.push_back(n);
 }
 
+// How long after a first "nobody listens" a connection asks again: an
+// xpress server opens its rdma_cm port when it accepts its first connection
+// from the listening socket, which may not have happened yet.
+constexpr uint64_t kNoListenerRetryMs = 50;
+
+// A connection's first attempt found nobody listening at addr:port (now).
+// True when an earlier attempt, of any connection, found the same at least
+// kNoListenerRetryMs before (within the negative cache's time): as good an
+// answer as the connection's own retry, which a short connection (one HTTP
+// request to a server without xpress) does not live to make.  Otherwise
+// the time is kept for the next one.
+bool refused_before(const uint8_t addr[4], uint16_t port, uint64_t now) {
+  const uint64_t keep = g().p.negative_cache_ms;
+  if (keep == 0) return false;
+  for (Negative& n : g().negative) {
+    if (n.port != port || memcmp(n.addr, addr, 4) != 0) continue;
+    if (n.refused_ms != 0 && now >= n.refused_ms + kNoListenerRetryMs && now < n.refused_ms + keep)
+      return true;
+    if (n.refused_ms == 0 || now >= n.refused_ms + keep) n.refused_ms = now;
+    return false;
+  }
+  if (g().negative.size() > 1024) g().negative.erase(g().negative.begin());
+  Negative n{};
+  memcpy(n.addr, addr, 4);
+  n.port = port;
+  n.refused_ms = now;
+  g().negative.push_back(n);
+  return false;
+}
+
 void cm_connect(Conn* c, uint16_t port) {
   ReqWire w{};
   w.kind = kKindRequest;
@@ -514,6 +544,9 @@ void on_cm_event(const verbs::CmEvent& ev) {
     bool will_retry = ev.kind == K::rejected && !ev.consumer_reject &&
                       u->kind == CmUser::Kind::client && !c->closed.load() &&
                       c->no_listener_tries < 1 && u->port == c->tuple.server_port;
+    const bool refused_twice =
+        will_retry && refused_before(c->tuple.server_addr, c->tuple.server_port, now_ms());
+    will_retry = will_retry && !refused_twice;
     if (u->kind == CmUser::Kind::client) attempt_done(u, !will_retry);
     {
       std::lock_guard<std::mutex> l(c->mu);
@@ -525,13 +558,13 @@ void on_cm_event(const verbs::CmEvent& ev) {
       } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
         c->redirected = true;
         cm_connect(c, ntohs(r.port));
-      } else if (r.code == 0 && ev.kind == K::rejected && !c->closed.load() &&
+      } else if (r.code == 0 && ev.kind == K::rejected && !c->closed.load() && !refused_twice &&
                  c->no_listener_tries < 1 && u->port == c->tuple.server_port) {
         // Nobody listens there: either no xpress, or the server process has
         // not accepted its first connection from that socket yet (which
         // opens the port).  One more try a little later tells them apart.
         ++c->no_listener_tries;
-        c->retry_at_ms = now_ms() + 50;
+        c->retry_at_ms = now_ms() + kNoListenerRetryMs;
       } else if (r.code == 0) {
         // Nobody answers rdma_cm there: not an xpress peer (or no RDMA).
         remember_negative(c->tuple.server_addr, c->tuple.server_port);

@@ -11,6 +11,8 @@ PKGS=(
   # real programs for program tests and benchmarks
   iperf3 sockperf redis-server redis-tools nginx-light memcached libmemcached-tools
   wrk curl python3 jq procps psmisc
+  # Node.js HTTP server and client (tests/rdma-programs/cases/node.sh)
+  nodejs
   # instruction counts of the preload and the data path (bench/instructions.sh, bench/hotpath.sh)
   valgrind
   # stacks of a server that hangs in a VM test (tests/rdma-programs/lib.sh)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int ep_add(int ep, int fd, unsigned events, uint64_t data) {
@@ -415,6 +416,70 @@ static void epoll_pwait_variants(void) {
   RC(0, close(b));
 }
 
+// What libuv (Node.js) does with a keep-alive HTTP connection whose response
+// is larger than the socket takes at once: a level-triggered epoll, the
+// request read, the response written with non-blocking writev (header and
+// body; partial writes), EPOLL_CTL_MOD to EPOLLIN|EPOLLOUT while the rest
+// waits, a zero-length write(), EPOLL_CTL_MOD back to EPOLLIN; then the
+// next request on the same connection must be reported readable.
+enum { kUvBody = 4 << 20, kUvRounds = 3 };
+static void epoll_libuv_keepalive_bulk(void) {
+  int c, s;
+  tcp_pair(&c, &s);
+  REQUIRE(fcntl(s, F_SETFL, O_NONBLOCK) == 0);
+  char* body = malloc(kUvBody);
+  REQUIRE(body != NULL);
+  fill_pattern(body, kUvBody, 30);
+  char hdr[] = "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n";
+  size_t hlen = sizeof hdr - 1, total = hlen + kUvBody;
+  int ep = OK(epoll_create1(EPOLL_CLOEXEC));
+  RC(0, ep_add(ep, s, EPOLLIN, 5));
+  for (int round = 0; round < kUvRounds; ++round) {
+    say("round %d", round);
+    RC(16, send(c, "GET / HTTP/1.1\r\n", 16, 0));
+    ep_wait1(ep, 5000, 1, EPOLLIN, 5);
+    char req[256];
+    RC(16, read(s, req, sizeof req));
+    struct sink sk;
+    sink_start(&sk, c, total);
+    size_t sent = 0;
+    int stalls = 0, bad = 0;
+    while (sent < total && !bad) {
+      struct iovec v[3];
+      int n = 0;
+      if (sent < hlen) v[n++] = (struct iovec){hdr + sent, hlen - sent};
+      size_t off = sent < hlen ? 0 : sent - hlen;
+      v[n++] = (struct iovec){body + off, kUvBody - off};
+      v[n++] = (struct iovec){body, 0};
+      ssize_t w = writev(s, v, n);
+      if (w > 0) sent += (size_t)w;
+      if (w < 0 && errno != EAGAIN) bad = 1;
+      if (sent == total || bad) break;
+      // The rest waits for writability; the read side stays registered.
+      struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u64 = 5};
+      if (stalls++ == 0) bad |= epoll_ctl(ep, EPOLL_CTL_MOD, s, &ev) != 0;
+      if (epoll_wait(ep, &ev, 1, 5000) != 1 || !(ev.events & EPOLLOUT)) bad = 1;
+    }
+    CHECK(!bad);
+    EQ("response bytes written", sent, total);
+    RC(0, write(s, "", 0));
+    RC(0, ep_mod(ep, s, EPOLLIN, 5));
+    sink_join(&sk);
+    EQ("response bytes read", sk.got, total);
+    CHECK(sk.got == total && memcmp(sk.buf, hdr, hlen) == 0 &&
+          memcmp(sk.buf + hlen, body, kUvBody) == 0);
+    free(sk.buf);
+  }
+  // Zero-length sends: blocking, and after shutdown(SHUT_WR) (EPIPE).
+  RC(0, send(c, "", 0, 0));
+  RC(0, shutdown(s, SHUT_WR));
+  ERR(EPIPE, send(s, "", 0, MSG_NOSIGNAL));
+  RC(0, close(ep));
+  RC(0, close(c));
+  RC(0, close(s));
+  free(body);
+}
+
 const struct sem_case sem_epoll_cases[] = {
     {"epoll_level_triggered", epoll_level_triggered},
     {"epoll_edge_triggered", epoll_edge_triggered},
@@ -427,5 +492,6 @@ const struct sem_case sem_epoll_cases[] = {
     {"epoll_ctl_errors", epoll_ctl_errors},
     {"epoll_registration_follows_file", epoll_registration_follows_file},
     {"epoll_pwait_variants", epoll_pwait_variants},
+    {"epoll_libuv_keepalive_bulk", epoll_libuv_keepalive_bulk},
     {NULL, NULL},
 };

@@ -15,8 +15,15 @@ $(UNIT_BIN): $(UNIT_OBJS) $(CORE)
 test-unit: $(UNIT_BIN)
 	$(UNIT_BIN)
 
-test-symbols: $(LIB)
+# The static TLS check and its program (tests/unit/tls.sh).
+SMALL_STACK := $(BUILD)/tests/unit/small-stack
+$(SMALL_STACK): tests/unit/small_stack.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
+
+test-symbols: $(LIB) $(SMALL_STACK)
 	bash tests/unit/symbols.sh $(LIB) preload/interpose_table.def preload/alloc_table.def
+	bash tests/unit/tls.sh $(LIB) $(SMALL_STACK)
 
 TEST_TARGETS += test-unit test-symbols
 

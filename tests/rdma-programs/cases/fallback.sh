@@ -4,6 +4,13 @@
 # both sides) and iperf3 (-n 16M).  The data must arrive intact over TCP,
 # and the preloaded side's statistics must say tcp, reason
 # peer_not_accelerated, for every connection.
+# And a statically linked server (busybox httpd: no dynamic loader, so
+# LD_PRELOAD has no effect, as for Go programs), started with the preload in
+# its environment: a preloaded curl makes 5 connections to it (busybox
+# closes each after its response); every body intact, every connection on
+# TCP, rdma_cm asked at most twice, the later connections answered by the
+# negative cache (peer_not_accelerated), and the whole no slower than a
+# plain curl's by more than STATIC_SLACK_S.
 
 FB=16M
 FB_BYTES=$((16 * 1024 * 1024))
@@ -75,7 +82,81 @@ fb_sent_ok() {
   [ "$1" = none ] && [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge "$FB_BYTES" ] && [ "$2" -le $((FB_BYTES + 131072)) ]
 }
 
+STATIC_N=5
+STATIC_SLACK_S=3
+
+static_ok() { [ -z "$1" ] && [ "$2" = "$STATIC_N" ]; }
+short_cached() { [ "$1" -ge 1 ] && [ "$1" -le 2 ] && [ "$S_PNA" -ge 1 ]; }
+static_cached() { [ "$1" -ge 1 ] && [ "$1" -le 2 ] && [ "$S_PNA" -ge $((STATIC_N - 2)) ]; }
+
+# static_step PORT
+static_step() {
+  local port=$1 label=static-server snap url i args=() plain_secs bad="" tries
+  local bb
+  bb=$(command -v busybox)
+  if [ -z "$bb" ] || ldd "$bb" >/dev/null 2>&1; then
+    fail "$label: no statically linked busybox (make deps: busybox-static)"
+    return 1
+  fi
+  mkdir -p "$T/www"
+  head -c $((4 * 1024 * 1024)) /dev/urandom >"$T/www/f.bin"
+  start_server "httpd-$label" 80 xp "$bb" httpd -f -p "$A1:$port" -h "$T/www"
+  local srv=$SERVER
+  wait_listen "httpd-$label" "$port" "$srv" || return 1
+  url=http://$A1:$port/f.bin
+  for i in $(seq "$STATIC_N"); do args+=(-o "$T/got.$i" "$url"); done
+  if ! run_client "curl-plain-$label" 30 plain curl -sS --fail "${args[@]}"; then
+    stop_server "httpd-$label" "$srv" TERM
+    return 1
+  fi
+  plain_secs=$CLIENT_SECS
+  rm -f "$T"/got.*
+  snap=$T/snap-$label
+  net_snap "$snap"
+  # debug: the log shows each rdma_cm attempt ("rdma_cm: connect").
+  if RDMA_LOG_LEVEL=debug run_client "curl-$label" 30 xp curl -sS --fail -w '%{num_connects}\n' "${args[@]}"; then
+    for i in $(seq "$STATIC_N"); do cmp -s "$T/got.$i" "$T/www/f.bin" || bad+=" $i"; done
+    local conns
+    conns=$(awk '{s += $1} END {print s + 0}' "$CD/curl-$label.out")
+    ok_if "$label: preloaded curl fetched 4 MiB $STATIC_N times from busybox httpd (static) in $CLIENT_SECS s, every body intact, over $conns connection(s)" \
+      "$label: bodies that differ from the file:${bad:-none}; connections $conns (want $STATIC_N)" \
+      static_ok "$bad" "$conns"
+    check_stats_fallback "$label" "curl-$label"
+    check_net_tcp "$label" "$snap" $((STATIC_N * 4 * 1024 * 1024))
+    # Two attempts find nobody listening (the first connection's, then its
+    # retry or the next connection's, 50 ms or more later); from then on
+    # the negative cache answers: peer_not_accelerated without an attempt.
+    tries=$(cat "$CD"/xpress.curl-"$label".*.log 2>/dev/null | grep -c 'rdma_cm: connect ')
+    stats_load "curl-$label"
+    ok_if "$label: rdma_cm asked $tries times for $STATIC_N connections, then the negative cache: $S_PNA with peer_not_accelerated" \
+      "$label: rdma_cm asked $tries times for $STATIC_N connections (want <= 2), $S_PNA with peer_not_accelerated (want >= $((STATIC_N - 2)))" \
+      static_cached "$tries"
+    local slow
+    slow=$(awk -v x="$CLIENT_SECS" -v p="$plain_secs" -v s="$STATIC_SLACK_S" 'BEGIN {print (x > p + s) ? 1 : 0}')
+    ok_if "$label: fallback is quick: $CLIENT_SECS s preloaded against $plain_secs s plain" \
+      "$label: preloaded curl took $CLIENT_SECS s against $plain_secs s plain (slack $STATIC_SLACK_S s)" \
+      [ "$slow" = 0 ]
+  else
+    step_failed "$snap" "curl-$label"
+  fi
+  # Connections that close as soon as rdma_cm refused them, before their
+  # own retry: the third must be answered by the negative cache (two
+  # attempts at most); each used to try again.
+  local name=short-$label
+  if RDMA_LOG_LEVEL=debug run_client "$name" 30 xp "$PY" "$HERE/short_conns.py" "$A1" "$port" \
+    "$CD/xpress.$name.*.log" 3; then
+    tries=$(cat "$CD"/xpress."$name".*.log 2>/dev/null | grep -c 'rdma_cm: connect ')
+    stats_load "$name"
+    ok_if "$label: 3 connections closed at rdma_cm's refusal: $tries attempts, $S_PNA with peer_not_accelerated ($(cat "$CD/$name.out"))" \
+      "$label: 3 connections closed at rdma_cm's refusal: $tries attempts (want <= 2), $S_PNA with peer_not_accelerated (want >= 1) ($(cat "$CD/$name.out"))" \
+      short_cached "$tries"
+  fi
+  stop_server "httpd-$label" "$srv" TERM
+  rm -rf "$T/www" "$T"/got.*
+}
+
 run_case() {
+  static_step 19104
   bulk_step xp-client-plain-server plain xp 19100 send-xp-client-plain-server
   bulk_step plain-client-xp-server xp plain 19101 recv-plain-client-xp-server
   iperf_step iperf3-xp-client-plain-server plain xp 19102 iperf3-client-iperf3-xp-client-plain-server
