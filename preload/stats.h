@@ -19,7 +19,7 @@ constexpr char kStatsMagic[8] = {'X', 'P', 'S', 'T', 'A', 'T', 'S', '1'};
 // to RDMA after a resume.  6: bytes on TCP before the switch.
 constexpr uint32_t kStatsVersion = 6;
 // stream::ResumeCause::count (stream/resume.h; checked in track.cc).
-constexpr int kResumeCauses = 9;
+constexpr int kResumeCauses = 10;
 
 using Counter = std::atomic<uint64_t>;
 
@@ -103,6 +103,9 @@ void at_exit();
 ConnSlot* claim_slot(int fd);
 // Folds the row's counts into the totals and frees it.
 void release_slot(ConnSlot* s);
+// The connection changes mode for good (a kernel feature moved it to TCP):
+// the row's bytes so far are counted under its old mode, later ones under `now`.
+void rebase_slot(ConnSlot* s, Mode now);
 
 // Totals including the open connections' rows.
 struct Totals {
