@@ -10,6 +10,9 @@
 //     which authenticates every record (AES-GCM, record sequence numbers)
 //     and must give back exactly the N bytes of the pattern.  Prints
 //     "ciphertext C bytes, plaintext N bytes ok" (exit 0) or what failed.
+//   kfeat ktls-recv-rx --port P [--bind A] --bytes N
+//     Both ends with kernel TLS: TLS RX right after the warm-up; prints
+//     "plaintext N bytes ok".
 //   kfeat uring-recv --port P [--bind A] --bytes N    send --host A --port P --bytes N
 //     The receiver creates an io_uring first (as servers do at start-up),
 //     reads the first 1 KiB with recv() and the rest with io_uring recv;
@@ -243,6 +246,33 @@ static int run_ktls_recv(const char* bind_addr, int port) {
   return 0;
 }
 
+// Both ends with kernel TLS: the receiver turns TLS RX on right after the
+// warm-up (while the sender turns TX on) and reads the plaintext.
+static int run_ktls_recv_rx(const char* bind_addr, int port, size_t n) {
+  int fd = accept_one(listen_on(bind_addr, port));
+  warm_up_recv(fd);
+  if (ktls_on(fd, TLS_RX) != 0) return 1;
+  static uint8_t buf[65536];
+  size_t plain = 0;
+  for (;;) {
+    ssize_t r = recv(fd, buf, sizeof buf, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      printf("TLS RX failed after %zu plaintext bytes (%s)\n", plain, strerror(errno));
+      return 1;
+    }
+    if (r == 0) break;
+    for (ssize_t i = 0; i < r; ++i)
+      if (buf[i] != pat(plain + (size_t)i)) {
+        printf("plaintext differs at %zu\n", plain + (size_t)i);
+        return 1;
+      }
+    plain += (size_t)r;
+  }
+  printf("plaintext %zu bytes %s\n", plain, plain == n ? "ok" : "short");
+  return plain == n ? 0 : 1;
+}
+
 static int run_send(const char* host, int port, size_t n) {
   int fd = dial(host, port);
   static uint8_t buf[65536];
@@ -331,6 +361,7 @@ int main(int argc, char** argv) {
   }
   if (!strcmp(mode, "ktls-send")) return run_ktls_send(host, port, bytes);
   if (!strcmp(mode, "ktls-recv")) return run_ktls_recv(bind_addr, port);
+  if (!strcmp(mode, "ktls-recv-rx")) return run_ktls_recv_rx(bind_addr, port, bytes);
   if (!strcmp(mode, "send")) return run_send(host, port, bytes);
   if (!strcmp(mode, "recv")) return run_recv(bind_addr, port, bytes, 0);
   if (!strcmp(mode, "uring-recv")) return run_recv(bind_addr, port, bytes, 1);

@@ -10,6 +10,8 @@
 #           The sender's statistics: bytes over RDMA (the warm-up), then the
 #           connection on TCP with reason kernel_tls.  A run without xpress
 #           gives the reference ciphertext length.
+#   ktls-rx both ends with kernel TLS: the receiver turns TLS RX on after the
+#           warm-up and must read the 4 MiB of plaintext.
 #   uring   a receiver with an io_uring (created at start-up) reads 1 KiB
 #           with recv() and the rest of 16 MiB with io_uring recv: every
 #           byte in order; reason io_uring (before: it got 64 KiB, then hung).
@@ -64,6 +66,27 @@ kf_ktls() {
   ok_if "ktls: the sender had the connection on RDMA ($S_RTX bytes sent over RDMA), then on TCP with reason kernel_tls" \
     "ktls: sender statistics: want RDMA bytes > 0 and kernel_tls=1: kernel_tls=$k; $S_DESC" \
     test "$S_RTX" -gt 0 -a "$k" = 1
+}
+
+# Both ends with kernel TLS (as OpenSSL with kTLS on both sides): the
+# receiver turns TLS RX on right after the warm-up, while the sender turns
+# TX on; each moves its end to TCP (the two moves cross), and the receiver's
+# RX goes through only once the sender's RESUME was read off the socket.
+kf_ktls_rx() {
+  local bin=$1 port=19705 ok r
+  start_server ktls-rx-recv 60 xp "$bin" ktls-recv-rx --bind "$A1" --port $port --bytes $KF_TLS_BYTES
+  local srv=$SERVER
+  wait_listen ktls-rx-recv $port "$srv" || return
+  ok=1
+  run_client ktls-rx-send 40 xp "$bin" ktls-send --host "$A1" --port $port --bytes $KF_TLS_BYTES || ok=0
+  end_server ktls-rx-recv "$srv" $ok
+  r=$(cat "$CD/ktls-rx-recv.out" 2>/dev/null)
+  local k1 k2
+  k1=$(kf_reason ktls-rx-send kernel_tls)
+  k2=$(kf_reason ktls-rx-recv kernel_tls)
+  ok_if "ktls (both ends): the receiver's kernel TLS RX gave back the $(hb $KF_TLS_BYTES); kernel_tls at both ends" \
+    "ktls (both ends): receiver '${r:-nothing} $(tail -c 200 "$CD/ktls-rx-recv.err" | tr '\n' ' ')', kernel_tls sender=$k1 receiver=$k2" \
+    test "$r" = "plaintext $KF_TLS_BYTES bytes ok" -a "$k1" = 1 -a "$k2" = 1
 }
 
 kf_uring() {
@@ -130,6 +153,7 @@ run_case() {
     echainiv seqiv cbc hmac sha256_generic 2>>"$CD/modprobe.err" ||
     fail "kfeat: IPsec modules: $(tr '\n' ' ' <"$CD/modprobe.err")"
   kf_ktls "$bin"
+  kf_ktls_rx "$bin"
   kf_uring "$bin"
   kf_ipsec "$bin"
 }
