@@ -369,10 +369,9 @@ void closing(SocketRecord& r, int fd) {
 bool on_kernel_feature(int fd, Reason why, bool rx) {
   if (in_vfork_child() || in_internal_call()) return true;
   SocketRef r = lookup(fd);
-  if (!r) return true;
+  if (!r || !r->counted) return true; // not connected: after_kernel_feature
   Reason none = Reason::none;
   const bool first = r->pinned.compare_exchange_strong(none, why);
-  if (!r->counted) return true;      // establish() keeps it on TCP
   if (r->deferred.exchange(false)) { // a non-blocking connect: never starts the upgrade
     count_outcome(*r, Mode::tcp, why);
     return true;
@@ -396,6 +395,14 @@ bool on_kernel_feature(int fd, Reason why, bool rx) {
     }
   }
   return ok;
+}
+
+void after_kernel_feature(int fd, Reason why) {
+  if (in_vfork_child() || in_internal_call()) return;
+  SocketRef r = lookup(fd);
+  if (!r || r->counted) return;
+  Reason none = Reason::none;
+  r->pinned.compare_exchange_strong(none, why); // establish() keeps it on TCP
 }
 
 void on_close(int fd) {

@@ -88,6 +88,10 @@ XP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len)
         zc->recv_skip_hint = static_cast<uint32_t>(held);
         return 0;
       }
+      // Framed on TCP for good (it resumed): the kernel's queue holds
+      // frames, never to be mapped as the program's bytes.
+      errno = EINVAL;
+      return -1;
     }
   }
   return XP_REAL(getsockopt, fd, level, name, val, len);
@@ -103,6 +107,11 @@ XP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_t
     return -1;
   }
   int r = XP_REAL(setsockopt, fd, level, name, val, len);
+  if (r == 0 && why != Reason::none) {
+    int saved = errno;
+    track::after_kernel_feature(fd, why);
+    errno = saved;
+  }
   if (r == 0 && level == SOL_SOCKET) stream::io::fd_options_changed(); // SO_RCVTIMEO, SO_SNDTIMEO
   return r;
 }
