@@ -1,7 +1,7 @@
 // Kernel features under xpress (tests/rdma-programs/cases/kfeat.sh).
 //
 //   kfeat ktls-recv --port P [--bind A]     ktls-send --host A --port P --bytes N
-//     The sender warms the connection up (ping-pongs for 1.5 s: it goes over
+//     The sender warms the connection up (ping-pongs for 3 s: it goes over
 //     RDMA), then turns kernel TLS on (TCP_ULP "tls", SOL_TLS TLS_TX with a
 //     fixed AES-GCM-128 key) and writes N bytes of a pattern.  The receiver
 //     reads every byte after the warm-up as it arrived (no TLS_RX), then
@@ -160,7 +160,7 @@ static int ktls_on(int fd, int dir) {
 
 static int run_ktls_send(const char* host, int port, size_t n) {
   int fd = dial(host, port);
-  warm_up_send(fd, 1.5);
+  warm_up_send(fd, 3.0);
   if (ktls_on(fd, TLS_TX) != 0) return 1;
   static uint8_t buf[65536];
   for (size_t off = 0; off < n;) {
