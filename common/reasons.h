@@ -21,6 +21,10 @@ enum class Reason : uint8_t {
   closed_during_upgrade, // the application closed it before the upgrade finished
   fork_after_rdma,       // a fork child of a process that already used RDMA
   shared_by_fork,        // forked while its upgrade was under way: parent and child share it
+  kernel_tls,            // the program turned kernel TLS on (TCP_ULP "tls", SOL_TLS)
+  io_uring,       // the process has an io_uring, which reads and writes sockets in the kernel
+  ipsec,          // an xfrm (IPsec) policy covers the connection, or the socket has its own
+  kernel_feature, // another kernel feature that must see the bytes (BPF filter, zero-copy, repair)
   count
 };
 
@@ -56,6 +60,14 @@ inline const char* reason_name(Reason r) {
     return "fork_after_rdma";
   case Reason::shared_by_fork:
     return "shared_by_fork";
+  case Reason::kernel_tls:
+    return "kernel_tls";
+  case Reason::io_uring:
+    return "io_uring";
+  case Reason::ipsec:
+    return "ipsec";
+  case Reason::kernel_feature:
+    return "kernel_feature";
   case Reason::count:
     break;
   }

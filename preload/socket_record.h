@@ -41,6 +41,9 @@ struct SocketRecord {
   bool outcome_pending = false;         // counted once the upgrade decided
   std::atomic<int> names{1};            // fds naming this record (dup family)
   stream::ListenShare* share = nullptr; // listener: rendezvous state (engine.h)
+  // A kernel feature was turned on (preload/kernel_features.h): the
+  // connection stays on TCP (a listener's passes to what it accepts).
+  std::atomic<Reason> pinned{Reason::none};
 };
 
 } // namespace xp

@@ -277,6 +277,26 @@ RowBytes split(const ConnSlot& s) {
 }
 } // namespace
 
+void rebase_slot(ConnSlot* s, Mode now) {
+  if (s == nullptr) return;
+  Counters& c = block().c;
+  int m = s->mode < 2 ? s->mode : 0;
+  RowBytes rb = split(*s);
+  c.bytes_tx[m].fetch_add(rb.tx, std::memory_order_relaxed);
+  c.bytes_rx[m].fetch_add(rb.rx, std::memory_order_relaxed);
+  c.tx_before_switch.fetch_add(rb.tx_before, std::memory_order_relaxed);
+  c.rx_before_switch.fetch_add(rb.rx_before, std::memory_order_relaxed);
+  c.msgs_tx[m].fetch_add(s->msgs_tx.exchange(0, std::memory_order_relaxed),
+                         std::memory_order_relaxed);
+  c.msgs_rx[m].fetch_add(s->msgs_rx.exchange(0, std::memory_order_relaxed),
+                         std::memory_order_relaxed);
+  s->bytes_tx.fetch_sub(rb.tx + rb.tx_before, std::memory_order_relaxed);
+  s->bytes_rx.fetch_sub(rb.rx + rb.rx_before, std::memory_order_relaxed);
+  s->tx_switch_at.store(0, std::memory_order_relaxed);
+  s->rx_switch_at.store(0, std::memory_order_relaxed);
+  s->mode = static_cast<uint8_t>(now);
+}
+
 void release_slot(ConnSlot* s) {
   if (s == nullptr) return;
   Counters& c = block().c;

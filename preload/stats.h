@@ -22,7 +22,7 @@ constexpr uint32_t kRequestReset = 1;
 constexpr uint32_t kRequestLevel = 2;
 constexpr uint32_t kRequestLevelShift = 8;
 // stream::ResumeCause::count (stream/resume.h; checked in track.cc).
-constexpr int kResumeCauses = 9;
+constexpr int kResumeCauses = 10;
 
 using Counter = std::atomic<uint64_t>;
 
@@ -118,6 +118,9 @@ void at_exit();
 ConnSlot* claim_slot(int fd);
 // Folds the row's counts into the totals and frees it.
 void release_slot(ConnSlot* s);
+// The connection changes mode for good (a kernel feature moved it to TCP):
+// the row's bytes so far are counted under its old mode, later ones under `now`.
+void rebase_slot(ConnSlot* s, Mode now);
 
 // Totals including the open connections' rows.
 struct Totals {

@@ -7,12 +7,14 @@
 
 #include "common/logsink.h"
 #include "preload/config.h"
+#include "preload/kernel_features.h"
 #include "preload/lifecycle.h"
 #include "preload/log.h"
 #include "preload/stats.h"
 #include "preload/test_user_mode.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
+#include "stream/pin.h"
 #include "stream/ready_source.h"
 #include "stream/reattach.h"
 #include "stream/upgrade_policy.h"
@@ -157,6 +159,11 @@ bool start_upgrade(SocketRecord& r, Role role, Reason* why) {
   engine_config_once();
   *why = stream::engine::unavailable();
   if (*why != Reason::none) return false;
+  {
+    InternalCall guard; // the checks open files and a netlink socket
+    *why = kfeat::before_upgrade(me, peer);
+  }
+  if (*why != Reason::none) return false;
   stream::Conn* c;
   {
     InternalCall guard; // rdma-core opens files and sockets of its own
@@ -206,6 +213,11 @@ void establish(SocketRecord& r, Role role, const sockaddr* rule_addr, socklen_t 
     s->role = static_cast<uint8_t>(role);
   }
   r.slot = s;
+  // A kernel feature turned on before the connection existed (or on the
+  // listener, whose accepted sockets inherit it) keeps it on TCP.
+  if (why == Reason::none) why = r.pinned.load();
+  if (why == Reason::none && listener) why = listener->pinned.load();
+  if (why != Reason::none) r.pinned.store(why);
   if (why == Reason::none && role == Role::server) {
     if (listener && listener->share) {
       r.share = listener->share;
@@ -354,6 +366,45 @@ void closing(SocketRecord& r, int fd) {
   } else if (r.outcome_pending) {
     count_outcome(r, Mode::tcp, Reason::closed_during_upgrade);
   }
+}
+
+bool on_kernel_feature(int fd, Reason why, bool rx) {
+  if (in_vfork_child() || in_internal_call()) return true;
+  SocketRef r = lookup(fd);
+  if (!r || !r->counted) return true; // not connected: after_kernel_feature
+  Reason none = Reason::none;
+  const bool first = r->pinned.compare_exchange_strong(none, why);
+  if (r->deferred.exchange(false)) { // a non-blocking connect: never starts the upgrade
+    count_outcome(*r, Mode::tcp, why);
+    return true;
+  }
+  bool ok = true;
+  if (stream::Conn* c = r->conn.load(std::memory_order_acquire)) {
+    c->ref();
+    ok = stream::pin::to_tcp(c, why, rx);
+    c->unref();
+  }
+  // An upgrade that ended here was counted under `why` (the engine's
+  // outcome); a connection that had been on RDMA counts under rdma and
+  // under `why`, its bytes so far under rdma, later ones under tcp.
+  if (first && !r->outcome_pending && r->mode == Mode::rdma) {
+    stats::c().fallbacks[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+    r->mode = Mode::tcp;
+    r->reason = why;
+    if (ConnSlot* s = r->slot) {
+      s->reason = static_cast<uint8_t>(why);
+      stats::rebase_slot(s, Mode::tcp);
+    }
+  }
+  return ok;
+}
+
+void after_kernel_feature(int fd, Reason why) {
+  if (in_vfork_child() || in_internal_call()) return;
+  SocketRef r = lookup(fd);
+  if (!r || r->counted) return;
+  Reason none = Reason::none;
+  r->pinned.compare_exchange_strong(none, why); // establish() keeps it on TCP
 }
 
 void on_close(int fd) {

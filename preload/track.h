@@ -37,6 +37,13 @@ void on_accept(int listen_fd, int fd);
 // Before the real close: forget the fd (the kernel may reuse the number as
 // soon as close returns).
 void on_close(int fd);
+// The program turns a kernel feature on for fd (preload/kernel_features.h):
+// the connection leaves RDMA for good first (stream/pin.h).  false: it
+// could not be handed to the kernel cleanly; the option must be refused.
+bool on_kernel_feature(int fd, Reason why, bool rx);
+// The kernel took the option: a socket not connected yet (or a listener,
+// whose accepted sockets inherit it) never upgrades.
+void after_kernel_feature(int fd, Reason why);
 void on_close_range(unsigned first, unsigned last);
 // newfd now names the same socket as oldfd (dup family, F_DUPFD).
 void on_dup(int oldfd, int newfd);

@@ -2,10 +2,14 @@
 // kernel socket unchanged; F_DUPFD creates a second name for a tracked socket.
 #include <cstdarg>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 
 #include "preload/boundary.h"
+#include "preload/kernel_features.h"
 #include "preload/readiness.h"
 #include "stream/conn_io.h"
 
@@ -67,11 +71,47 @@ XP_EXPORT int ioctl(int fd, unsigned long request, ...) noexcept {
 }
 
 XP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len) noexcept {
+  if (level == IPPROTO_TCP && name == TCP_ZEROCOPY_RECEIVE && val != nullptr && len != nullptr &&
+      *len >= static_cast<socklen_t>(sizeof(tcp_zerocopy_receive))) {
+    // Zero-copy receive maps the kernel's receive queue: every byte must be
+    // there.  Bytes xpress still holds go first, by the copy path, as the
+    // kernel asks for bytes it cannot map (nothing mapped, recv_skip_hint).
+    if (!track::on_kernel_feature(fd, Reason::kernel_feature, true)) {
+      auto* zc = static_cast<tcp_zerocopy_receive*>(val);
+      int held = 0;
+      SocketRef r = track::lookup(fd);
+      stream::Conn* c = r ? r->conn.load(std::memory_order_acquire) : nullptr;
+      bool kernel = true;
+      if (c) stream::io::readable_bytes(c, &held, &kernel);
+      if (!kernel && held > 0) {
+        zc->length = 0;
+        zc->recv_skip_hint = static_cast<uint32_t>(held);
+        return 0;
+      }
+      // Framed on TCP for good (it resumed): the kernel's queue holds
+      // frames, never to be mapped as the program's bytes.
+      errno = EINVAL;
+      return -1;
+    }
+  }
   return XP_REAL(getsockopt, fd, level, name, val, len);
 }
 
 XP_EXPORT int setsockopt(int fd, int level, int name, const void* val, socklen_t len) noexcept {
+  bool rx;
+  Reason why = kfeat::of_setsockopt(level, name, val, len, &rx);
+  if (why != Reason::none && !track::on_kernel_feature(fd, why, rx)) {
+    // The kernel could not be given the connection cleanly: the program
+    // goes on without the feature (kernel_features.h, refusal_errno).
+    errno = kfeat::refusal_errno(why);
+    return -1;
+  }
   int r = XP_REAL(setsockopt, fd, level, name, val, len);
+  if (r == 0 && why != Reason::none) {
+    int saved = errno;
+    track::after_kernel_feature(fd, why);
+    errno = saved;
+  }
   if (r == 0 && level == SOL_SOCKET) stream::io::fd_options_changed(); // SO_RCVTIMEO, SO_SNDTIMEO
   return r;
 }
@@ -82,4 +122,28 @@ XP_EXPORT int getsockname(int fd, struct sockaddr* addr, socklen_t* len) noexcep
 
 XP_EXPORT int getpeername(int fd, struct sockaddr* addr, socklen_t* len) noexcept {
   return XP_REAL(getpeername, fd, addr, len);
+}
+
+// syscall(): io_uring_setup makes the process's connections stay on TCP
+// (kernel_features.h).  Six arguments are passed on, as glibc's syscall()
+// reads them: the kernel looks only at those the call has.
+XP_EXPORT long syscall(long number, ...) noexcept {
+  va_list ap;
+  va_start(ap, number);
+  long a[6];
+  for (long& x : a)
+    x = va_arg(ap, long);
+  va_end(ap);
+  auto fn = real::syscall();
+  if (fn == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  long r = fn(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+  if (number == SYS_io_uring_setup && r >= 0) {
+    int saved = errno;
+    kfeat::on_io_uring();
+    errno = saved;
+  }
+  return r;
 }

@@ -89,6 +89,9 @@ public:
     uint64_t tcp_since_us = 0;   // when it last went onto TCP (the return's log line)
     uint64_t peer_switch_at = 0; // that SWITCH's S'
   } reup;
+  // A kernel feature needs the connection on TCP (stream/pin.h): no
+  // direction switches any more (advance), and it never goes back.
+  std::atomic<bool> pinned{false};
   // r->moved of a resumed stream, for lock-free readiness (resume.cc).
   std::atomic<bool> moved_stream{false};
   // At fork: a resumed stream still owed bytes to the kernel (or waited for

@@ -386,6 +386,7 @@ void engine::set_switch_hook(SwitchHook h) {
 
 Reason engine::unavailable() {
   if (g_state.forked_child) return Reason::fork_after_rdma;
+  if (Reason r = g_state.pinned_reason.load(); r != Reason::none) return r;
   if (!verbs::device_present()) return Reason::no_device;
   return Reason::none;
 }

@@ -222,7 +222,8 @@ void advance(Conn* c) {
   // While the process forks no direction switches (streams on RDMA move to
   // TCP, upgrades stay there); acknowledging the peer's switch still
   // happens, so that its stream can settle and move (stream/move.cc).
-  const bool forking = g().forking.load(std::memory_order_acquire);
+  // The same once a kernel feature pinned the connection to TCP (stream/pin.h).
+  const bool forking = g().forking.load(std::memory_order_acquire) || c->pinned.load();
   bool changed = false;
   if (!forking && !c->tx_rdma.load() && !c->tx_shut && c->sess.try_switch_tx() == Status::ok) {
     {

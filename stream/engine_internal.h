@@ -110,6 +110,8 @@ struct State {
   CmUser private_user{CmUser::Kind::listener_private, nullptr, nullptr, 0};
   uint64_t now_ms = 0;
   std::atomic<bool> forking{false}; // between before_fork and after_fork_parent
+  // A process-wide kernel feature keeps every new connection on TCP (stream/pin.h).
+  std::atomic<Reason> pinned_reason{Reason::none};
 };
 State& g();
 

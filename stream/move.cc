@@ -283,6 +283,48 @@ void on_peer_move(Conn* c, Channel* ch) {
   fail_over(c, ResumeCause::local);
 }
 
+bool for_conn(Conn* c, ResumeCause why) {
+  const uint64_t t0 = engine::mono_us();
+  // 1. Let a switch on its way settle (c->pinned keeps advance() from
+  // switching anything more meanwhile).
+  const uint64_t settle_end = engine::now_ms() + kSettleMs;
+  while (engine::now_ms() < settle_end) {
+    Channel* busy = nullptr;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      if (!candidate(c) || c->ch->failed.load()) break;
+      std::lock_guard<std::mutex> chl(c->ch->mu);
+      if (settled(c)) break;
+      busy = c->ch;
+    }
+    engine::progress(busy);
+    usleep(200);
+  }
+  // 2. Our MOVE, then the peer's, the connection locked throughout (no data
+  // call slips in between).
+  std::lock_guard<std::mutex> l(c->mu);
+  if (c->resumed.load() || c->closed.load()) return true;
+  if (!begin(c)) {
+    if (!candidate(c) && !(c->ch && c->ch->failed.load())) return true;
+    XP_SLOG(XP_SLOG_INFO, "fd %d: stream %u could not move cleanly: channel failed over", c->sock(),
+            c->sid);
+    fail_over(c, why);
+    return false;
+  }
+  engine::Changes changed;
+  const uint64_t answer_end = engine::now_ms() + kAnswerMs;
+  int st;
+  while ((st = complete(c, why, t0, &changed)) == 0 && engine::now_ms() < answer_end)
+    usleep(50);
+  changed.wake();
+  wake::notify();
+  if (st == 1) return true;
+  XP_SLOG(XP_SLOG_INFO, "fd %d: stream %u: no answer to its move: channel failed over", c->sock(),
+          c->sid);
+  fail_over(c, why);
+  return false;
+}
+
 void for_fork() {
   const uint64_t t0 = engine::mono_us();
   std::vector<Conn*> cs;

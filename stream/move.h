@@ -45,6 +45,12 @@ bool begin(Conn* c);
 // waiting, -1 not possible (the caller fails the channel over).
 int complete(Conn* c, ResumeCause why, uint64_t t0_us, engine::Changes* changed);
 
+// One connection's stream to TCP, as for_fork does for all (stream/pin.cc:
+// the program turns on a kernel feature that must see the bytes).  No lock
+// held; c referenced.  true: moved (or nothing on RDMA to move); false: it
+// could not move cleanly and the channel failed over (its frames follow).
+bool for_conn(Conn* c, ResumeCause why);
+
 // engine::before_fork: move every stream on RDMA to TCP; blocks until the
 // peers answered (bounded, see kSettleMs/kAnswerMs in move.cc).  No lock held.
 void for_fork();

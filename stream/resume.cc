@@ -44,6 +44,8 @@ const char* resume_cause_name(ResumeCause c) {
     return "fork";
   case ResumeCause::peer_moved:
     return "peer_moved";
+  case ResumeCause::kernel_feature:
+    return "kernel_feature";
   case ResumeCause::count:
     break;
   }

@@ -30,7 +30,8 @@ enum class ResumeCause : uint8_t {
   protocol_error,    // the peer broke the channel protocol
   local,             // this end gave up on one of the channel's streams
   fork,              // this process forked: the stream moved to TCP (stream/move.cc)
-  peer_moved,        // the peer moved the stream to TCP (it forked)
+  peer_moved,        // the peer moved the stream to TCP (it forked, or a kernel feature)
+  kernel_feature, // this end moved it to TCP: the program turned a kernel feature on (stream/pin.h)
   count
 };
 const char* resume_cause_name(ResumeCause c);

@@ -15,6 +15,8 @@ PKGS=(
   nodejs
   # instruction counts of the preload and the data path (bench/instructions.sh, bench/hotpath.sh)
   valgrind
+  # io_uring reader of the kernel-feature test (tests/rdma-programs/kfeat.c); bc sums ESP byte counts
+  liburing-dev bc
   # stacks of a server that hangs in a VM test (tests/rdma-programs/lib.sh)
   gdb
   # the Debian package and its checks (make deb, make test-install)

@@ -19,7 +19,13 @@ $(EXIT_UNCLOSED): tests/rdma-programs/exit_unclosed.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -Wall -Wextra -Werror -o $@ $<
 
-test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) softroce-kernel
+# The kernel-feature programs (cases/kfeat.sh): kernel TLS, io_uring.
+KFEAT := $(BUILD)/tests/rdma-programs/kernel-features
+$(KFEAT): tests/rdma-programs/kfeat.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -Wall -Wextra -Werror -DHAVE_LIBURING -o $@ $< -luring -pthread
+
+test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) $(KFEAT) softroce-kernel
 	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
 	  bash tests/rdma-programs/run.sh $(RDMA_CASES)
 

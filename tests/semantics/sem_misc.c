@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -431,9 +433,47 @@ static void close_race(void) {
   EQ("unexpected results", unexpected, 0);
 }
 
+// syscall() is interposed (io_uring_setup, README "Kernel features"): every
+// call reaches the kernel with its arguments, six included; and the
+// options of kernel features (here TCP_ULP "tls", SO_ZEROCOPY) answer as
+// the kernel's, the connection carrying bytes as before.
+static void syscall_and_feature_options(void) {
+  CHECK(syscall(SYS_getpid) == getpid());
+  void* m =
+      (void*)syscall(SYS_mmap, 0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED);
+  memset(m, 7, 8192);
+  RC(0, syscall(SYS_munmap, m, 8192));
+  int p[2];
+  RC(0, pipe(p));
+  RC(3, syscall(SYS_write, p[1], "abc", 3));
+  char three[3];
+  RC(3, read(p[0], three, 3));
+  close(p[0]);
+  close(p[1]);
+  ERR(ENOSYS, syscall(100000, 1, 2, 3, 4, 5, 6));
+  int a, b;
+  tcp_pair(&a, &b);
+  int one = 1;
+  RC(0, setsockopt(a, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one));
+  ANY(setsockopt(b, IPPROTO_TCP, TCP_ULP, "tls", sizeof "tls"));
+  char data[3000], got[3000];
+  fill_pattern(data, sizeof data, 3);
+  send_all(a, data, sizeof data);
+  RC(3000, recv(b, got, sizeof got, MSG_WAITALL));
+  CHECK(memcmp(data, got, sizeof got) == 0);
+  close(a);
+  close(b);
+}
+
 const struct sem_case sem_misc_cases[] = {
-    {"ioctl_queues", ioctl_queues}, {"sockopt_info", sockopt_info},
-    {"socket_names", socket_names}, {"unix_sockets", unix_sockets},
-    {"udp_sockets", udp_sockets},   {"so_rcvtimeo", so_rcvtimeo},
-    {"close_race", close_race},     {NULL, NULL},
+    {"ioctl_queues", ioctl_queues},
+    {"sockopt_info", sockopt_info},
+    {"socket_names", socket_names},
+    {"unix_sockets", unix_sockets},
+    {"udp_sockets", udp_sockets},
+    {"so_rcvtimeo", so_rcvtimeo},
+    {"close_race", close_race},
+    {"syscall_and_feature_options", syscall_and_feature_options},
+    {NULL, NULL},
 };
