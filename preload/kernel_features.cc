@@ -13,6 +13,7 @@
 #include <linux/xfrm.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -150,9 +151,14 @@ int ipsec_covers(uint32_t lip, uint16_t lport, uint32_t pip, uint16_t pport, int
   *err = EIO;
   if (syscall(SYS_sendto, fd, &req, req.h.nlmsg_len, 0, nullptr, 0) ==
       static_cast<long>(req.h.nlmsg_len)) {
-    alignas(8) static thread_local uint8_t buf[32768];
-    while (true) {
-      long n = syscall(SYS_recvfrom, fd, buf, sizeof buf, 0, nullptr, nullptr);
+    // Mapped per dump (once per upgrade): not a thread-local (the static
+    // TLS block every thread carries stays small) and not the stack
+    // (threads with small stacks call connect).
+    constexpr size_t kBuf = 32768;
+    void* m = mmap(nullptr, kBuf, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    auto* buf = m == MAP_FAILED ? nullptr : static_cast<uint8_t*>(m);
+    while (buf != nullptr) {
+      long n = syscall(SYS_recvfrom, fd, buf, kBuf, 0, nullptr, nullptr);
       if (n <= 0) {
         *err = n < 0 ? errno : EIO;
         break;
@@ -161,6 +167,7 @@ int ipsec_covers(uint32_t lip, uint16_t lport, uint32_t pip, uint16_t pport, int
       if (res != 2) break;
       res = -1;
     }
+    if (buf != nullptr) munmap(buf, kBuf);
   }
   syscall(SYS_close, fd);
   return res;

@@ -18,6 +18,7 @@
 //     reads the first 1 KiB with recv() and the rest with io_uring recv;
 //     checks the pattern and the count.  Prints "received N ok".
 //   kfeat recv --port P [--bind A] --bytes N: the same with recv() only.
+//   kfeat send-zerocopy ...: send, with SO_ZEROCOPY set before connect.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -273,8 +274,25 @@ static int run_ktls_recv_rx(const char* bind_addr, int port, size_t n) {
   return plain == n ? 0 : 1;
 }
 
-static int run_send(const char* host, int port, size_t n) {
-  int fd = dial(host, port);
+static int run_send(const char* host, int port, size_t n, int zerocopy) {
+  int fd;
+  if (zerocopy) {
+    // SO_ZEROCOPY before connect: the connection must never upgrade.
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) != 0) {
+      perror("setsockopt(SO_ZEROCOPY)");
+      return 1;
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, host, &a.sin_addr);
+    if (connect(fd, (struct sockaddr*)&a, sizeof a) != 0) {
+      perror("connect");
+      return 1;
+    }
+  } else {
+    fd = dial(host, port);
+  }
   static uint8_t buf[65536];
   for (size_t off = 0; off < n;) {
     size_t k = n - off < sizeof buf ? n - off : sizeof buf;
@@ -362,7 +380,8 @@ int main(int argc, char** argv) {
   if (!strcmp(mode, "ktls-send")) return run_ktls_send(host, port, bytes);
   if (!strcmp(mode, "ktls-recv")) return run_ktls_recv(bind_addr, port);
   if (!strcmp(mode, "ktls-recv-rx")) return run_ktls_recv_rx(bind_addr, port, bytes);
-  if (!strcmp(mode, "send")) return run_send(host, port, bytes);
+  if (!strcmp(mode, "send")) return run_send(host, port, bytes, 0);
+  if (!strcmp(mode, "send-zerocopy")) return run_send(host, port, bytes, 1);
   if (!strcmp(mode, "recv")) return run_recv(bind_addr, port, bytes, 0);
   if (!strcmp(mode, "uring-recv")) return run_recv(bind_addr, port, bytes, 1);
   fprintf(stderr, "usage: see kfeat.c\n");

@@ -16,6 +16,7 @@
 #   uring   a receiver with an io_uring (created at start-up) reads 1 KiB
 #           with recv() and the rest of 16 MiB with io_uring recv: every
 #           byte in order; reason io_uring (before: it got 64 KiB, then hung).
+#   zerocopy SO_ZEROCOPY set before connect: never upgrades (kernel_feature).
 #   ipsec   an IPsec transport-mode policy (ESP, TCP between the two test
 #           addresses): the connection stays on TCP, reason ipsec on both
 #           ends, 4 MiB intact, and the ESP state counted the bytes.
@@ -109,6 +110,25 @@ kf_uring() {
     "uring: receiver statistics: want io_uring=1: $S_DESC" test "$k" = 1
 }
 
+# SO_ZEROCOPY set before connect (kernel zero-copy sends report their
+# completions on the socket's error queue, which a stream on RDMA never
+# gets): the connection never upgrades, reason kernel_feature.
+kf_zerocopy() {
+  local bin=$1 port=19715 ok r k
+  start_server zc-recv 60 xp "$bin" recv --bind "$A1" --port $port --bytes $KF_IPSEC_BYTES
+  local srv=$SERVER
+  wait_listen zc-recv $port "$srv" || return
+  ok=1
+  run_client zc-send 40 xp "$bin" send-zerocopy --host "$A1" --port $port --bytes $KF_IPSEC_BYTES || ok=0
+  end_server zc-recv "$srv" $ok
+  r=$(cat "$CD/zc-recv.out" 2>/dev/null)
+  k=$(kf_reason zc-send kernel_feature)
+  stats_load zc-send
+  ok_if "zerocopy: SO_ZEROCOPY before connect: $(hb $KF_IPSEC_BYTES) intact, the sender's connection on TCP, reason kernel_feature" \
+    "zerocopy: receiver '${r:-nothing}', sender kernel_feature=$k: $S_DESC" \
+    test "$r" = "received $KF_IPSEC_BYTES ok" -a "$k" = 1
+}
+
 kf_ipsec() {
   local bin=$1 port=19720 ok r d k1 k2 before after
   local key=0x00112233445566778899aabbccddeeff ak=0x00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff
@@ -156,5 +176,6 @@ run_case() {
   kf_ktls "$bin"
   kf_ktls_rx "$bin"
   kf_uring "$bin"
+  kf_zerocopy "$bin"
   kf_ipsec "$bin"
 }
