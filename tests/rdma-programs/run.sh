@@ -17,8 +17,8 @@
 #   ends with "N passed, M failed"; exits 1 on any failure.
 # Env: XPRESS_LIB (default build/libxpress.so), XPRESS_STAT (default
 #   build/xpress-stat), RDMA_PROGRAMS_LOG (logs, default
-#   build/tests/rdma-programs), RDMA_PROGRAMS_VM_TIMEOUT (whole VM, 1200 s),
-#   RDMA_PROGRAMS_BUDGET (the cases together, 1080 s: a case's deadline is
+#   build/tests/rdma-programs), RDMA_PROGRAMS_VM_TIMEOUT (whole VM, 1560 s),
+#   RDMA_PROGRAMS_BUDGET (the cases together, 1440 s: a case's deadline is
 #   cut to what is left, a case with less than 20 s left is not run),
 #   RDMA_MIN_PCT / TCP_MAX_PCT / TCP_CONN_ALLOW (thresholds, see lib.sh);
 #   the caller's XPRESS_* (e.g. XPRESS_LOG_LEVEL) reach the programs.
@@ -60,13 +60,13 @@ if [ -z "${XPRESS_SOFTROCE_VM:-}" ]; then
   for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL RECOVERY_RUNS; do
     [ -z "${!v:-}" ] || envs+=(-e "$v=${!v}")
   done
-  "$REPO/tools/softroce/vm" run -q --timeout "${RDMA_PROGRAMS_VM_TIMEOUT:-1200}" "${envs[@]}" -- bash "$SELF" "$@" | tee "$out"
+  "$REPO/tools/softroce/vm" run -q --timeout "${RDMA_PROGRAMS_VM_TIMEOUT:-1560}" "${envs[@]}" -- bash "$SELF" "$@" | tee "$out"
   rc=${PIPESTATUS[0]}
   echo "test-rdma-programs: $((SECONDS - start)) s wall clock (VM boot included)"
   if ! grep -qE '^[0-9]+ passed, [0-9]+ failed$' "$out"; then
     case $rc in
       77) echo "rdma-programs: the Soft-RoCE kernel is not prepared (make deps)" ;;
-      124) echo "rdma-programs: the VM timed out (RDMA_PROGRAMS_VM_TIMEOUT=${RDMA_PROGRAMS_VM_TIMEOUT:-1200})" ;;
+      124) echo "rdma-programs: the VM timed out (RDMA_PROGRAMS_VM_TIMEOUT=${RDMA_PROGRAMS_VM_TIMEOUT:-1560})" ;;
       *) echo "rdma-programs: the VM did not run the tests to their end (exit $rc)" ;;
     esac
     echo "$(grep -c '^PASS ' "$out") passed, $(($(grep -c '^FAIL ' "$out") + 1)) failed"
@@ -108,7 +108,7 @@ cases=("$@")
 mkdir -p "$WORK" "$LOG"
 : >"$RESULTS"
 t_all=$SECONDS
-BUDGET=${RDMA_PROGRAMS_BUDGET:-1080}
+BUDGET=${RDMA_PROGRAMS_BUDGET:-1440}
 summary=()
 # harness failures count like checks
 hfail() { printf 'FAIL\t%s\n' "$1" >>"$RESULTS"; echo "FAIL  $1"; }
