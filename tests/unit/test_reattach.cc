@@ -348,9 +348,8 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     REQUIRE(client.poll(r, 8, &got) == Status::ok);
     uint64_t code = 0;
     for (int i = 0; i < got; ++i) {
-      if (r[i].hdr->type == static_cast<uint8_t>(flow::RecordType::attach_nak))
-        code = r[i].hdr->seq;
-      CHECK(r[i].hdr->type != static_cast<uint8_t>(flow::RecordType::reattach_ack));
+      if (r[i].hdr.type == static_cast<uint8_t>(flow::RecordType::attach_nak)) code = r[i].hdr.seq;
+      CHECK(r[i].hdr.type != static_cast<uint8_t>(flow::RecordType::reattach_ack));
       client.release(r[i].slot);
     }
     CHECK(p.b.c->ch == nullptr); // nothing bound
