@@ -425,6 +425,10 @@ void on_cm_event(const verbs::CmEvent& ev) {
   auto* u = static_cast<CmUser*>(ev.user);
   switch (ev.kind) {
   case K::request: {
+    if (ev.ring_refused) { // verbs/wire_ring.h: e.g. a ring beyond our maximum
+      XP_SLOG(XP_SLOG_INFO, "rdma_cm request refused: its ring descriptor is out of bounds");
+      return send_reject(ev.req, rej_version);
+    }
     ReqWire w{};
     if (ev.priv_len != sizeof w) return send_reject(ev.req, rej_version);
     memcpy(&w, ev.priv, sizeof w);
@@ -525,6 +529,10 @@ void on_cm_event(const verbs::CmEvent& ev) {
       } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
         c->redirected = true;
         cm_connect(c, ntohs(r.port));
+      } else if (ev.ring_refused) {
+        // The server's ring descriptor is out of our bounds: it runs
+        // xpress, but not one we can talk to.
+        fail(c, Reason::handshake_failed, "the server's ring descriptor refused");
       } else if (r.code == 0 && ev.kind == K::rejected && !c->closed.load() &&
                  c->no_listener_tries < 1 && u->port == c->tuple.server_port) {
         // Nobody listens there: either no xpress, or the server process has
