@@ -521,9 +521,28 @@ void channel_failed(Channel* ch, ResumeCause why) {
   }
 }
 
+void drop_attaches(Channel* ch) {
+  auto& as = g().attaches;
+  for (size_t i = 0; i < as.size();) {
+    if (as[i].ch == ch) {
+      as[i] = as.back();
+      as.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
 void retry_attaches(uint64_t now) {
   auto& as = g().attaches;
   for (size_t i = 0; i < as.size();) {
+    // A failed channel answers nothing any more (and is unlinked soon,
+    // which drops its ATTACHes: drop_attaches).
+    if (as[i].ch->failed.load()) {
+      as[i] = as.back();
+      as.pop_back();
+      continue;
+    }
     // handle_attach takes g().mu's place in the lock order: it is held here.
     bool done = handle_attach(as[i].ch, as[i].rec, now >= as[i].deadline_ms);
     if (done) {

@@ -185,8 +185,11 @@ bool tcp_after_switch(Conn* c);
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);
 void tick_conns(uint64_t now);
 void retry_attaches(uint64_t now); // g().mu held
-void watch_channel(Channel* ch);   // g().mu held
-void reap_channels(uint64_t now);  // g().mu held: idle and failed channels go
+// g().mu held: ch is unlinked (freed after a grace period): the ATTACHes
+// waiting on it go, so that no pending entry outlives the channel it names.
+void drop_attaches(Channel* ch);
+void watch_channel(Channel* ch);  // g().mu held
+void reap_channels(uint64_t now); // g().mu held: idle and failed channels go
 void report(Conn* c, Mode m, Reason why);
 // A direction switched at byte `at` (the preload layer's statistics).
 void report_switch(Conn* c, bool tx, uint64_t at);

@@ -620,6 +620,7 @@ void reap_channels(uint64_t now) {
       // Unlink now; free later: a caller that read a connection's channel
       // just before the connection left it may still poll it briefly.
       syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, ch->link->wait_fd(), nullptr);
+      drop_attaches(ch); // nothing pending may name it once it is freed
       ch->dying_since_ms = now;
       g().dying.push_back(ch);
       chs[i] = chs.back();
