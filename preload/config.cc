@@ -103,6 +103,10 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   e.spin_us = static_cast<uint32_t>(p.number("XPRESS_SPIN_US", 0, 1000000, e.spin_us));
   e.streams_per_channel =
       static_cast<uint32_t>(p.number("XPRESS_STREAMS_PER_CHANNEL", 1, 4096, e.streams_per_channel));
+  e.server_channels =
+      static_cast<uint32_t>(p.number("XPRESS_SERVER_CHANNELS", 1, 65536, e.server_channels));
+  e.server_channels_per_peer = static_cast<uint32_t>(
+      p.number("XPRESS_SERVER_CHANNELS_PER_PEER", 1, 65536, e.server_channels_per_peer));
   e.channels_per_peer =
       static_cast<uint32_t>(p.number("XPRESS_CHANNELS_PER_PEER", 1, 64, e.channels_per_peer));
   e.ring_bytes = p.number("XPRESS_RING_KB", sw::kRingMinBytes >> 10, sw::kRingMaxBytes >> 10,

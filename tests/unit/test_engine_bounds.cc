@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "fake_link.h"
 #include "recover/upgrade_wire.h"
@@ -133,4 +134,114 @@ TEST_CASE("engine: a pending ATTACH does not outlive its channel") {
   std::lock_guard<std::mutex> g(engine::g().mu);
   engine::retry_pending(now + 2500);
   CHECK(engine::g().attaches.empty());
+}
+
+namespace {
+// NAK codes the raw client end received.
+std::vector<uint64_t> naks(ServerChannel& s) {
+  std::vector<uint64_t> out;
+  for (int round = 0; round < 4; ++round) {
+    flow::Record r[64];
+    int got = 0;
+    REQUIRE(s.client.poll(r, 64, &got) == Status::ok);
+    for (int i = 0; i < got; ++i) {
+      if (r[i].hdr.type == static_cast<uint8_t>(flow::RecordType::attach_nak))
+        out.push_back(r[i].hdr.seq);
+      s.client.release(r[i].slot);
+    }
+  }
+  return out;
+}
+
+struct StreamsPerChannel {
+  uint32_t saved = engine::g().p.streams_per_channel;
+  explicit StreamsPerChannel(uint32_t n) { engine::g().p.streams_per_channel = n; }
+  ~StreamsPerChannel() { engine::g().p.streams_per_channel = saved; }
+};
+} // namespace
+
+// Finding 6: the pending ATTACH list was unbounded.  One channel holds at
+// most XPRESS_STREAMS_PER_CHANNEL of them; the rest hear busy at once.
+TEST_CASE("engine: pending ATTACHes are capped per channel, the rest refused busy") {
+  Timeout t(5000);
+  StreamsPerChannel spc(8);
+  Listening l(7000);
+  ServerChannel s;
+  for (uint16_t i = 0; i < 20; ++i)
+    REQUIRE(s.attach(1 + i, static_cast<uint16_t>(41000 + i)) == Status::ok);
+  CHECK(pending_attaches(s.ch) == 8);
+  const auto codes = naks(s);
+  CHECK(codes.size() == 12);
+  for (uint64_t c : codes)
+    CHECK(c == static_cast<uint64_t>(recover::NakCode::busy));
+  engine::mark_failed(s.ch, ResumeCause::protocol_error);
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::reap_channels(engine::now_ms());
+  CHECK(engine::g().attaches.empty());
+}
+
+// Finding 6: every pending entry was looked at again on every 10 ms tick
+// (with a scan of the listening socket's 4096 shared slots for each ATTACH),
+// under the mutex the program's accept, connect and close take.  Now a tick
+// looks only at entries whose connection appeared, and at expired ones.
+TEST_CASE("engine: a tick with many ATTACHes pending does no work per entry") {
+  Timeout t(60000);
+  StreamsPerChannel spc(4096);
+  Listening l(7000);
+  ServerChannel s;
+  for (uint16_t i = 0; i < 2000; ++i) {
+    uint8_t p[recover::kAttachBytes];
+    recover::encode_attach(tuple(static_cast<uint16_t>(20000 + i)), recover::Nonce{}, p);
+    REQUIRE(s.client.send_control(flow::RecordType::attach, 1 + i, 0, p, sizeof p) == Status::ok);
+    if (i % 32 == 31) {
+      engine::progress(s.ch);
+      CHECK(naks(s).empty()); // and the client takes the credit back
+    }
+  }
+  for (int i = 0; i < 8; ++i)
+    engine::progress(s.ch);
+  REQUIRE(pending_attaches(s.ch) == 2000);
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  const uint64_t t0 = engine::mono_ns();
+  for (int i = 0; i < 10; ++i)
+    engine::retry_pending(engine::now_ms());
+  const uint64_t per_tick_us = (engine::mono_ns() - t0) / 10 / 1000;
+  MESSAGE("retry_pending with 2000 ATTACHes pending: " << per_tick_us << " us per tick");
+  CHECK(per_tick_us < 1000); // about 3.4 ms per tick when every entry was looked at
+  CHECK(engine::pending_attaches_of(s.ch) == 2000); // nothing answered, nothing lost
+}
+
+// Finding 6: a request beyond the caps (per requester address, process-wide)
+// is not queued (the caller rejects it busy).
+TEST_CASE("engine: pending rdma_cm requests are capped per address and in all") {
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::clear_pending();
+  engine::PendingReq p{};
+  p.deadline_ms = ~uint64_t{0};
+  size_t queued = 0;
+  for (uint32_t addr = 1; addr <= 40; ++addr) {
+    p.from = addr;
+    for (uint32_t i = 0; i < 100; ++i) {
+      p.key[0] = static_cast<uint8_t>(i);
+      queued += engine::queue_request(p);
+    }
+    if (addr == 1) CHECK(queued == engine::kMaxPendingReqsPerPeer);
+  }
+  CHECK(queued == engine::kMaxPendingReqs);
+  CHECK(engine::g().reqs.size() == engine::kMaxPendingReqs);
+  engine::clear_pending();
+}
+
+// Finding 6: server channels were never reaped when idle (a peer could set
+// channels up and leave them).  One with no stream for kServerIdleMs goes.
+TEST_CASE("engine: an idle server channel is torn down") {
+  ServerChannel s;
+  const uint64_t now = engine::now_ms();
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::reap_channels(now);
+  CHECK(s.ch->dying_since_ms == 0);
+  engine::reap_channels(now + engine::kServerIdleMs / 2);
+  CHECK(s.ch->dying_since_ms == 0);
+  engine::reap_channels(now + engine::kServerIdleMs + 1);
+  CHECK(s.ch->dying_since_ms != 0);
 }

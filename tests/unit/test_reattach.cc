@@ -43,6 +43,7 @@ struct Back {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     p.b.c->ref();
     stream::engine::g().conns.push_back(p.b.c);
+    stream::engine::index_server(p.b.c);
   }
   // The link comes back: a channel from the client to the server's address.
   void link_up() {
@@ -70,6 +71,7 @@ struct Back {
     auto& cs = stream::engine::g().conns;
     for (size_t i = 0; i < cs.size(); ++i)
       if (cs[i] == p.b.c) {
+        stream::engine::unindex_server(p.b.c);
         cs.erase(cs.begin() + static_cast<long>(i));
         p.b.c->unref();
         break;
