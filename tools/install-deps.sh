@@ -11,6 +11,8 @@ PKGS=(
   # real programs for program tests and benchmarks
   iperf3 sockperf redis-server redis-tools nginx-light memcached libmemcached-tools
   wrk curl python3 jq procps psmisc
+  # libFuzzer targets of the parsers of peer-controlled bytes (tests/fuzz, make fuzz)
+  clang
   # instruction counts of the preload and the data path (bench/instructions.sh, bench/hotpath.sh)
   valgrind
   # stacks of a server that hangs in a VM test (tests/rdma-programs/lib.sh)
