@@ -73,6 +73,7 @@ include tests/unit/unit.mk
 include tests/semantics/semantics.mk
 include tests/programs/programs.mk
 include tests/verbs/verbs.mk
+include tests/fuzz/fuzz.mk
 include tools/tools.mk
 include tools/softroce/softroce.mk
 include tests/rdma-programs/rdma-programs.mk

@@ -39,4 +39,11 @@ constexpr uint32_t kExitLingerMs = 1000;
 // the caller (rxe's ibv_post_recv costs 0.6-0.8 us under TCG).
 constexpr uint32_t kRecvSpare = 32;
 
+// Each channel's receive ring (XPRESS_RING_KB's range).  The maximum also
+// bounds the ring a peer may announce (verbs/wire_ring.h): this end maps and
+// registers a staging mirror of the peer's ring, pinned memory the peer
+// must not choose beyond what we would use ourselves.
+constexpr size_t kRingMinBytes = 64u << 10;
+constexpr size_t kRingMaxBytes = 1024u << 10;
+
 } // namespace xp::sw

@@ -306,22 +306,24 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       }
       recv_cursor_ += skip + bytes;
       size_t off = recv_pos(pos + skip);
-      if (bare) {
-        // The header the sender left out, in our own ring where it would
-        // have been (the record's slot: the peer has no credit to write
-        // there until we release it).
-        RecordHeader bh{};
-        bh.type = static_cast<uint8_t>(RecordType::data);
-        bh.stream = bt.stream;
-        bh.seq = bt.next;
-        bh.len = bare_len;
-        memcpy(const_cast<uint8_t*>(link_->recv_ring()) + off, &bh, sizeof bh);
-      }
-      const auto* h = reinterpret_cast<const RecordHeader*>(link_->recv_ring() + off);
-      // Read the header once: the peer may not change it, but we validate a
-      // copy rather than trust memory it can write to.
+      // The header, read from the ring once into a private copy that is
+      // validated here and handed on (Record::hdr): the peer can rewrite its
+      // ring at any time, so no later check may read the ring's bytes again.
       RecordHeader hdr;
-      memcpy(&hdr, h, sizeof hdr);
+      const uint8_t* at = link_->recv_ring() + off;
+      if (bare) {
+        // The header the sender left out (nothing reads it from the ring).
+        hdr = RecordHeader{};
+        hdr.type = static_cast<uint8_t>(RecordType::data);
+        hdr.stream = bt.stream;
+        hdr.seq = bt.next;
+        hdr.len = bare_len;
+      } else {
+        memcpy(&hdr, at, sizeof hdr);
+        // hdr is the value from here on: the compiler may not re-load a
+        // field of it from the ring instead.
+        asm volatile("" : "+m"(hdr));
+      }
       uint32_t slot = pending_slot(pending_tail_);
       pending_[slot] = Pending{static_cast<uint32_t>(skip + bytes), false};
       ++pending_tail_;
@@ -350,7 +352,7 @@ Status RecordChannel::poll(Record* out, int max, int* got) {
       ++counters_.records_received;
       XP_SLOG(XP_SLOG_TRACE, "rc %p: got type %u stream %u seq %llu len %u at %zu", (void*)this,
               hdr.type, hdr.stream, static_cast<unsigned long long>(hdr.seq), hdr.len, off);
-      out[(*got)++] = Record{h, reinterpret_cast<const uint8_t*>(h) + sizeof(RecordHeader), slot};
+      out[(*got)++] = Record{hdr, at + sizeof(RecordHeader), slot};
     }
     if (drained) break;
   }

@@ -62,7 +62,7 @@ inline size_t record_bytes(size_t payload) {
 // stream where that stream's previous data record on this channel ended
 // travels without its header, which the immediate value stands for: bit 31
 // set, the stream id in bits 19-30, the payload length in bits 0-18.  The
-// receiver writes the header into its ring itself, the sequence being where
+// receiver makes up the header itself (Record::hdr), the sequence being where
 // the stream's previous data record ended (RC delivers in order).  So a
 // 4 KiB message is 4 KiB on the wire (four 1 KiB packets on rxe, one at a
 // 4096-byte MTU) rather than 4 KiB and a header (five; two).  A regular
@@ -81,10 +81,14 @@ inline uint32_t bare_imm(uint32_t stream, uint32_t len) {
   return kBareFlag | (bare_slot(stream) << kBareLenBits) | len;
 }
 
-// A record as received: header and payload point into the receive ring and
-// stay valid until release() gives the record back.
+// A record as received.  hdr is poll()'s private copy of the header, the
+// one it validated: the ring is peer-writable (any RDMA WRITE may change it
+// at any time), so nothing reads a header or a length from it again
+// (docs/protocol.md §4).  payload points into the ring, at the record's
+// slot, and stays valid until release() gives the record back; at most
+// hdr.len bytes of it are read, all inside the slot.
 struct Record {
-  const RecordHeader* hdr;
+  RecordHeader hdr;
   const uint8_t* payload;
   uint32_t slot; // pass to release()
 };

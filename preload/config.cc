@@ -1,5 +1,7 @@
 #include "preload/config.h"
 
+#include "common/switches.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -102,9 +104,15 @@ bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* 
   e.spin_us = static_cast<uint32_t>(p.number("XPRESS_SPIN_US", 0, 1000000, e.spin_us));
   e.streams_per_channel =
       static_cast<uint32_t>(p.number("XPRESS_STREAMS_PER_CHANNEL", 1, 4096, e.streams_per_channel));
+  e.server_channels =
+      static_cast<uint32_t>(p.number("XPRESS_SERVER_CHANNELS", 1, 65536, e.server_channels));
+  e.server_channels_per_peer = static_cast<uint32_t>(
+      p.number("XPRESS_SERVER_CHANNELS_PER_PEER", 1, 65536, e.server_channels_per_peer));
   e.channels_per_peer =
       static_cast<uint32_t>(p.number("XPRESS_CHANNELS_PER_PEER", 1, 64, e.channels_per_peer));
-  e.ring_bytes = p.number("XPRESS_RING_KB", 64, 1024, e.ring_bytes >> 10) << 10;
+  e.ring_bytes = p.number("XPRESS_RING_KB", sw::kRingMinBytes >> 10, sw::kRingMaxBytes >> 10,
+                          e.ring_bytes >> 10)
+                 << 10;
   e.stream_window = p.number("XPRESS_STREAM_WINDOW_KB", 16, 65536, e.stream_window >> 10) << 10;
   e.negative_cache_ms =
       static_cast<uint32_t>(p.number("XPRESS_NEGATIVE_CACHE_MS", 0, 3600000, e.negative_cache_ms));

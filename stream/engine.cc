@@ -320,6 +320,7 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
   }
   c->ref(); // the table's
   g_state.conns.push_back(c);
+  index_server(c);      // its pending requests and ATTACHes are answered
   c->note_ready(false); // edges are counted from here
   watch_tcp(c);
   return c;
@@ -473,11 +474,13 @@ void engine::on_close(Conn* c) {
       for (auto& sl : c->share->slots) {
         if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, 12) == 0) {
           sl.state.store(0);
+          c->share->slots_gen.fetch_add(1, std::memory_order_release);
           break;
         }
       }
     }
   }
+  unindex_server(c);
   if (c->role == recover::Role::server) {
     std::array<uint8_t, 12> k;
     recover::tuple_key(c->tuple, k.data());
@@ -626,8 +629,7 @@ void engine::on_fork_child() {
   s.forking.store(false);
   s.conns.clear();
   s.channels.clear();
-  s.reqs.clear();
-  s.attaches.clear();
+  clear_pending();
   s.listeners.clear();
   s.start_queue.clear();
   s.serve_queue.clear();

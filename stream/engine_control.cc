@@ -40,6 +40,8 @@ bool send_msg(Channel* ch, const recover::Message& m) {
   return send_msg_locked(ch, m);
 }
 
+} // namespace
+
 // Handle one ATTACH; false when no connection with its 4-tuple exists here
 // (yet: the application may not have accepted it).
 bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
@@ -111,6 +113,8 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
   return true;
 }
 
+namespace {
+
 void handle_record(Channel* ch, const ControlRecord& r) {
   XP_SLOG(XP_SLOG_TRACE, "channel: control record type %u for stream %u received",
           static_cast<unsigned>(r.h.type), r.h.stream);
@@ -118,8 +122,19 @@ void handle_record(Channel* ch, const ControlRecord& r) {
     if (ch->client_side) return; // only the channel's client attaches
     std::lock_guard<std::mutex> gl(g().mu);
     if (!handle_attach(ch, r, false)) {
-      PendingAttach p{ch, r, now_ms() + g().p.handshake_timeout_ms};
-      g().attaches.push_back(p);
+      // It waits for the application's accept, within the caps
+      // (engine_pending.cc); beyond them the client hears busy at once.
+      recover::TcpTuple t;
+      recover::Nonce n;
+      recover::NakCode nak;
+      uint8_t key[12] = {};
+      if (recover::parse_attach(r.payload, r.h.len, &t, &n, &nak) == Status::ok)
+        recover::tuple_key(t, key);
+      if (!queue_attach(ch, r, key)) {
+        XP_SLOG(XP_SLOG_DEBUG, "channel: ATTACH for stream %u refused: too many waiting",
+                r.h.stream);
+        send_msg(ch, recover::make_nak(r.h.stream, recover::NakCode::busy));
+      }
     }
     return;
   }
@@ -519,24 +534,6 @@ void channel_failed(Channel* ch, ResumeCause why) {
       if (c->ch == ch) fail(c, Reason::rdma_error_fallback);
     }
     c->unref();
-  }
-}
-
-void retry_attaches(uint64_t now) {
-  auto& as = g().attaches;
-  for (size_t i = 0; i < as.size();) {
-    // handle_attach takes g().mu's place in the lock order: it is held here.
-    bool done = handle_attach(as[i].ch, as[i].rec, now >= as[i].deadline_ms);
-    if (done) {
-      XP_SLOG(
-          XP_SLOG_TRACE, "channel: ATTACH for stream %u answered after waiting (%llu ms left)",
-          as[i].rec.h.stream,
-          static_cast<unsigned long long>(as[i].deadline_ms > now ? as[i].deadline_ms - now : 0));
-      as[i] = as.back();
-      as.pop_back();
-    } else {
-      ++i;
-    }
   }
 }
 

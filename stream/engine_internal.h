@@ -6,9 +6,12 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
+#include <list>
 #include <mutex>
 #include <sys/socket.h>
+#include <unordered_map>
 #include <vector>
 
 #include "stream/channel.h"
@@ -35,13 +38,51 @@ struct ListenShare {
   std::atomic<int32_t> owner_pid;
   std::atomic<int32_t> owner_state; // 0 none, 1 listening, 2 could not listen
   sockaddr_storage addr;            // the TCP listening address (port P)
+  // Bumped by whoever changes a slot: a process whose pending requests may
+  // be for a sibling's connection looks at the slots only when it moved.
+  std::atomic<uint32_t> slots_gen;
   Slot slots[kSlots];
 };
 
 namespace engine {
 
+// A 4-tuple's 12-byte key (recover::tuple_key), the index of the tables a
+// peer fills (pending requests and ATTACHes, server connections); hashed
+// with a per-process random key (a peer chooses the tuples it names).
+struct TupleKey {
+  std::array<uint8_t, 12> b;
+  bool operator==(const TupleKey& o) const { return b == o.b; }
+};
+struct TupleKeyHash {
+  size_t operator()(const TupleKey& k) const;
+};
+inline TupleKey tkey(const uint8_t key[12]) {
+  TupleKey k;
+  memcpy(k.b.data(), key, 12);
+  return k;
+}
+
+// Bounds on the state a peer can make a server keep (docs/protocol.md §8).
+// Pending rdma_cm requests (for a connection the application has not
+// accepted yet): the process's and one requester address's.  A request
+// beyond them is rejected busy at once (the client stays on TCP or tries
+// again); 64 per address covers a client host's burst of connects (each
+// process's requests for the first connections to a server, the rest
+// attach over their channels).
+constexpr size_t kMaxPendingReqs = 1024;
+constexpr uint32_t kMaxPendingReqsPerPeer = 64;
+// Pending ATTACHes: the process's, and one channel's (a channel carries at
+// most XPRESS_STREAMS_PER_CHANNEL streams anyway).  Beyond them: NAK busy
+// (the client then asks rdma_cm, bounded above).
+constexpr size_t kMaxPendingAttaches = 4096;
+// A server channel with no stream for this long is torn down (the client
+// tears its idle channels down after 5 s: this is for a client that does
+// not, or never attached anything).
+constexpr uint64_t kServerIdleMs = 30000;
+
 struct PendingReq {
   verbs::CmRequest* req;
+  uint32_t from;      // the requester's IPv4 address (network order)
   bool reattach;      // a channel only: the stream binds with REATTACH over it
   ListenShare* share; // null: our private listener
   uint8_t key[12];
@@ -50,7 +91,7 @@ struct PendingReq {
   uint64_t deadline_ms;
 };
 struct PendingAttach {
-  Channel* ch;
+  Channel* ch; // dropped with the channel (drop_attaches) before it is freed
   ControlRecord rec;
   uint64_t deadline_ms;
 };
@@ -72,6 +113,7 @@ struct CmUser {
   ListenShare* share;
   uint16_t port;         // client: the port this attempt went to
   bool reattach = false; // a channel for a resumed stream going back (stream/reattach.cc)
+  uint32_t from = 0;     // server: the requester's IPv4 address (network order)
 };
 
 struct State {
@@ -86,8 +128,23 @@ struct State {
   std::vector<Channel*> channels;
   std::vector<Channel*> dying;      // torn down, freed once no caller can still hold them
   std::vector<ListenShare*> shares; // listening sockets this process accepted from
-  std::vector<PendingReq> reqs;
-  std::vector<PendingAttach> attaches;
+  // Requests and ATTACHes waiting for the application's accept, oldest
+  // first (deadline order), indexed by 4-tuple: they are answered when
+  // their connection appears (key_ready), not by rescanning them
+  // (engine_pending.cc).
+  std::list<PendingReq> reqs;
+  std::list<PendingAttach> attaches;
+  std::unordered_multimap<TupleKey, std::list<PendingReq>::iterator, TupleKeyHash> reqs_by_key;
+  std::unordered_multimap<TupleKey, std::list<PendingAttach>::iterator, TupleKeyHash>
+      attaches_by_key;
+  std::unordered_map<uint32_t, uint32_t> reqs_per_addr;
+  std::unordered_map<Channel*, uint32_t> attaches_per_ch;
+  std::vector<TupleKey> ready_keys; // a server connection appeared or closed
+  std::vector<std::pair<ListenShare*, uint32_t>> shares_seen; // slots_gen last looked at
+  // Server connections by 4-tuple (find_by_key), and rdma_cm accepts under
+  // way (each will be a server channel).
+  std::unordered_map<TupleKey, Conn*, TupleKeyHash> servers;
+  std::vector<CmUser*> accepting;
   std::vector<Negative> negative;
   std::vector<OwnedListener> listeners;
   std::mutex qmu;                 // the two queues (a leaf lock: taken under any other)
@@ -187,9 +244,12 @@ void keepalive(uint64_t now);
 bool tcp_after_switch(Conn* c);
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);
 void tick_conns(uint64_t now);
-void retry_attaches(uint64_t now); // g().mu held
-void watch_channel(Channel* ch);   // g().mu held
-void reap_channels(uint64_t now);  // g().mu held: idle and failed channels go
+bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance); // g().mu held
+// g().mu held: ch is unlinked (freed after a grace period): the ATTACHes
+// waiting on it go, so that no pending entry outlives the channel it names.
+void drop_attaches(Channel* ch);
+void watch_channel(Channel* ch);  // g().mu held
+void reap_channels(uint64_t now); // g().mu held: idle and failed channels go
 void report(Conn* c, Mode m, Reason why);
 // A direction switched at byte `at` (the preload layer's statistics).
 void report_switch(Conn* c, bool tx, uint64_t at);
@@ -317,6 +377,24 @@ void retry_pending(uint64_t now);
 void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
 Conn* find_by_key(const uint8_t key[12]);
+// The rdma_cm request req answered for c (false: it waits, or was refused).
+bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12], uint16_t sid,
+                    const recover::Nonce& nonce, bool reattach);
+void send_reject_unknown(verbs::CmRequest* req);
+void send_reject_busy(verbs::CmRequest* req);
+
+// ---- engine_pending.cc (g().mu held): the pending tables and their caps
+// A server connection enters / leaves the table find_by_key reads; its
+// key's pending requests and ATTACHes are answered at the next tick.
+void index_server(Conn* c);
+void unindex_server(Conn* c);
+// Queue a request / an ATTACH; false when a cap is reached (the caller
+// refuses it: reject / NAK busy).
+bool queue_request(const PendingReq& p);
+bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[12]);
+size_t pending_attaches_of(Channel* ch);
+// Forget every pending entry (fork child).
+void clear_pending();
 bool recently_closed(const uint8_t key[12]);
 void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt
 // A channel for a resumed stream going back (stream/reattach.cc): rdma_cm to

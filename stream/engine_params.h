@@ -16,6 +16,16 @@ struct EngineParams {
   uint32_t spin_us = 1000;
   uint32_t streams_per_channel = 256; // XPRESS_STREAMS_PER_CHANNEL
   uint32_t channels_per_peer = 4;     // XPRESS_CHANNELS_PER_PEER
+  // XPRESS_SERVER_CHANNELS / XPRESS_SERVER_CHANNELS_PER_PEER: server
+  // channels (accepted or being accepted) in this process, and from one
+  // requester address.  Each pins a receive ring and a staging mirror (up
+  // to 1.5 MiB at the default ring), so the process-wide cap bounds what
+  // peers can pin (256: at most ~384 MiB); a client process opens up to
+  // XPRESS_CHANNELS_PER_PEER (4) channels to a server, so 32 per address
+  // lets 8 client processes per host run at the default.  Beyond them a
+  // request is rejected busy and the connection stays on TCP.
+  uint32_t server_channels = 256;
+  uint32_t server_channels_per_peer = 32;
   size_t ring_bytes = 512u << 10;     // XPRESS_RING_KB: each channel's receive ring
   size_t stream_window = 256u << 10;  // XPRESS_STREAM_WINDOW_KB
   uint32_t negative_cache_ms = 10000; // XPRESS_NEGATIVE_CACHE_MS

@@ -165,18 +165,76 @@ void send_reject(verbs::CmRequest* req, RejectCode code, uint16_t port = 0) {
   g().cm->reject(req, &r, sizeof r);
 }
 
+// The requester's IPv4 address (network order; 0 when not IPv4).
+uint32_t requester(verbs::CmRequest* req) {
+  const sockaddr* a = g().cm->request_peer(req);
+  uint32_t v = 0;
+  if (a && a->sa_family == AF_INET)
+    memcpy(&v, &reinterpret_cast<const sockaddr_in*>(a)->sin_addr, 4);
+  return v;
+}
+
+// Room for one more server channel from `from` (docs/protocol.md §8): the
+// live and dying ones (their memory is still pinned) and the accepts under
+// way count against XPRESS_SERVER_CHANNELS and, per requester address,
+// XPRESS_SERVER_CHANNELS_PER_PEER.
+bool server_channel_room(uint32_t from) {
+  uint32_t all = 0, peer = 0;
+  for (const auto* v : {&g().channels, &g().dying})
+    for (const Channel* ch : *v) {
+      if (ch->client_side) continue;
+      ++all;
+      peer += memcmp(ch->peer_addr, &from, 4) == 0;
+    }
+  for (const CmUser* u : g().accepting) {
+    ++all;
+    peer += u->from == from;
+  }
+  return all < g().p.server_channels && peer < g().p.server_channels_per_peer;
+}
+
+// Accept req for c as a server channel (u names it); false when refused
+// (over a cap: rejected busy) or the accept failed.  u is the caller's to
+// free then.
+bool server_accept(verbs::CmRequest* req, const AcceptWire& a, CmUser* u) {
+  u->from = requester(req);
+  if (!server_channel_room(u->from)) {
+    XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: server channel cap reached");
+    send_reject(req, rej_busy);
+    return false;
+  }
+  if (g().cm->accept(req, link_params(), &a, sizeof a, u) != Status::ok) return false;
+  g().accepting.push_back(u);
+  return true;
+}
+
+// A server accept ended (established or not).
+void server_accept_done(CmUser* u) {
+  auto& v = g().accepting;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] == u) {
+      v[i] = v.back();
+      v.pop_back();
+      return;
+    }
+}
+
 // A resumed stream's client wants a channel to us: accepted without
 // binding anything (REATTACH over it proves who asks).
 void accept_channel(Conn* c, verbs::CmRequest* req) {
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->closed.load() || !c->resumed.load() || c->ch != nullptr) return send_reject(req, rej_busy);
+  // One channel-only request per 4-tuple at a time (accepting).
+  if (c->closed.load() || !c->resumed.load() || c->ch != nullptr || c->accepting)
+    return send_reject(req, rej_busy);
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
   auto* u = new (std::nothrow) CmUser{CmUser::Kind::server, c, nullptr, 0, true};
   if (u == nullptr) return send_reject(req, rej_busy);
   c->ref();
-  if (g().cm->accept(req, link_params(), &a, sizeof a, u) != Status::ok) {
+  c->accepting = true;
+  if (!server_accept(req, a, u)) {
+    c->accepting = false;
     delete u;
     c->unref();
   }
@@ -202,7 +260,7 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
   c->accepting = true;
   c->pending_sid = sid;
   c->peer_nonce = nonce_c;
-  if (g().cm->accept(req, link_params(), &a, sizeof a, u) != Status::ok) {
+  if (!server_accept(req, a, u)) {
     c->accepting = false;
     delete u;
     c->unref();
@@ -219,6 +277,16 @@ bool lookup_slot(ListenShare* sh, const uint8_t key[12], uint16_t* port) {
     }
   }
   return false;
+}
+
+} // namespace
+
+void send_reject_unknown(verbs::CmRequest* req) {
+  send_reject(req, rej_unknown);
+}
+
+void send_reject_busy(verbs::CmRequest* req) {
+  send_reject(req, rej_busy);
 }
 
 // A request we cannot answer yet waits; true when it was answered.
@@ -246,6 +314,8 @@ bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12
   }
   return false;
 }
+
+namespace {
 
 void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& peer_nonce) {
   std::lock_guard<std::mutex> l(c->mu);
@@ -289,16 +359,6 @@ void forget_attempts(Conn* c) {
     g().parked.clear();
     kick();
   }
-}
-
-Conn* find_by_key(const uint8_t key[12]) {
-  for (Conn* c : g().conns) {
-    if (c->role != recover::Role::server || c->closed.load()) continue;
-    uint8_t k[12];
-    recover::tuple_key(c->tuple, k);
-    if (memcmp(k, key, 12) == 0) return c;
-  }
-  return nullptr;
 }
 
 Channel* make_channel(verbs::Link* link, bool client_side) {
@@ -443,6 +503,7 @@ void serve_share(ListenShare* sh) {
         sl.port = g().private_port;
         recover::tuple_key(c->tuple, sl.tuple);
         sl.state.store(2, std::memory_order_release);
+        sh->slots_gen.fetch_add(1, std::memory_order_release);
         c->slot_written = true;
         break;
       }
@@ -455,6 +516,10 @@ void on_cm_event(const verbs::CmEvent& ev) {
   auto* u = static_cast<CmUser*>(ev.user);
   switch (ev.kind) {
   case K::request: {
+    if (ev.ring_refused) { // verbs/wire_ring.h: e.g. a ring beyond our maximum
+      XP_SLOG(XP_SLOG_INFO, "rdma_cm request refused: its ring descriptor is out of bounds");
+      return send_reject(ev.req, rej_version);
+    }
     ReqWire w{};
     if (ev.priv_len != sizeof w) return send_reject(ev.req, rej_version);
     memcpy(&w, ev.priv, sizeof w);
@@ -473,12 +538,19 @@ void on_cm_event(const verbs::CmEvent& ev) {
     p.sid = w.sid;
     p.nonce_c = n;
     p.deadline_ms = now_ms() + g().p.handshake_timeout_ms;
-    g().reqs.push_back(p);
+    p.from = requester(ev.req);
+    if (!queue_request(p)) {
+      XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: too many waiting");
+      send_reject(ev.req, rej_busy);
+    }
     return;
   }
   case K::established: {
     if (u->kind == CmUser::Kind::client) attempt_done(u);
+    if (u->kind == CmUser::Kind::server) server_accept_done(u);
     Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
+    // A server channel records its requester (the per-peer cap counts it).
+    if (ch && u->kind == CmUser::Kind::server) memcpy(ch->peer_addr, &u->from, 4);
     if (u->reattach) {
       // A channel for a resumed stream: the stream binds over it with
       // REATTACH (client); the server waits for that.
@@ -488,7 +560,12 @@ void on_cm_event(const verbs::CmEvent& ev) {
         memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
         ch->peer_port = u->conn->tuple.server_port;
       }
-      if (u->kind == CmUser::Kind::client) reattach::over_channel(u->conn, ch);
+      if (u->kind == CmUser::Kind::client) {
+        reattach::over_channel(u->conn, ch);
+      } else {
+        std::lock_guard<std::mutex> l(u->conn->mu);
+        u->conn->accepting = false; // the next channel-only request may come
+      }
     } else if (ch == nullptr) {
       g().cm->destroy(ev.link);
     } else if (u->kind == CmUser::Kind::client) {
@@ -514,7 +591,12 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::rejected:
   case K::failed: {
     Conn* c = u->conn;
+    if (u->kind == CmUser::Kind::server) server_accept_done(u);
     if (u->reattach) {
+      if (u->kind == CmUser::Kind::server) {
+        std::lock_guard<std::mutex> l(c->mu);
+        c->accepting = false;
+      }
       if (u->kind == CmUser::Kind::client) {
         attempt_done(u);
         RejectWire r{};
@@ -558,6 +640,10 @@ void on_cm_event(const verbs::CmEvent& ev) {
       } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
         c->redirected = true;
         cm_connect(c, ntohs(r.port));
+      } else if (ev.ring_refused) {
+        // The server's ring descriptor is out of our bounds: it runs
+        // xpress, but not one we can talk to.
+        fail(c, Reason::handshake_failed, "the server's ring descriptor refused");
       } else if (r.code == 0 && ev.kind == K::rejected && !c->closed.load() && !refused_twice &&
                  c->no_listener_tries < 1 && u->port == c->tuple.server_port) {
         // Nobody listens there: either no xpress, or the server process has
@@ -617,6 +703,11 @@ void on_cm_event(const verbs::CmEvent& ev) {
     for (Channel* ch : g().dying)
       if (ch->link == ev.link) return;
     g().cm->destroy(ev.link); // never established here
+    if (u && u->kind == CmUser::Kind::server) {
+      server_accept_done(u);
+      std::lock_guard<std::mutex> l(u->conn->mu);
+      u->conn->accepting = false;
+    }
     if (u && (u->kind == CmUser::Kind::server || u->kind == CmUser::Kind::client)) {
       u->conn->unref();
       delete u;
@@ -638,13 +729,17 @@ void reap_channels(uint64_t now) {
       std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
       if (l.owns_lock()) empty = ch->conns.empty();
     }
-    if (empty && ch->client_side && !ch->failed.load() && ch->idle_since_ms == 0)
-      ch->idle_since_ms = now;
-    bool idle_long = empty && ch->idle_since_ms != 0 && now - ch->idle_since_ms > 5000;
+    if (empty && !ch->failed.load() && ch->idle_since_ms == 0) ch->idle_since_ms = now;
+    // A server channel's streams come by ATTACH (no link_stream): any
+    // stream, or an ATTACH waiting for the application, makes it busy.
+    if (!ch->client_side && (!empty || pending_attaches_of(ch) > 0)) ch->idle_since_ms = 0;
+    const uint64_t idle_ms = ch->client_side ? 5000 : kServerIdleMs;
+    bool idle_long = empty && ch->idle_since_ms != 0 && now - ch->idle_since_ms > idle_ms;
     if ((ch->failed.load() && empty) || idle_long) {
       // Unlink now; free later: a caller that read a connection's channel
       // just before the connection left it may still poll it briefly.
       syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, ch->link->wait_fd(), nullptr);
+      drop_attaches(ch); // nothing pending may name it once it is freed
       ch->dying_since_ms = now;
       g().dying.push_back(ch);
       chs[i] = chs.back();
@@ -684,25 +779,6 @@ void relisten(uint64_t now) {
                        &g().private_l, &port) == Status::ok)
       g().private_lost = false;
   }
-}
-
-void retry_pending(uint64_t now) {
-  auto& reqs = g().reqs;
-  for (size_t i = 0; i < reqs.size();) {
-    PendingReq& p = reqs[i];
-    bool done = answer_request(p.req, p.share, p.key, p.sid, p.nonce_c, p.reattach);
-    if (!done && now >= p.deadline_ms) {
-      send_reject(p.req, rej_unknown);
-      done = true;
-    }
-    if (done) {
-      reqs[i] = reqs.back();
-      reqs.pop_back();
-    } else {
-      ++i;
-    }
-  }
-  retry_attaches(now);
 }
 
 } // namespace xp::stream::engine

@@ -373,7 +373,8 @@ Status Mux::progress() {
       return st;
     }
     for (int i = 0; i < got; ++i) {
-      flow::RecordHeader h = *r[i].hdr; // a copy: the ring is peer-writable
+      // The header poll() validated (its own copy): never the ring's bytes.
+      const flow::RecordHeader& h = r[i].hdr;
       Stream* s = find(h.stream);
       Status rs = Status::ok;
       if (h.type >= static_cast<uint8_t>(flow::RecordType::attach)) {

@@ -13,6 +13,8 @@ PKGS=(
   wrk curl python3 jq procps psmisc
   # Node.js HTTP server and client (tests/rdma-programs/cases/node.sh)
   nodejs
+  # libFuzzer targets of the parsers of peer-controlled bytes (tests/fuzz, make fuzz)
+  clang
   # instruction counts of the preload and the data path (bench/instructions.sh, bench/hotpath.sh)
   valgrind
   # io_uring reader of the kernel-feature test (tests/rdma-programs/kfeat.c); bc sums ESP byte counts

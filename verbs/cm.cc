@@ -255,13 +255,6 @@ bool Cm::next(CmEvent* out) {
         continue;
       }
       req->id = id;
-      memcpy(&req->peer, priv, plen < sizeof req->peer ? plen : sizeof req->peer);
-      if (req->peer.app_len > kAppPrivateMax) {
-        rdma_reject(id, nullptr, 0);
-        rdma_destroy_id(id);
-        delete req;
-        continue;
-      }
       const sockaddr* pa = rdma_get_peer_addr(id);
       if (pa)
         memcpy(&req->peer_addr, pa,
@@ -269,6 +262,14 @@ bool Cm::next(CmEvent* out) {
       out->kind = CmEvent::Kind::request;
       out->user = c->user;
       out->req = req;
+      // A descriptor we refuse (a ring beyond our maximum, ...): the layer
+      // above answers with its own reject code, so that the client stays
+      // on TCP knowing why rather than taking us for no listener.
+      if (parse_wire_ring(priv, plen, &req->peer) != Status::ok) {
+        req->peer = WireRing{};
+        out->ring_refused = true;
+        return true;
+      }
       out->priv_len = req->peer.app_len;
       memcpy(out->priv, req->peer.app, out->priv_len);
       return true;
@@ -306,13 +307,14 @@ bool Cm::next(CmEvent* out) {
         if (c->link->set_peer(priv, plen) != Status::ok) {
           out->kind = CmEvent::Kind::failed;
           out->user = c->user;
+          out->ring_refused = true;
           c->link->connected_ = true;
           fail_active(c);
           return true;
         }
         WireRing w{};
-        memcpy(&w, priv, plen < sizeof w ? plen : sizeof w);
-        out->priv_len = w.app_len <= kAppPrivateMax ? w.app_len : 0;
+        (void)parse_wire_ring(priv, plen, &w); // set_peer() accepted it
+        out->priv_len = w.app_len;
         memcpy(out->priv, w.app, out->priv_len);
       }
       c->link->connected_ = true;

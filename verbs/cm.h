@@ -33,6 +33,9 @@ struct CmEvent {
   Link* link;           // established, disconnected
   int status;           // rejected/failed: rdma_cm's status
   bool consumer_reject; // rejected by the peer's application (not "no listener")
+  // request: the client's ring descriptor was refused (verbs/wire_ring.h):
+  // reject() req.  failed: the server's accept carried one we refused.
+  bool ring_refused;
   uint8_t priv[kAppPrivateMax];
   size_t priv_len;
 };

@@ -22,7 +22,8 @@ namespace detail {
 
 Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   id_ = id;
-  if (p.ring_bytes < 4096 || p.ring_bytes % 64 != 0) return Status::invalid;
+  if (p.ring_bytes < 4096 || p.ring_bytes % 64 != 0 || p.ring_bytes > sw::kRingMaxBytes)
+    return Status::invalid;
   // One PD per connection keeps every remote-writable region reachable only
   // through this connection's QP (docs/protocol.md §7).
   // The device context's own fds (opened by rdma-core) and the completion
@@ -72,8 +73,8 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
 
 void RcLink::fill_wire(WireRing* w, const void* app, size_t app_len) const {
   memset(w, 0, sizeof *w);
-  w->magic = kMagic;
-  w->version = kVersion;
+  w->magic = kWireMagic;
+  w->version = kWireVersion;
   w->app_len = static_cast<uint8_t>(app_len);
   w->window_log2 = window_log2_;
   w->addr = reinterpret_cast<uint64_t>(ring_);
@@ -83,12 +84,9 @@ void RcLink::fill_wire(WireRing* w, const void* app, size_t app_len) const {
 }
 
 Status RcLink::set_peer(const void* priv, size_t len) {
+  // The peer's descriptor, checked once (size capped at our own maximum).
   WireRing w{};
-  if (priv == nullptr || len < offsetof(WireRing, app)) return Status::invalid;
-  memcpy(&w, priv, len < sizeof w ? len : sizeof w);
-  if (w.magic != kMagic || w.version != kVersion || w.size < 4096 || w.size % 64 != 0 ||
-      w.size > (1u << 30) || w.app_len > kAppPrivateMax || w.window_log2 > 40)
-    return Status::invalid;
+  if (parse_wire_ring(priv, len, &w) != Status::ok) return Status::invalid;
   peer_window_log2_ = w.window_log2;
   peer_addr_ = w.addr;
   peer_rkey_ = w.rkey;

@@ -12,26 +12,9 @@
 #include "common/switches.h"
 #include "verbs/mem_domain.h"
 #include "verbs/rc_link.h"
+#include "verbs/wire_ring.h"
 
 namespace xp::verbs::detail {
-
-constexpr uint32_t kMagic = 0x4c525058; // "XPRL"
-// 2: bare data records; 3: stream ids never reused (stream/mux.h); 4: each
-// end's per-stream receive window (window_log2).
-constexpr uint16_t kVersion = 4;
-
-// What each side tells the other in the rdma_cm private data.
-struct WireRing {
-  uint32_t magic;
-  uint16_t version;
-  uint8_t app_len;
-  uint8_t window_log2; // RcLinkParams::stream_window, rounded down to a power of two
-  uint64_t addr;
-  uint32_t rkey;
-  uint32_t size;
-  uint8_t app[kAppPrivateMax];
-};
-static_assert(sizeof(WireRing) <= 56, "must fit rdma_cm's REQ private data");
 
 inline void* map_zeroed(size_t n) {
   void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

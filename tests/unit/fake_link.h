@@ -168,6 +168,12 @@ public:
     cq_.push_back({verbs::Completion::Kind::recv_imm, imm, 0, 0});
   }
 
+  // Hostile peer: a plain RDMA WRITE into our ring at any time (no
+  // completion, no credit), e.g. rewriting a record that already arrived.
+  void overwrite(size_t off, const void* bytes, size_t len) {
+    memcpy(ring_.data() + off, bytes, len);
+  }
+
   // "Fail now": the link breaks (posts fail, polls report an error), as
   // XPRESS_FAULT_QP_ERROR_AT does to a real queue pair.
   Status force_error() override {

@@ -43,6 +43,7 @@ struct Back {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     p.b.c->ref();
     stream::engine::g().conns.push_back(p.b.c);
+    stream::engine::index_server(p.b.c);
   }
   // The link comes back: a channel from the client to the server's address.
   void link_up() {
@@ -70,6 +71,7 @@ struct Back {
     auto& cs = stream::engine::g().conns;
     for (size_t i = 0; i < cs.size(); ++i)
       if (cs[i] == p.b.c) {
+        stream::engine::unindex_server(p.b.c);
         cs.erase(cs.begin() + static_cast<long>(i));
         p.b.c->unref();
         break;
@@ -348,9 +350,8 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     REQUIRE(client.poll(r, 8, &got) == Status::ok);
     uint64_t code = 0;
     for (int i = 0; i < got; ++i) {
-      if (r[i].hdr->type == static_cast<uint8_t>(flow::RecordType::attach_nak))
-        code = r[i].hdr->seq;
-      CHECK(r[i].hdr->type != static_cast<uint8_t>(flow::RecordType::reattach_ack));
+      if (r[i].hdr.type == static_cast<uint8_t>(flow::RecordType::attach_nak)) code = r[i].hdr.seq;
+      CHECK(r[i].hdr.type != static_cast<uint8_t>(flow::RecordType::reattach_ack));
       client.release(r[i].slot);
     }
     CHECK(p.b.c->ch == nullptr); // nothing bound

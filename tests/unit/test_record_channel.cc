@@ -30,8 +30,8 @@ uint64_t drain(RecordChannel& ch, std::vector<uint8_t>* sink) {
   do {
     REQUIRE(ch.poll(r, 16, &got) == Status::ok);
     for (int i = 0; i < got; ++i) {
-      if (sink) sink->insert(sink->end(), r[i].payload, r[i].payload + r[i].hdr->len);
-      n += r[i].hdr->len;
+      if (sink) sink->insert(sink->end(), r[i].payload, r[i].payload + r[i].hdr.len);
+      n += r[i].hdr.len;
       REQUIRE(ch.release(r[i].slot) == Status::ok);
     }
   } while (got > 0);
@@ -212,10 +212,10 @@ TEST_CASE("record channel: a data record that continues its stream goes without 
     int n = 0;
     REQUIRE(p.b.poll(r, 4, &n) == Status::ok);
     REQUIRE(n == 1);
-    CHECK(r[0].hdr->type == static_cast<uint8_t>(RecordType::data));
-    CHECK(r[0].hdr->stream == s.stream);
-    CHECK(r[0].hdr->seq == s.seq);
-    CHECK(r[0].hdr->len == s.len);
+    CHECK(r[0].hdr.type == static_cast<uint8_t>(RecordType::data));
+    CHECK(r[0].hdr.stream == s.stream);
+    CHECK(r[0].hdr.seq == s.seq);
+    CHECK(r[0].hdr.len == s.len);
     CHECK(std::equal(m.begin(), m.begin() + static_cast<long>(s.len), r[0].payload));
     REQUIRE(p.b.release(r[0].slot) == Status::ok);
   }
@@ -396,10 +396,10 @@ TEST_CASE("record channel: control records that find no room wait in order, neve
     do {
       REQUIRE(p.b.poll(r, 16, &got) == Status::ok);
       for (int i = 0; i < got; ++i) {
-        if (r[i].hdr->type == static_cast<uint8_t>(RecordType::data))
+        if (r[i].hdr.type == static_cast<uint8_t>(RecordType::data))
           order.push_back(-1);
         else
-          order.push_back(static_cast<int>(r[i].hdr->seq));
+          order.push_back(static_cast<int>(r[i].hdr.seq));
         REQUIRE(p.b.release(r[i].slot) == Status::ok);
       }
     } while (got > 0);

@@ -42,8 +42,8 @@ std::vector<Got> receive(RecordChannel& ch) {
   do {
     REQUIRE(ch.poll(r, 16, &got) == Status::ok);
     for (int i = 0; i < got; ++i) {
-      out.push_back(Got{r[i].hdr->type, r[i].hdr->stream, r[i].hdr->seq,
-                        std::vector<uint8_t>(r[i].payload, r[i].payload + r[i].hdr->len)});
+      out.push_back(Got{r[i].hdr.type, r[i].hdr.stream, r[i].hdr.seq,
+                        std::vector<uint8_t>(r[i].payload, r[i].payload + r[i].hdr.len)});
       REQUIRE(ch.release(r[i].slot) == Status::ok);
     }
   } while (got > 0);

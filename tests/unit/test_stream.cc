@@ -277,6 +277,48 @@ TEST_CASE("streams: hostile records break the channel, never the process") {
   }
 }
 
+// docs/protocol.md §4 "The ring is peer-writable": a peer rewrites a record's
+// header with a plain RDMA WRITE after the channel validated it, before the
+// stream layer uses it (here from the control handler of the record before,
+// which runs between the two).  Only the validated copy counts: the stream
+// gets the bytes that were sent, never a read past the record's slot (the
+// ring's end: a heap-buffer-overflow read under ASan when the stream layer
+// read the header a second time from the ring).
+TEST_CASE("streams: a header rewritten in the ring after it arrived is never read again") {
+  struct Rewrite {
+    FakeLink* link;
+    uint32_t len; // the forged length
+  };
+  for (uint32_t forged : {20000u, 65536u - 64 - 24 + 4096}) { // inside the ring; past its end
+    CAPTURE(forged);
+    MuxPair p;
+    Stream* tx = p.a.open(0, 0, 0);
+    Stream* rx = p.b.open(0, 0, 0);
+    REQUIRE((tx && rx));
+    Rewrite rw{&p.lb, forged};
+    p.b.set_control_handler(
+        [](void* ctx, const flow::RecordHeader&, const uint8_t*) {
+          auto* w = static_cast<Rewrite*>(ctx);
+          // The data record after this keepalive starts at ring offset 64.
+          flow::RecordHeader h{1, 0, 0, 0, 0, w->len, 0};
+          w->link->overwrite(64, &h, sizeof h);
+          return Status::ok;
+        },
+        &rw);
+    REQUIRE(p.a.channel().send_control(flow::RecordType::keepalive, 0, 0) == Status::ok);
+    size_t done = 0;
+    REQUIRE(tx->write("hello, world", 12, &done) == Status::ok);
+    REQUIRE(done == 12);
+    CHECK(p.b.progress() == Status::ok);
+    CHECK(rx->received() == 12);
+    char buf[64] = {};
+    size_t got = 0;
+    CHECK(rx->read(buf, sizeof buf, &got, false) == Status::ok);
+    CHECK(got == 12);
+    CHECK(memcmp(buf, "hello, world", 12) == 0);
+  }
+}
+
 TEST_CASE("streams: upgrade control records reach the handler, or break the channel without one") {
   MuxPair p;
   static int seen;

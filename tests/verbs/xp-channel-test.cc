@@ -144,12 +144,12 @@ int server(const char* ip, int port, uint64_t bytes) {
       return 1;
     }
     for (int i = 0; i < got; ++i) {
-      if (r[i].hdr->seq != next_seq) ++bad;
-      for (uint32_t k = 0; k < r[i].hdr->len; ++k)
+      if (r[i].hdr.seq != next_seq) ++bad;
+      for (uint32_t k = 0; k < r[i].hdr.len; ++k)
         if (r[i].payload[k] != pattern(next_seq + k)) ++bad;
-      sum.add(r[i].payload, r[i].hdr->len);
-      next_seq += r[i].hdr->len;
-      got_bytes += r[i].hdr->len;
+      sum.add(r[i].payload, r[i].hdr.len);
+      next_seq += r[i].hdr.len;
+      got_bytes += r[i].hdr.len;
       ch.release(r[i].slot);
     }
   }
@@ -205,7 +205,7 @@ int client(const char* src_ip, const char* dst_ip, int port, uint64_t bytes, siz
   int got = 0;
   st = wait_poll(link, ch, r, 32, &got, [] { return false; });
   uint64_t peer_sum = 0;
-  if (st == Status::ok && got > 0 && r[0].hdr->len == sizeof peer_sum)
+  if (st == Status::ok && got > 0 && r[0].hdr.len == sizeof peer_sum)
     memcpy(&peer_sum, r[0].payload, sizeof peer_sum);
   printf("client: sent %lu bytes in %lu-byte records, %.3f s, %.1f MB/s, credit stalls %lu, "
          "completion-channel sleeps %lu, checksum %016lx, server's %016lx\n",
@@ -240,7 +240,7 @@ int ping_pong(verbs::Link* link, uint64_t rounds, size_t size, bool first) {
       Status st = ch.poll(r, 32, &got);
       if (st != Status::ok) return st;
       if (got == 0) continue;
-      if (got != 1 || r[0].hdr->len != size) return Status::invalid;
+      if (got != 1 || r[0].hdr.len != size) return Status::invalid;
       return ch.release(r[0].slot);
     }
   };

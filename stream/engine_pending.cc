@@ -1,0 +1,209 @@
+// The state a peer can make a server keep before the application accepted
+// its connection (docs/protocol.md §8 "Bounded state"): rdma_cm requests and
+// ATTACHes waiting for that accept, and the table of server connections
+// they are matched against.  Each table is capped and indexed by 4-tuple,
+// so the engine's 10 ms tick, which runs under g().mu like the program's
+// accept/connect/close, does no work per pending entry: an entry is looked
+// at when its connection appears (key_ready), when a sibling process
+// publishes connections (ListenShare::slots_gen), and at its deadline.
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "common/logsink.h"
+#include "recover/siphash.h"
+#include "stream/engine_internal.h"
+
+namespace xp::stream::engine {
+
+size_t TupleKeyHash::operator()(const TupleKey& k) const {
+  // Keyed: the tuples are the peer's choice (no collision flooding).
+  static const auto key = [] {
+    std::array<uint8_t, recover::kSipKeyBytes> b{};
+    if (getrandom(b.data(), b.size(), 0) != static_cast<ssize_t>(b.size())) {
+      uint64_t t = mono_ns();
+      memcpy(b.data(), &t, sizeof t);
+    }
+    return b;
+  }();
+  return static_cast<size_t>(recover::siphash24_64(key.data(), k.b.data(), k.b.size()));
+}
+
+namespace {
+
+void key_ready(const TupleKey& k) {
+  if (g().reqs_by_key.count(k) || g().attaches_by_key.count(k)) g().ready_keys.push_back(k);
+}
+
+template <typename Map, typename It> void unindex(Map& m, const TupleKey& k, It it) {
+  auto range = m.equal_range(k);
+  for (auto i = range.first; i != range.second; ++i) {
+    if (i->second == it) {
+      m.erase(i);
+      return;
+    }
+  }
+}
+
+void erase_req(std::list<PendingReq>::iterator it) {
+  unindex(g().reqs_by_key, tkey(it->key), it);
+  auto a = g().reqs_per_addr.find(it->from);
+  if (a != g().reqs_per_addr.end() && --a->second == 0) g().reqs_per_addr.erase(a);
+  g().reqs.erase(it);
+}
+
+TupleKey attach_key(const PendingAttach& p) {
+  // The ATTACH was parsed when it was queued: the tuple is in its payload.
+  recover::TcpTuple t;
+  recover::Nonce n;
+  recover::NakCode nak;
+  uint8_t key[12] = {};
+  if (recover::parse_attach(p.rec.payload, p.rec.h.len, &t, &n, &nak) == Status::ok)
+    recover::tuple_key(t, key);
+  return tkey(key);
+}
+
+void erase_attach(std::list<PendingAttach>::iterator it, const TupleKey& k) {
+  unindex(g().attaches_by_key, k, it);
+  auto a = g().attaches_per_ch.find(it->ch);
+  if (a != g().attaches_per_ch.end() && --a->second == 0) g().attaches_per_ch.erase(a);
+  g().attaches.erase(it);
+}
+
+// Answer what waits for key k, if it can be now.
+void answer_key(const TupleKey& k) {
+  std::vector<std::list<PendingReq>::iterator> rs;
+  auto rr = g().reqs_by_key.equal_range(k);
+  for (auto i = rr.first; i != rr.second; ++i)
+    rs.push_back(i->second);
+  for (auto it : rs)
+    if (answer_request(it->req, it->share, it->key, it->sid, it->nonce_c, it->reattach))
+      erase_req(it);
+  std::vector<std::list<PendingAttach>::iterator> as;
+  auto ar = g().attaches_by_key.equal_range(k);
+  for (auto i = ar.first; i != ar.second; ++i)
+    as.push_back(i->second);
+  for (auto it : as)
+    if (it->ch->failed.load() || handle_attach(it->ch, it->rec, false)) erase_attach(it, k);
+}
+
+// Sibling processes publish the connections they accepted in the shared
+// slots; when a share's slots changed, the keys there that something waits
+// for are answered (a redirect, or a NAK: not ours).
+void look_at_shares() {
+  auto& seen = g().shares_seen;
+  for (ListenShare* sh : g().shares) {
+    uint32_t gen = sh->slots_gen.load(std::memory_order_acquire);
+    bool found = false;
+    for (auto& e : seen) {
+      if (e.first != sh) continue;
+      found = true;
+      if (e.second == gen) break;
+      e.second = gen;
+      if (g().reqs.empty() && g().attaches.empty()) break;
+      for (auto& sl : sh->slots)
+        if (sl.state.load(std::memory_order_acquire) == 2 && sl.pid != getpid())
+          key_ready(tkey(sl.tuple));
+      break;
+    }
+    if (!found) seen.emplace_back(sh, gen);
+  }
+}
+
+} // namespace
+
+void index_server(Conn* c) {
+  if (c->role != recover::Role::server) return;
+  uint8_t key[12];
+  recover::tuple_key(c->tuple, key);
+  g().servers[tkey(key)] = c;
+  key_ready(tkey(key));
+}
+
+void unindex_server(Conn* c) {
+  if (c->role != recover::Role::server) return;
+  uint8_t key[12];
+  recover::tuple_key(c->tuple, key);
+  auto it = g().servers.find(tkey(key));
+  if (it != g().servers.end() && it->second == c) g().servers.erase(it);
+  key_ready(tkey(key)); // recently closed: refused at once
+}
+
+Conn* find_by_key(const uint8_t key[12]) {
+  auto it = g().servers.find(tkey(key));
+  return it != g().servers.end() && !it->second->closed.load() ? it->second : nullptr;
+}
+
+bool queue_request(const PendingReq& p) {
+  uint32_t& n = g().reqs_per_addr[p.from];
+  if (g().reqs.size() >= kMaxPendingReqs || n >= kMaxPendingReqsPerPeer) {
+    if (n == 0) g().reqs_per_addr.erase(p.from);
+    return false;
+  }
+  ++n;
+  g().reqs.push_back(p);
+  g().reqs_by_key.emplace(tkey(p.key), std::prev(g().reqs.end()));
+  return true;
+}
+
+bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[12]) {
+  uint32_t& n = g().attaches_per_ch[ch];
+  if (g().attaches.size() >= kMaxPendingAttaches || n >= g().p.streams_per_channel) {
+    if (n == 0) g().attaches_per_ch.erase(ch);
+    return false;
+  }
+  ++n;
+  g().attaches.push_back(PendingAttach{ch, r, now_ms() + g().p.handshake_timeout_ms});
+  g().attaches_by_key.emplace(tkey(key), std::prev(g().attaches.end()));
+  return true;
+}
+
+size_t pending_attaches_of(Channel* ch) {
+  auto it = g().attaches_per_ch.find(ch);
+  return it == g().attaches_per_ch.end() ? 0 : it->second;
+}
+
+void drop_attaches(Channel* ch) {
+  if (pending_attaches_of(ch) == 0) return;
+  for (auto it = g().attaches.begin(); it != g().attaches.end();) {
+    auto next = std::next(it);
+    if (it->ch == ch) erase_attach(it, attach_key(*it));
+    it = next;
+  }
+}
+
+void clear_pending() {
+  g().reqs.clear();
+  g().attaches.clear();
+  g().reqs_by_key.clear();
+  g().attaches_by_key.clear();
+  g().reqs_per_addr.clear();
+  g().attaches_per_ch.clear();
+  g().ready_keys.clear();
+  g().shares_seen.clear();
+  g().servers.clear();
+  g().accepting.clear();
+}
+
+void retry_pending(uint64_t now) {
+  look_at_shares();
+  std::vector<TupleKey> ready;
+  ready.swap(g().ready_keys);
+  for (const TupleKey& k : ready)
+    answer_key(k);
+  // Deadlines, oldest first (each list is in arrival order, and every
+  // entry waits the same handshake timeout).
+  while (!g().reqs.empty() && now >= g().reqs.front().deadline_ms) {
+    PendingReq& p = g().reqs.front();
+    if (!answer_request(p.req, p.share, p.key, p.sid, p.nonce_c, p.reattach))
+      send_reject_unknown(p.req);
+    erase_req(g().reqs.begin());
+  }
+  while (!g().attaches.empty() && now >= g().attaches.front().deadline_ms) {
+    PendingAttach& a = g().attaches.front();
+    const TupleKey k = attach_key(a);
+    if (!a.ch->failed.load()) (void)handle_attach(a.ch, a.rec, true); // NAK unknown at the latest
+    erase_attach(g().attaches.begin(), k);
+  }
+}
+
+} // namespace xp::stream::engine

@@ -1,0 +1,247 @@
+// The engine's state a peer can make it keep (docs/protocol.md §8): a
+// pending ATTACH never outlives its channel, and the pending lists and
+// server channels stay within their caps.  Fake transport, the engine's
+// tables driven by hand as its thread would (no rdma_cm here).
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "fake_link.h"
+#include "recover/upgrade_wire.h"
+#include "stream/engine_internal.h"
+
+using namespace xp;
+using namespace xp::stream;
+
+namespace {
+
+// One of our listening sockets (port 7000): an ATTACH for a 4-tuple to it
+// waits for the application's accept, as one that arrives early does.
+struct Listening {
+  std::unique_ptr<ListenShare> sh{new ListenShare{}};
+  explicit Listening(uint16_t port) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&sh->addr);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::g().shares.push_back(sh.get());
+  }
+  ~Listening() {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    auto& v = engine::g().shares;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] == sh.get()) v.erase(v.begin() + static_cast<long>(i));
+  }
+};
+
+recover::TcpTuple tuple(uint16_t client_port) {
+  recover::TcpTuple t;
+  t.family = 4;
+  const uint8_t c[4] = {10, 77, 0, 1}, s[4] = {10, 77, 0, 2};
+  memcpy(t.client_addr, c, 4);
+  memcpy(t.server_addr, s, 4);
+  t.client_port = client_port;
+  t.server_port = 7000;
+  return t;
+}
+
+// A server channel in the engine's table, its peer a raw record channel
+// (we write what we like).
+struct ServerChannel {
+  test::LinkPair links{64 * 1024};
+  flow::RecordChannel client{&links.la};
+  Channel* ch = nullptr;
+  ServerChannel() {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    ch = engine::make_channel(&links.lb, false);
+  }
+  Status attach(uint32_t id, uint16_t client_port) {
+    uint8_t p[recover::kAttachBytes];
+    recover::Nonce n{};
+    recover::encode_attach(tuple(client_port), n, p);
+    Status st = client.send_control(flow::RecordType::attach, id, 0, p, sizeof p);
+    engine::progress(ch); // the engine polls the channel and handles its records
+    return st;
+  }
+  // What reap_channels does after the grace period (without rdma_cm).
+  void free_unlinked() {
+    {
+      std::lock_guard<std::mutex> g(engine::g().mu);
+      auto& dy = engine::g().dying;
+      for (size_t i = 0; i < dy.size(); ++i)
+        if (dy[i] == ch) dy.erase(dy.begin() + static_cast<long>(i));
+    }
+    delete ch->mux;
+    delete ch;
+    ch = nullptr;
+  }
+  ~ServerChannel() {
+    if (ch == nullptr) return;
+    {
+      std::lock_guard<std::mutex> g(engine::g().mu);
+      for (auto* v : {&engine::g().channels, &engine::g().dying})
+        for (size_t i = 0; i < v->size(); ++i)
+          if ((*v)[i] == ch) v->erase(v->begin() + static_cast<long>(i));
+      engine::drop_attaches(ch);
+    }
+    delete ch->mux;
+    delete ch;
+  }
+};
+
+size_t pending_attaches(Channel* ch) {
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  size_t n = 0;
+  for (const auto& a : engine::g().attaches)
+    n += a.ch == ch;
+  return n;
+}
+
+struct Timeout {
+  uint32_t saved = engine::g().p.handshake_timeout_ms;
+  explicit Timeout(uint32_t ms) { engine::g().p.handshake_timeout_ms = ms; }
+  ~Timeout() { engine::g().p.handshake_timeout_ms = saved; }
+};
+
+} // namespace
+
+// Finding 7 of the security review: a pending ATTACH kept a raw Channel*
+// that outlived the channel when the handshake timeout exceeds the 2 s
+// after which an unlinked channel is freed (use-after-free on the next
+// retry).  The ATTACHes go with the channel when it is unlinked.
+TEST_CASE("engine: a pending ATTACH does not outlive its channel") {
+  Timeout t(5000); // XPRESS_HANDSHAKE_TIMEOUT_MS above the 2 s free delay
+  Listening l(7000);
+  ServerChannel s;
+  REQUIRE(s.attach(1, 40001) == Status::ok);
+  REQUIRE(pending_attaches(s.ch) == 1); // waits for the application's accept
+  // The channel fails (its peer wrote past its credit, the link broke...)
+  // and is unlinked by the engine's tick.
+  engine::mark_failed(s.ch, ResumeCause::protocol_error);
+  const uint64_t now = engine::now_ms();
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::reap_channels(now);
+  }
+  REQUIRE(s.ch->dying_since_ms != 0);
+  REQUIRE(pending_attaches(s.ch) == 0);
+  // 2 s later it is freed; the engine's next retries find nothing of it.
+  s.free_unlinked();
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::retry_pending(now + 2500);
+  CHECK(engine::g().attaches.empty());
+}
+
+namespace {
+// NAK codes the raw client end received.
+std::vector<uint64_t> naks(ServerChannel& s) {
+  std::vector<uint64_t> out;
+  for (int round = 0; round < 4; ++round) {
+    flow::Record r[64];
+    int got = 0;
+    REQUIRE(s.client.poll(r, 64, &got) == Status::ok);
+    for (int i = 0; i < got; ++i) {
+      if (r[i].hdr.type == static_cast<uint8_t>(flow::RecordType::attach_nak))
+        out.push_back(r[i].hdr.seq);
+      s.client.release(r[i].slot);
+    }
+  }
+  return out;
+}
+
+struct StreamsPerChannel {
+  uint32_t saved = engine::g().p.streams_per_channel;
+  explicit StreamsPerChannel(uint32_t n) { engine::g().p.streams_per_channel = n; }
+  ~StreamsPerChannel() { engine::g().p.streams_per_channel = saved; }
+};
+} // namespace
+
+// Finding 6: the pending ATTACH list was unbounded.  One channel holds at
+// most XPRESS_STREAMS_PER_CHANNEL of them; the rest hear busy at once.
+TEST_CASE("engine: pending ATTACHes are capped per channel, the rest refused busy") {
+  Timeout t(5000);
+  StreamsPerChannel spc(8);
+  Listening l(7000);
+  ServerChannel s;
+  for (uint16_t i = 0; i < 20; ++i)
+    REQUIRE(s.attach(1 + i, static_cast<uint16_t>(41000 + i)) == Status::ok);
+  CHECK(pending_attaches(s.ch) == 8);
+  const auto codes = naks(s);
+  CHECK(codes.size() == 12);
+  for (uint64_t c : codes)
+    CHECK(c == static_cast<uint64_t>(recover::NakCode::busy));
+  engine::mark_failed(s.ch, ResumeCause::protocol_error);
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::reap_channels(engine::now_ms());
+  CHECK(engine::g().attaches.empty());
+}
+
+// Finding 6: every pending entry was looked at again on every 10 ms tick
+// (with a scan of the listening socket's 4096 shared slots for each ATTACH),
+// under the mutex the program's accept, connect and close take.  Now a tick
+// looks only at entries whose connection appeared, and at expired ones.
+TEST_CASE("engine: a tick with many ATTACHes pending does no work per entry") {
+  Timeout t(60000);
+  StreamsPerChannel spc(4096);
+  Listening l(7000);
+  ServerChannel s;
+  for (uint16_t i = 0; i < 2000; ++i) {
+    uint8_t p[recover::kAttachBytes];
+    recover::encode_attach(tuple(static_cast<uint16_t>(20000 + i)), recover::Nonce{}, p);
+    REQUIRE(s.client.send_control(flow::RecordType::attach, 1 + i, 0, p, sizeof p) == Status::ok);
+    if (i % 32 == 31) {
+      engine::progress(s.ch);
+      CHECK(naks(s).empty()); // and the client takes the credit back
+    }
+  }
+  for (int i = 0; i < 8; ++i)
+    engine::progress(s.ch);
+  REQUIRE(pending_attaches(s.ch) == 2000);
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  const uint64_t t0 = engine::mono_ns();
+  for (int i = 0; i < 10; ++i)
+    engine::retry_pending(engine::now_ms());
+  const uint64_t per_tick_us = (engine::mono_ns() - t0) / 10 / 1000;
+  MESSAGE("retry_pending with 2000 ATTACHes pending: " << per_tick_us << " us per tick");
+  CHECK(per_tick_us < 1000); // about 3.4 ms per tick when every entry was looked at
+  CHECK(engine::pending_attaches_of(s.ch) == 2000); // nothing answered, nothing lost
+}
+
+// Finding 6: a request beyond the caps (per requester address, process-wide)
+// is not queued (the caller rejects it busy).
+TEST_CASE("engine: pending rdma_cm requests are capped per address and in all") {
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::clear_pending();
+  engine::PendingReq p{};
+  p.deadline_ms = ~uint64_t{0};
+  size_t queued = 0;
+  for (uint32_t addr = 1; addr <= 40; ++addr) {
+    p.from = addr;
+    for (uint32_t i = 0; i < 100; ++i) {
+      p.key[0] = static_cast<uint8_t>(i);
+      queued += engine::queue_request(p);
+    }
+    if (addr == 1) CHECK(queued == engine::kMaxPendingReqsPerPeer);
+  }
+  CHECK(queued == engine::kMaxPendingReqs);
+  CHECK(engine::g().reqs.size() == engine::kMaxPendingReqs);
+  engine::clear_pending();
+}
+
+// Finding 6: server channels were never reaped when idle (a peer could set
+// channels up and leave them).  One with no stream for kServerIdleMs goes.
+TEST_CASE("engine: an idle server channel is torn down") {
+  ServerChannel s;
+  const uint64_t now = engine::now_ms();
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::reap_channels(now);
+  CHECK(s.ch->dying_since_ms == 0);
+  engine::reap_channels(now + engine::kServerIdleMs / 2);
+  CHECK(s.ch->dying_since_ms == 0);
+  engine::reap_channels(now + engine::kServerIdleMs + 1);
+  CHECK(s.ch->dying_since_ms != 0);
+}
