@@ -360,6 +360,19 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
   return n;
 }
 
+// Nothing (left) to send, as libuv's zero-length write: the stream's state
+// decides as the kernel's does (ok: 0; unsupported: EPIPE after shutdown;
+// invalid: no stream), never a wait for room.  Off the data path.
+[[gnu::cold, gnu::noinline]] Status send_empty(Conn* c, Channel* ch, size_t skip, bool more) {
+  std::lock_guard<std::mutex> l(ch->mu);
+  Stream* s = c->st;
+  if (s == nullptr) return Status::invalid;
+  size_t d = 0;
+  Status st = s->write(nullptr, 0, &d, skip, more);
+  if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
+  return st;
+}
+
 // z: this call's zero-copy state (null: copy everything).  An element of at
 // least XPRESS_ZEROCOPY_MIN_KB is sent zero-copy when it is the first one
 // left and its memory is registered (key found before the lock); a later
@@ -448,20 +461,13 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
     ms.tx_copied_bytes.fetch_add(done_total - zc_bytes, std::memory_order_relaxed);
   if (done_total > 0) return static_cast<ssize_t>(done_total);
   if (st == Status::ok && iov_total_len(iov, iovcnt) <= skip) {
-    // Nothing to send (a zero-length write, as libuv's after a response):
-    // the stream's state decides, as the kernel's does (0, or EPIPE after
-    // shutdown), never a wait for room the call does not need.
-    std::lock_guard<std::mutex> l(ch->mu);
-    Stream* s = c->st;
-    if (s == nullptr) {
+    st = send_empty(c, ch, skip, more);
+    if (st == Status::ok) return 0;
+    if (st == Status::invalid) { // the stream is gone
       if (c->resumed.load(std::memory_order_acquire)) return -2;
       errno = ECONNRESET;
       return -1;
     }
-    size_t d = 0;
-    st = s->write(nullptr, 0, &d, skip, more);
-    if (st == Status::ok) return 0;
-    if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
   }
   if (st == Status::unsupported) {
     errno = EPIPE; // after shutdown(SHUT_WR)

@@ -113,6 +113,13 @@ bool refused_before(const uint8_t addr[4], uint16_t port, uint64_t now) {
   return false;
 }
 
+// Somebody listens at addr:port after all (an attempt got through): an
+// earlier "nobody listens" was a server that had not accepted yet.
+void forget_refused(const uint8_t addr[4], uint16_t port) {
+  for (Negative& n : g().negative)
+    if (n.port == port && memcmp(n.addr, addr, 4) == 0) n.refused_ms = 0;
+}
+
 void cm_connect(Conn* c, uint16_t port) {
   ReqWire w{};
   w.kind = kKindRequest;
@@ -546,7 +553,10 @@ void on_cm_event(const verbs::CmEvent& ev) {
     return;
   }
   case K::established: {
-    if (u->kind == CmUser::Kind::client) attempt_done(u);
+    if (u->kind == CmUser::Kind::client) {
+      attempt_done(u);
+      forget_refused(u->conn->tuple.server_addr, u->conn->tuple.server_port);
+    }
     if (u->kind == CmUser::Kind::server) server_accept_done(u);
     Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
     // A server channel records its requester (the per-peer cap counts it).
