@@ -156,19 +156,17 @@ public:
   ListenShare* share = nullptr;             // server: the listener's rendezvous state
   bool cm_tried = false;                    // client: an rdma_cm connection was attempted
   std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
-  bool attach_refused = false;
-  bool parked_once = false; // client: waited for another connection's channel set-up  // client: an
-                            // ATTACH was NAKed; use rdma_cm
-  bool redirected = false;
+  bool attach_refused = false;              // client: an ATTACH was NAKed; use rdma_cm
+  bool parked_once = false;      // client: waited for another connection's channel set-up
+  bool redirected = false;       // client: followed a redirect already
   bool switch_acked = false;     // the peer's verified SWITCH was acknowledged (engine_control.cc)
-  uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?)
-  uint64_t retry_at_ms =
-      0; // client: try rdma_cm again then      // client: followed a redirect already
-  bool slot_written = false;   // server: published in share's table
-  bool accepting = false;      // server: rdma_cm accept in flight
-  uint16_t pending_sid = 0;    // server: stream id the request proposed
-  recover::Nonce nonce{};      // ours (the session has a copy)
-  recover::Nonce peer_nonce{}; // server: the client's, from the request
+  uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?); 1: no more retries
+  uint64_t retry_at_ms = 0;      // client: try rdma_cm (again) then (stream/negative_cache.h)
+  bool slot_written = false;     // server: published in share's table
+  bool accepting = false;        // server: rdma_cm accept in flight
+  uint16_t pending_sid = 0;      // server: stream id the request proposed
+  recover::Nonce nonce{};        // ours (the session has a copy)
+  recover::Nonce peer_nonce{};   // server: the client's, from the request
 
   static constexpr uint32_t kIn = 1, kOut = 2, kFin = 4, kReset = 8, kWriteShut = 16;
 

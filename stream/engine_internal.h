@@ -17,6 +17,7 @@
 #include "stream/channel.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
+#include "stream/negative_cache.h"
 #include "verbs/cm.h"
 
 namespace xp::stream {
@@ -95,12 +96,6 @@ struct PendingAttach {
   ControlRecord rec;
   uint64_t deadline_ms;
 };
-struct Negative {
-  uint8_t addr[4];
-  uint16_t port;
-  uint64_t until_ms;   // no xpress there until then (0: not known)
-  uint64_t refused_ms; // a first attempt found nobody listening then (0: none)
-};
 struct OwnedListener {
   ListenShare* share;
   verbs::CmListener* l; // null: its device went away, listening again (relisten)
@@ -145,7 +140,7 @@ struct State {
   // way (each will be a server channel).
   std::unordered_map<TupleKey, Conn*, TupleKeyHash> servers;
   std::vector<CmUser*> accepting;
-  std::vector<Negative> negative;
+  NegativeCache negative; // servers without xpress (stream/negative_cache.h)
   std::vector<OwnedListener> listeners;
   std::mutex qmu;                 // the two queues (a leaf lock: taken under any other)
   std::vector<Conn*> start_queue; // client connections to start (ref'd)

@@ -61,65 +61,6 @@ sockaddr_in in4(const uint8_t addr[4], uint16_t port) {
   return a;
 }
 
-bool negative_cached(const uint8_t addr[4], uint16_t port, uint64_t now) {
-  for (const Negative& n : g().negative)
-    if (n.port == port && memcmp(n.addr, addr, 4) == 0 && now < n.until_ms) return true;
-  return false;
-}
-
-void remember_negative(const uint8_t addr[4], uint16_t port) {
-  uint64_t until = now_ms() + g().p.negative_cache_ms;
-  for (Negative& n : g().negative) {
-    if (n.port == port && memcmp(n.addr, addr, 4) == 0) {
-      n.until_ms = until;
-      return;
-    }
-  }
-  if (g().negative.size() > 1024) g().negative.erase(g().negative.begin());
-  Negative n{};
-  memcpy(n.addr, addr, 4);
-  n.port = port;
-  n.until_ms = until;
-  g().negative.push_back(n);
-}
-
-// How long after a first "nobody listens" a connection asks again: an
-// xpress server opens its rdma_cm port when it accepts its first connection
-// from the listening socket, which may not have happened yet.
-constexpr uint64_t kNoListenerRetryMs = 50;
-
-// A connection's first attempt found nobody listening at addr:port (now).
-// True when an earlier attempt, of any connection, found the same at least
-// kNoListenerRetryMs before (within the negative cache's time): as good an
-// answer as the connection's own retry, which a short connection (one HTTP
-// request to a server without xpress) does not live to make.  Otherwise
-// the time is kept for the next one.
-bool refused_before(const uint8_t addr[4], uint16_t port, uint64_t now) {
-  const uint64_t keep = g().p.negative_cache_ms;
-  if (keep == 0) return false;
-  for (Negative& n : g().negative) {
-    if (n.port != port || memcmp(n.addr, addr, 4) != 0) continue;
-    if (n.refused_ms != 0 && now >= n.refused_ms + kNoListenerRetryMs && now < n.refused_ms + keep)
-      return true;
-    if (n.refused_ms == 0 || now >= n.refused_ms + keep) n.refused_ms = now;
-    return false;
-  }
-  if (g().negative.size() > 1024) g().negative.erase(g().negative.begin());
-  Negative n{};
-  memcpy(n.addr, addr, 4);
-  n.port = port;
-  n.refused_ms = now;
-  g().negative.push_back(n);
-  return false;
-}
-
-// Somebody listens at addr:port after all (an attempt got through): an
-// earlier "nobody listens" was a server that had not accepted yet.
-void forget_refused(const uint8_t addr[4], uint16_t port) {
-  for (Negative& n : g().negative)
-    if (n.port == port && memcmp(n.addr, addr, 4) == 0) n.refused_ms = 0;
-}
-
 void cm_connect(Conn* c, uint16_t port) {
   ReqWire w{};
   w.kind = kKindRequest;
@@ -419,7 +360,7 @@ void start_client(Conn* c) {
       c->sess.state() == recover::State::failed)
     return;
   uint64_t now = now_ms();
-  if (negative_cached(c->tuple.server_addr, c->tuple.server_port, now))
+  if (g().negative.cached(c->tuple.server_addr, c->tuple.server_port, now))
     return fail(c, Reason::peer_not_accelerated);
   // A channel to the same server address: attach over it, first one to the
   // same port (most likely the same process), then any (one process often
@@ -450,6 +391,19 @@ void start_client(Conn* c) {
   }
   if (to_this_peer >= static_cast<int>(g().p.channels_per_peer))
     return fail(c, Reason::resources_exhausted);
+  // Another connection found nobody listening there a moment ago: this
+  // one's first attempt waits for that retry's time and counts as the retry
+  // (stream/negative_cache.h).  It may wait behind an attempt once more then.
+  if (c->no_listener_tries == 0) {
+    uint64_t at = g().negative.hold_until(c->tuple.server_addr, c->tuple.server_port, now,
+                                          g().p.negative_cache_ms);
+    if (at != 0) {
+      ++c->no_listener_tries;
+      c->retry_at_ms = at;
+      c->parked_once = false;
+      return;
+    }
+  }
   // Another connection to this host is setting a channel up: wait for it
   // (once), then attach over it.
   if (!c->parked_once && !c->attach_refused) {
@@ -555,7 +509,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::established: {
     if (u->kind == CmUser::Kind::client) {
       attempt_done(u);
-      forget_refused(u->conn->tuple.server_addr, u->conn->tuple.server_port);
+      g().negative.forget_refused(u->conn->tuple.server_addr, u->conn->tuple.server_port);
     }
     if (u->kind == CmUser::Kind::server) server_accept_done(u);
     Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
@@ -637,7 +591,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
                       u->kind == CmUser::Kind::client && !c->closed.load() &&
                       c->no_listener_tries < 1 && u->port == c->tuple.server_port;
     const bool refused_twice =
-        will_retry && refused_before(c->tuple.server_addr, c->tuple.server_port, now_ms());
+        will_retry && g().negative.refused(c->tuple.server_addr, c->tuple.server_port, now_ms(),
+                                           g().p.negative_cache_ms);
     will_retry = will_retry && !refused_twice;
     if (u->kind == CmUser::Kind::client) attempt_done(u, !will_retry);
     {
@@ -663,7 +618,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
         c->retry_at_ms = now_ms() + kNoListenerRetryMs;
       } else if (r.code == 0) {
         // Nobody answers rdma_cm there: not an xpress peer (or no RDMA).
-        remember_negative(c->tuple.server_addr, c->tuple.server_port);
+        g().negative.remember(c->tuple.server_addr, c->tuple.server_port, now_ms(),
+                              g().p.negative_cache_ms);
         fail(c, Reason::peer_not_accelerated);
       } else {
         XP_SLOG(XP_SLOG_DEBUG, "fd %d: rendezvous answer: code %u, event %d", c->sock(),
