@@ -11,7 +11,8 @@ LIBDIR ?= $(PREFIX)/lib
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 DESTDIR ?=
-MAN_PAGES := $(BUILD)/man/xpress.7 $(BUILD)/man/xpress-run.1 $(BUILD)/man/xpress-stat.1
+MAN_PAGES := $(BUILD)/man/xpress.7 $(BUILD)/man/xpress-run.1 $(BUILD)/man/xpress-stat.1 \
+             $(BUILD)/man/xpress-probe.1
 
 .PHONY: install uninstall deb man test-install
 man: $(MAN_PAGES)
@@ -24,26 +25,29 @@ $(BUILD)/man/%.1: packaging/man/%.1.in VERSION
 	@mkdir -p $(dir $@)
 	sed 's/@VERSION@/$(VERSION)/g' $< > $@
 
-install: $(LIB) $(XPRESS_STAT) $(MAN_PAGES)
+install: $(LIB) $(XPRESS_STAT) $(XPRESS_PROBE) $(MAN_PAGES)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
 	install -m 0644 $(LIB) $(DESTDIR)$(LIBDIR)/libxpress.so.$(VERSION)
 	ln -sf libxpress.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libxpress.so
 	install -m 0755 $(XPRESS_STAT) $(DESTDIR)$(BINDIR)/xpress-stat
+	install -m 0755 $(XPRESS_PROBE) $(DESTDIR)$(BINDIR)/xpress-probe
 	sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSION@|$(VERSION)|g' tools/xpress-run > $(DESTDIR)$(BINDIR)/xpress-run
 	chmod 0755 $(DESTDIR)$(BINDIR)/xpress-run
 	install -m 0644 $(BUILD)/man/xpress.7 $(DESTDIR)$(MANDIR)/man7/xpress.7
-	install -m 0644 $(BUILD)/man/xpress-run.1 $(BUILD)/man/xpress-stat.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(BUILD)/man/xpress-run.1 $(BUILD)/man/xpress-stat.1 $(BUILD)/man/xpress-probe.1 \
+	  $(DESTDIR)$(MANDIR)/man1/
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libxpress.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
 	      $(DESTDIR)$(LIBDIR)/libxpress.so $(DESTDIR)$(BINDIR)/xpress-stat $(DESTDIR)$(BINDIR)/xpress-run \
+	      $(DESTDIR)$(BINDIR)/xpress-probe $(DESTDIR)$(MANDIR)/man1/xpress-probe.1 \
 	      $(DESTDIR)$(MANDIR)/man7/xpress.7 $(DESTDIR)$(MANDIR)/man1/xpress-run.1 \
 	      $(DESTDIR)$(MANDIR)/man1/xpress-stat.1
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; fi
 
-deb: $(LIB) $(XPRESS_STAT) $(MAN_PAGES)
+deb: $(LIB) $(XPRESS_STAT) $(XPRESS_PROBE) $(MAN_PAGES)
 	bash packaging/deb/build.sh $(VERSION) $(BUILD)
 
 test-install: deb

@@ -26,7 +26,7 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-mul
 lib=$tmp/root/usr/lib/$multiarch/libxpress.so.$version
 soname=$(readelf -d "$lib" 2>/dev/null | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
 if [ "$soname" = "libxpress.so.${version%%.*}" ] && [ -L "$tmp/root/usr/lib/$multiarch/$soname" ]; then ok "versioned soname $soname"; else bad "soname '$soname'"; fi
-for f in usr/bin/xpress-run usr/bin/xpress-stat usr/share/man/man7/xpress.7.gz usr/share/man/man1/xpress-run.1.gz usr/share/man/man1/xpress-stat.1.gz; do
+for f in usr/bin/xpress-run usr/bin/xpress-stat usr/bin/xpress-probe usr/share/man/man7/xpress.7.gz usr/share/man/man1/xpress-run.1.gz usr/share/man/man1/xpress-stat.1.gz usr/share/man/man1/xpress-probe.1.gz; do
   [ -e "$tmp/root/$f" ] || bad "missing /$f"
 done
 out=$(XPRESS_STATS=json "$tmp/root/usr/bin/xpress-run" --version 2>&1)
@@ -36,6 +36,8 @@ import socket
 l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname()); s,_=l.accept()
 c.sendall(b'hello'); print(s.recv(5).decode())" 2>&1)
 if grep -q '^hello$' <<<"$out" && grep -q '"rule_denied":2' <<<"$out"; then ok "a program runs through the installed wrapper, preloaded"; else bad "run: $out"; fi
+rc=0; out=$("$tmp/root/usr/bin/xpress-run" --probe 127.0.0.1:9 2>&1) || rc=$?
+if [ $rc = 2 ] && grep -q "verdict: no RDMA path" <<<"$out"; then ok "installed xpress-run --probe runs the installed probe"; else bad "xpress-run --probe: exit $rc: $out"; fi
 if MANWIDTH=80 man -l "$tmp/root/usr/share/man/man7/xpress.7.gz" 2>&1 | grep -q "XPRESS_SPIN_US"; then ok "xpress(7) lists the settings"; else bad "xpress(7) has no settings"; fi
 
 # make install / uninstall with PREFIX and DESTDIR.

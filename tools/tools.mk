@@ -1,14 +1,20 @@
-# Tools: xpress-stat (live statistics viewer) and xpress-run (launcher script).
+# Tools: xpress-stat (live statistics viewer), xpress-probe (can this host
+# reach an xpress peer over RDMA?) and xpress-run (launcher script).
 XPRESS_STAT := $(BUILD)/xpress-stat
+XPRESS_PROBE := $(BUILD)/xpress-probe
 .PHONY: tools test-tools
-tools: $(XPRESS_STAT)
+tools: $(XPRESS_STAT) $(XPRESS_PROBE)
 
 $(XPRESS_STAT): $(BUILD)/tools/xpress-stat.o $(CORE)
 	$(CXX) -o $@ $< $(CORE) $(LDLIBS)
 
--include $(BUILD)/tools/xpress-stat.d
+# The probe's rdma-core code (verbs/probe/) is its own: never in the library.
+$(XPRESS_PROBE): $(BUILD)/tools/xpress-probe.o $(BUILD)/verbs/probe/probe.o
+	$(CXX) -o $@ $^ -libverbs -lrdmacm
 
-test-tools: $(LIB) $(XPRESS_STAT)
+-include $(BUILD)/tools/xpress-stat.d $(BUILD)/tools/xpress-probe.d $(BUILD)/verbs/probe/probe.d
+
+test-tools: $(LIB) $(XPRESS_STAT) $(XPRESS_PROBE)
 	bash tests/unit/tools.sh
 
 TEST_TARGETS += test-tools

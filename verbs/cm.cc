@@ -17,9 +17,6 @@ using namespace detail;
 
 namespace {
 
-constexpr uint32_t kRejectMagic = 0x4a525058; // "XPRJ": a reject from xpress, not rdma_cm
-constexpr int kRejConsumerDefined = 28;       // IB_CM_REJ_CONSUMER_DEFINED
-
 enum class CtxKind : uint8_t { listener, active, passive };
 
 // What an rdma_cm id's context points to.

@@ -15,7 +15,8 @@ mkdir -p "$root/DEBIAN"
 make --no-print-directory install DESTDIR="$root" PREFIX=/usr LIBDIR="/usr/lib/$multiarch" >/dev/null
 # Debian wants installed objects stripped of debug information, and
 # compressed manual pages.
-strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/lib/$multiarch/libxpress.so.$version" "$root/usr/bin/xpress-stat"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/lib/$multiarch/libxpress.so.$version" "$root/usr/bin/xpress-stat" \
+  "$root/usr/bin/xpress-probe"
 gzip -9n "$root"/usr/share/man/man*/*
 doc=$root/usr/share/doc/xpress
 install -d "$doc"
@@ -41,7 +42,7 @@ work=$build/deb/shlibdeps
 mkdir -p "$work/debian"
 printf 'Source: xpress\n\nPackage: xpress\nArchitecture: any\n' > "$work/debian/control"
 deps=$(cd "$work" && dpkg-shlibdeps -O -e"$(readlink -f "../root/usr/lib/$multiarch/libxpress.so.$version")" \
-  -e"$(readlink -f ../root/usr/bin/xpress-stat)" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+  -e"$(readlink -f ../root/usr/bin/xpress-stat)" -e"$(readlink -f ../root/usr/bin/xpress-probe)" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 [ -n "$deps" ] || { echo "deb: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@DEPENDS@/$deps/" -e "s/@SIZE@/$size/" \

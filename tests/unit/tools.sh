@@ -208,5 +208,15 @@ kids=$(head -1 <<<"$out") published=$(tail -1 <<<"$out") left=0
 for k in $kids; do [ -e /dev/shm/xpress-$(id -u)/$k.stats ] && left=$((left + 1)); done
 if [ "$left" = 0 ] && [ "$published" = 1 ]; then ok "fork children: no stale live file; a child with a connection publishes its own"; else bad "fork children: $left stale files, child published=$published"; fi
 
+# xpress-probe on a host without RDMA (the VM case `probe` covers the rest).
+rc=0; out=$(build/xpress-probe 127.0.0.1:9 2>&1) || rc=$?
+if [ $rc = 2 ] && grep -q "devices: none" <<<"$out" && grep -q "verdict: no RDMA path" <<<"$out"; then ok "xpress-probe without a device: no RDMA path, exit 2"; else bad "xpress-probe without a device: exit $rc: $out"; fi
+rc=0
+for a in "" "host" "host:0" "host:99999" "[::1]" "--timeout x 1.2.3.4:5" "a:1 b:2"; do
+  # shellcheck disable=SC2086 # words on purpose
+  build/xpress-probe $a >/dev/null 2>&1; r=$?; [ $r = 64 ] || rc="$rc '$a'=$r"
+done
+if [ "$rc" = 0 ]; then ok "xpress-probe: bad arguments exit 64 (usage)"; else bad "xpress-probe bad arguments: $rc"; fi
+
 echo "$pass passed, $fail failed"
 [ $fail = 0 ]
