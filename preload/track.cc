@@ -300,7 +300,7 @@ void on_listen(int fd) {
   // here so that fork children inheriting the socket share it.  No RDMA
   // resource is touched: a master that only listens never opens a device.
   const Config& cfg = config();
-  if (cfg.enabled && r->domain == AF_INET) {
+  if (cfg.enabled && (r->domain == AF_INET || r->domain == AF_INET6)) {
     bool dev;
     {
       InternalCall guard;

@@ -20,6 +20,7 @@
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/fault.h"
+#include "stream/listen_addr.h"
 #include "stream/move.h"
 #include "stream/ready_source.h"
 #include "stream/reattach.h"
@@ -395,14 +396,21 @@ Reason engine::unavailable() {
 ListenShare* engine::on_listen(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
-  if (syscall(SYS_getsockname, fd, &ss, &len) != 0 || ss.ss_family != AF_INET) return nullptr;
+  if (syscall(SYS_getsockname, fd, &ss, &len) != 0) return nullptr;
+  int v6only = 0;
+  socklen_t olen = sizeof v6only;
+  if (ss.ss_family == AF_INET6 &&
+      syscall(SYS_getsockopt, fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen) != 0)
+    return nullptr;
+  sockaddr_in v4;
+  if (!listen_addr_v4(ss, v6only != 0, &v4)) return nullptr;
   // Shared with fork children, which inherit the listening socket.
   void* m =
       mmap(nullptr, sizeof(ListenShare), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return nullptr;
   auto* s = static_cast<ListenShare*>(m); // zero-filled: every slot free, no owner
   s->magic = kShareMagic;
-  memcpy(&s->addr, &ss, sizeof ss);
+  memcpy(&s->addr, &v4, sizeof v4);
   return s;
 }
 

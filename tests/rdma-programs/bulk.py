@@ -3,6 +3,7 @@
 
   bulk.py recv --bind ADDR --port PORT [--ready FILE]
       accept one connection, read to EOF, print "bytes N sha256 HEX"
+      (an IPv6 ADDR such as "::" makes a dual-stack socket)
       (--progress FILE: "unix-time seconds bytes" lines every 0.1 s;
       --count N: N connections one after the other, a line each)
   bulk.py send --host ADDR --port PORT --bytes N
@@ -38,8 +39,12 @@ def size(text):
 
 
 def recv(args):
-    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # An IPv6 address (`::`): a dual-stack socket, as the JVM's and gRPC's.
+    family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
+    ls = socket.socket(family, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     ls.bind((args.bind, args.port))
     ls.listen(1)
     if args.ready:
