@@ -13,6 +13,8 @@ PKGS=(
   wrk curl python3 jq procps psmisc
   # Node.js HTTP server and client (tests/rdma-programs/cases/node.sh)
   nodejs
+  # a JVM HTTP server and client on dual-stack sockets (tests/rdma-programs/cases/java.sh)
+  default-jdk-headless
   # libFuzzer targets of the parsers of peer-controlled bytes (tests/fuzz, make fuzz)
   clang
   # instruction counts of the preload and the data path (bench/instructions.sh, bench/hotpath.sh)
