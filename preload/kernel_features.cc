@@ -201,8 +201,10 @@ Reason of_setsockopt(int level, int name, const void* val, socklen_t len, bool* 
     *rx = true; // the repair queues must hold every byte
     return Reason::kernel_feature;
   }
-  if (level == SOL_SOCKET && (name == SO_ATTACH_FILTER || name == SO_ATTACH_BPF ||
-                              (name == SO_ZEROCOPY && nonzero_int(val, len))))
+  // SO_ZEROCOPY alone sends nothing zero-copy (gRPC sets it on every
+  // listener to learn whether the kernel can): MSG_ZEROCOPY sends are the
+  // feature (zerocopy_send).
+  if (level == SOL_SOCKET && (name == SO_ATTACH_FILTER || name == SO_ATTACH_BPF))
     return Reason::kernel_feature;
   if (level == IPPROTO_IP && (name == IP_XFRM_POLICY || name == IP_IPSEC_POLICY))
     return Reason::ipsec; // a per-socket IPsec policy

@@ -27,6 +27,30 @@ inline bool slow(SocketRecord* s) {
                                0);
 }
 
+// MSG_ZEROCOPY: the kernel reports the send's completion on the socket's
+// error queue, which a stream on RDMA never gets, so the stream moves to
+// TCP before the first such send (README "Kernel features").  False: it
+// could not, and the send fails with ENOBUFS, as the kernel's does when it
+// cannot send zero-copy (programs then send with a copy).
+inline bool zerocopy_send_ok(int fd, SocketRecord* s, int flags) {
+  if (__builtin_expect(!(flags & MSG_ZEROCOPY) || !slow(s), 1)) return true;
+  if (track::on_kernel_feature(fd, Reason::kernel_feature, false)) return true;
+  errno = ENOBUFS;
+  return false;
+}
+
+// A receive the stream serves: not one of the socket's error queue (zero-copy
+// completions, timestamps, ICMP errors: the kernel's, whatever carries the
+// bytes), which reads no stream byte.
+inline bool stream_recv(SocketRecord* s, int flags) {
+  return slow(s) && !(flags & MSG_ERRQUEUE);
+}
+// Bytes a receive took from the stream (statistics): not a peek, not the
+// error queue's.
+inline bool takes_bytes(int flags) {
+  return !(flags & (MSG_PEEK | MSG_ERRQUEUE));
+}
+
 // The connection behind fd, counted, once any deferred upgrade started;
 // null when the kernel serves fd.
 struct ConnRef {
@@ -136,20 +160,20 @@ XP_EXPORT ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
 
 XP_EXPORT ssize_t recv(int fd, void* buf, size_t len, int flags) {
   SocketRecord* s = track::peek(fd);
-  if (slow(s)) {
+  if (stream_recv(s, flags)) {
     bool kernel;
     iovec v{buf, len};
     ssize_t r = conn_recv(fd, &v, 1, flags, &kernel);
     if (!kernel) return (flags & MSG_PEEK) ? r : count_rx(s, r);
   }
   ssize_t r = XP_REAL(recv, fd, buf, len, flags);
-  return (flags & MSG_PEEK) ? r : count_rx(s, r);
+  return takes_bytes(flags) ? count_rx(s, r) : r;
 }
 
 XP_EXPORT ssize_t recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* addr,
                            socklen_t* alen) {
   SocketRecord* s = track::peek(fd);
-  if (slow(s)) {
+  if (stream_recv(s, flags)) {
     bool kernel;
     iovec v{buf, len};
     ssize_t r = conn_recv(fd, &v, 1, flags, &kernel);
@@ -159,12 +183,12 @@ XP_EXPORT ssize_t recvfrom(int fd, void* buf, size_t len, int flags, struct sock
     }
   }
   ssize_t r = XP_REAL(recvfrom, fd, buf, len, flags, addr, alen);
-  return (flags & MSG_PEEK) ? r : count_rx(s, r);
+  return takes_bytes(flags) ? count_rx(s, r) : r;
 }
 
 XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
   SocketRecord* s = track::peek(fd);
-  if (slow(s) && msg != nullptr && msg->msg_iovlen <= 1024) {
+  if (stream_recv(s, flags) && msg != nullptr && msg->msg_iovlen <= 1024) {
     bool kernel;
     ssize_t r = conn_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &kernel);
     if (!kernel) {
@@ -182,13 +206,13 @@ XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
     track::forget_passed_fds(msg);
     errno = saved;
   }
-  return (flags & MSG_PEEK) ? r : count_rx(s, r);
+  return takes_bytes(flags) ? count_rx(s, r) : r;
 }
 
 XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags,
                        struct timespec* timeout) {
   SocketRecord* s = track::peek(fd);
-  if (slow(s) && vec != nullptr && vlen > 0) {
+  if (stream_recv(s, flags) && vec != nullptr && vlen > 0) {
     // One message per stream read: the first as the flags say, the rest
     // only while bytes are ready (a byte stream has no message boundaries).
     unsigned i = 0;
@@ -221,7 +245,7 @@ XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags
     int saved = errno;
     for (int i = 0; i < n; ++i)
       track::forget_passed_fds(&vec[i].msg_hdr);
-    if (!(flags & MSG_PEEK)) count_rx(s, mmsg_bytes(vec, n));
+    if (takes_bytes(flags)) count_rx(s, mmsg_bytes(vec, n));
     errno = saved;
   }
   return n;
@@ -252,6 +276,7 @@ XP_EXPORT ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
 
 XP_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s)) {
     bool kernel;
     iovec v{const_cast<void*>(buf), len};
@@ -264,6 +289,7 @@ XP_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
 XP_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags,
                          const struct sockaddr* addr, socklen_t alen) {
   SocketRecord* s = track::peek(fd);
+  if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s)) { // a connected TCP socket ignores the address
     bool kernel;
     iovec v{const_cast<void*>(buf), len};
@@ -275,6 +301,7 @@ XP_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags,
 
 XP_EXPORT ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s) && msg != nullptr && msg->msg_iovlen <= 1024) {
     bool kernel;
     ssize_t r = conn_send(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &kernel);
@@ -285,6 +312,7 @@ XP_EXPORT ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
 
 XP_EXPORT int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
   SocketRecord* s = track::peek(fd);
+  if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s) && vec != nullptr && vlen > 0) {
     unsigned i = 0;
     for (; i < vlen; ++i) {

@@ -15,6 +15,8 @@ PKGS=(
   nodejs
   # a JVM HTTP server and client on dual-stack sockets (tests/rdma-programs/cases/java.sh)
   default-jdk-headless
+  # a gRPC server and client (Python grpcio: gRPC's C core; tests/rdma-programs/cases/grpc.sh)
+  python3-grpcio
   # libFuzzer targets of the parsers of peer-controlled bytes (tests/fuzz, make fuzz)
   clang
   # instruction counts of the preload and the data path (bench/instructions.sh, bench/hotpath.sh)
