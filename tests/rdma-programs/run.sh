@@ -30,9 +30,9 @@ export LC_ALL=C
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SELF=$HERE/run.sh
 REPO=$(cd "$HERE/../.." && pwd)
-ALL_CASES=(iperf3 sockperf redis nginx memcached node bulk zerocopy exit idle fallback recovery fork kfeat probe dualstack java grpc)
+ALL_CASES=(iperf3 sockperf redis nginx memcached node bulk zerocopy exit idle fallback recovery fork kfeat probe dualstack java grpc asyncio)
 # per-case deadline (seconds) of the case worker; the steps inside have their own
-declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=150 [recovery]=540 [fork]=240 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150)
+declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=150 [recovery]=540 [fork]=240 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240)
 
 LIB=${XPRESS_LIB:-$REPO/build/libxpress.so}
 case $LIB in /*) ;; *) LIB=$REPO/$LIB ;; esac
