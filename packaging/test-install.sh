@@ -37,6 +37,8 @@ l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connecti
 c.sendall(b'hello'); print(s.recv(5).decode())" 2>&1)
 if grep -q '^hello$' <<<"$out" && grep -q '"rule_denied":2' <<<"$out"; then ok "a program runs through the installed wrapper, preloaded"; else bad "run: $out"; fi
 if MANWIDTH=80 man -l "$tmp/root/usr/share/man/man7/xpress.7.gz" 2>&1 | grep -q "XPRESS_SPIN_US"; then ok "xpress(7) lists the settings"; else bad "xpress(7) has no settings"; fi
+out=$(env -u XPRESS_LIB XPRESS_PROFILE=latency "$tmp/root/usr/bin/xpress-run" --print-config redis-server 2>&1)
+if grep -qE "^XPRESS_SPIN_US=100000 +profile latency$" <<<"$out"; then ok "the installed wrapper's --print-config"; else bad "--print-config: $out"; fi
 
 # make install / uninstall with PREFIX and DESTDIR.
 make --no-print-directory install DESTDIR="$tmp/inst" PREFIX=/opt/xp >/dev/null
