@@ -93,6 +93,7 @@ void accepted(const Decl& d, char* why, size_t len) {
   }
 }
 
+// why (may be null) gets what is accepted when v is refused.
 bool parse(Id id, const char* v, RulesCheck check_rules, Slot* slot, char* why, size_t len) {
   const Decl& d = kDecls[id];
   uint64_t n = 0;
@@ -124,12 +125,14 @@ bool parse(Id id, const char* v, RulesCheck check_rules, Slot* slot, char* why, 
     ok = strlen(v) < 256;
     break;
   case Kind::rules:
-    if (check_rules != nullptr && !check_rules(v, why, len)) {
+    if (check_rules != nullptr) {
       char err[300];
-      snprintf(err, sizeof err, "%s", why);
-      accepted(d, why, len);
-      size_t o = strlen(why);
-      if (o < len) snprintf(why + o, len - o, " (%s)", err);
+      if (check_rules(v, err, sizeof err)) break;
+      if (why != nullptr) {
+        accepted(d, why, len);
+        size_t o = strlen(why);
+        if (o < len) snprintf(why + o, len - o, " (%s)", err);
+      }
       return false;
     }
     break;
@@ -138,7 +141,7 @@ bool parse(Id id, const char* v, RulesCheck check_rules, Slot* slot, char* why, 
     break;
   }
   if (!ok) {
-    accepted(d, why, len);
+    if (why != nullptr) accepted(d, why, len);
     return false;
   }
   slot->num = n;
@@ -154,25 +157,32 @@ struct Resolver {
     r->valid = false;
     if (src.report != nullptr) src.report(line, src.report_ctx);
   }
-  void reportf(unsigned line, const char* what, const char* a = "", const char* b = "") {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "xpress: %s:%u: %s%.200s%.300s; %s", r->file, line, what, a, b,
+  // The error paths keep their buffers off the stack of the common path
+  // (the hooked allocator may resolve on a thread with a small stack).
+  __attribute__((noinline)) void reportf(unsigned line, const char* what, const char* a = "",
+                                         const char* b = "") {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "xpress: %.256s:%u: %s%.200s%.300s; %s", r->file, line, what, a, b,
              kDisabled);
+    report(buf);
+  }
+  __attribute__((noinline)) void reject(Id id, const char* v, Origin o, uint32_t line) {
+    char why[600], buf[1500];
+    Slot s;
+    parse(id, v, src.check_rules, &s, why, sizeof why); // again, for what is accepted
+    if (o == Origin::env)
+      snprintf(buf, sizeof buf, "xpress: invalid %s='%.200s' (accepted: %.600s); %s",
+               kDecls[id].name, v, why, kDisabled);
+    else
+      snprintf(buf, sizeof buf, "xpress: %.256s:%u: invalid %s = '%.200s' (accepted: %.600s); %s",
+               r->file, line, kDecls[id].name, v, why, kDisabled);
     report(buf);
   }
 
   void set(Id id, const char* v, Origin o, uint32_t line) {
     Slot s = r->slot[id];
-    char why[600];
-    if (!parse(id, v, src.check_rules, &s, why, sizeof why)) {
-      char buf[2048];
-      if (o == Origin::env)
-        snprintf(buf, sizeof buf, "xpress: invalid %s='%.200s' (accepted: %.500s); %s",
-                 kDecls[id].name, v, why, kDisabled);
-      else
-        snprintf(buf, sizeof buf, "xpress: %s:%u: invalid %s = '%.200s' (accepted: %.500s); %s",
-                 r->file, line, kDecls[id].name, v, why, kDisabled);
-      report(buf);
+    if (!parse(id, v, src.check_rules, &s, nullptr, 0)) {
+      reject(id, v, o, line);
       return;
     }
     if (o < r->slot[id].origin) return; // validated, but a stronger source set it
@@ -258,8 +268,7 @@ struct Resolver {
     // program's sections apply.
     if (*in_section && !*matches) {
       Slot scratch;
-      char why[600];
-      if (parse(id, val, src.check_rules, &scratch, why, sizeof why)) return;
+      if (parse(id, val, src.check_rules, &scratch, nullptr, 0)) return;
     }
     set(id, val, *in_section ? Origin::section : Origin::file, line);
   }
@@ -318,8 +327,7 @@ struct Resolver {
       Id id = find(t);
       if (id == kCount || r->slot[id].origin != Origin::dflt) continue;
       Slot s;
-      char why[600];
-      if (!parse(id, eq + 1, nullptr, &s, why, sizeof why)) continue; // a unit test checks them
+      if (!parse(id, eq + 1, nullptr, &s, nullptr, 0)) continue; // a unit test checks them
       s.origin = Origin::profile;
       r->slot[id] = s;
     }
@@ -344,8 +352,7 @@ bool resolve(const Sources& src, Resolved* out) {
   out->file[0] = '\0';
   for (int i = 0; i < kCount; ++i) {
     Slot s;
-    char why[600];
-    parse(static_cast<Id>(i), kDecls[i].dflt, nullptr, &s, why, sizeof why);
+    parse(static_cast<Id>(i), kDecls[i].dflt, nullptr, &s, nullptr, 0);
     out->slot[i] = s;
   }
   Resolver rs{src, out};

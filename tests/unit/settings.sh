@@ -73,6 +73,20 @@ if [ $? = 1 ] && grep -q "bad.conf:3" <<<"$out"; then ok "--print-config: exit s
 out=$(XPRESS_CONFIG="$tmp/none.conf" tools/xpress-run /bin/echo fine 2>&1)
 if grep -q "cannot read configuration file $tmp/none.conf (no such file)" <<<"$out" && grep -q "^fine$" <<<"$out"; then ok "a missing XPRESS_CONFIG file: one message, the program runs"; else bad "missing file: $out"; fi
 
+# The hooked allocator resolves through the same code before any
+# constructor: a [program] section turns its arenas off for that program.
+arena_committed() { sed -n 's/^ *arena bytes *committed \([0-9]*\),.*/\1/p' <<<"$1" | tail -1; }
+alloc_py="
+import socket
+b = [bytearray(4 << 20) for i in range(4)]
+l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname())"
+printf '[program python3]\nalloc = 0\n' > "$tmp/alloc.conf"
+on=$(XPRESS_STATS=1 tools/xpress-run /usr/bin/python3 -c "$alloc_py" 2>&1)
+off=$(XPRESS_CONFIG="$tmp/alloc.conf" XPRESS_STATS=1 tools/xpress-run /usr/bin/python3 -c "$alloc_py" 2>&1)
+if [ "$(arena_committed "$on")" -gt 0 ] 2>/dev/null && [ "$(arena_committed "$off")" = 0 ]; then
+  ok "alloc = 0 in python3's section: no arena (committed $(arena_committed "$on") without it)"
+else bad "allocator and the file: on '$(arena_committed "$on")' off '$(arena_committed "$off")': $off"; fi
+
 # A secure-execution (setuid) process does not read the file XPRESS_CONFIG
 # names (tools.sh explains the linked test program).
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
