@@ -279,8 +279,12 @@ struct Resolver {
     long n = src.read(path, r->text, kMaxFileBytes);
     if (n < 0) {
       bool named = r->slot[kCONFIG].origin == Origin::env;
-      if (n == -ENOENT && !named) {
-        r->file[0] = '\0'; // no /etc/xpress.conf: nothing to read
+      // No /etc/xpress.conf, or a sandbox (seccomp, AppArmor) that keeps
+      // the program from looking: as without a file, so that users who set
+      // nothing see no change; --print-config says why.
+      if (!named && (n == -ENOENT || n == -ENOTDIR || n == -EACCES || n == -EPERM)) {
+        r->file[0] = '\0';
+        r->file_error = static_cast<int>(-n);
         return;
       }
       const char* why = n == -ENOENT   ? "no such file"
@@ -350,6 +354,7 @@ bool parse_value(Id id, const char* v, Slot* slot, char* why, size_t whylen) {
 bool resolve(const Sources& src, Resolved* out) {
   out->valid = true;
   out->file[0] = '\0';
+  out->file_error = 0;
   for (int i = 0; i < kCount; ++i) {
     Slot s;
     parse(static_cast<Id>(i), kDecls[i].dflt, nullptr, &s, nullptr, 0);

@@ -86,6 +86,7 @@ constexpr size_t kMaxFileBytes = 32u << 10;
 struct Resolved {
   Slot slot[kCount];
   char file[256] = {}; // the file read ("" when none)
+  int file_error = 0;  // why /etc/xpress.conf was not read (errno), 0 if it was or is absent
   bool valid = true;   // false: some line or value was rejected
   char profile_text[256];
   char text[kMaxFileBytes + 1];

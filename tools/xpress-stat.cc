@@ -60,7 +60,12 @@ int print_config(const char* program) {
   auto r = std::make_unique<settings::Resolved>();
   Config cfg;
   bool ok = parse_config(src, r.get(), &cfg);
-  printf("# program '%s', configuration file %s%s\n", src.program, r->file[0] ? r->file : "none",
+  // A file the program may not read (permissions, a sandbox) is ignored.
+  char none[400] = "none";
+  if (r->file_error != 0 && r->file_error != ENOENT)
+    snprintf(none, sizeof none, "none (%s cannot be read: %s; ignored)",
+             r->slot[settings::kCONFIG].str, strerror(r->file_error));
+  printf("# program '%s', configuration file %s%s\n", src.program, r->file[0] ? r->file : none,
          ok ? "" : "; invalid: xpress would pass everything through");
   fflush(stdout);
   settings::print(*r, STDOUT_FILENO);

@@ -29,6 +29,11 @@ struct World {
   std::unique_ptr<settings::Resolved> r = std::make_unique<settings::Resolved>();
   Config cfg;
 
+  // A replacement for the file reads below (null: the files map).
+  static settings::ReadFile& current_read() {
+    static settings::ReadFile f = nullptr;
+    return f;
+  }
   static World*& current() {
     static World* w = nullptr;
     return w;
@@ -41,6 +46,7 @@ struct World {
       return it == current()->env.end() ? nullptr : it->second.c_str();
     };
     src.read = [](const char* path, char* buf, size_t cap) -> long {
+      if (current_read() != nullptr) return current_read()(path, buf, cap);
       auto it = current()->files.find(path);
       if (it == current()->files.end()) return -ENOENT;
       if (it->second.size() > cap) return -EFBIG;
@@ -326,4 +332,24 @@ TEST_CASE("settings: read_file reads a regular file and refuses others") {
   unlink(path);
   CHECK(settings::read_file(path, buf, sizeof buf) == -ENOENT);
   CHECK(settings::read_file("/tmp", buf, sizeof buf) == -EINVAL);
+}
+
+TEST_CASE("settings: an /etc/xpress.conf the program may not read is ignored, a named one is not") {
+  struct Denied {
+    static long read(const char*, char*, size_t) { return -EACCES; }
+  };
+  World w;
+  w.env["XPRESS_SPIN_US"] = "3";
+  World::current_read() = Denied::read;
+  CHECK(w.parse());
+  CHECK(w.errors.empty());
+  CHECK(w.r->file_error == EACCES);
+  CHECK(w.cfg.engine.spin_us == 3);
+  World n;
+  n.env["XPRESS_CONFIG"] = "/srv/x.conf";
+  World::current_read() = Denied::read;
+  CHECK(!n.parse());
+  REQUIRE(n.errors.size() == 1);
+  CHECK(n.errors[0].find("permission denied") != std::string::npos);
+  World::current_read() = nullptr;
 }
