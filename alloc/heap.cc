@@ -13,7 +13,7 @@
 #include "alloc/arena.h"
 #include "alloc/mem_stats.h"
 #include "alloc/reg_cache.h"
-#include "common/env_value.h"
+#include "common/settings.h"
 
 // glibc's own entry points: no symbol lookup, usable at any time.
 extern "C" {
@@ -45,28 +45,36 @@ std::atomic<int> g_mode{kUndecided};
 // compare in malloc() sends every small request to glibc from the start.
 std::atomic<size_t> g_min{kDefaultMinKb << 10};
 
+// The settings as resolved by the one deciding thread (common/settings.h:
+// environment, configuration file, profile).
+settings::Resolved g_settings;
+std::atomic_flag g_deciding = ATOMIC_FLAG_INIT;
+
+const char* env_lookup(const char* name, void*) {
+  return getenv(name);
+}
+
 // Decides once the environment exists; false while undecided or off.
 bool decide() {
   int m = g_mode.load(std::memory_order_acquire);
   if (__builtin_expect(m != kUndecided, 1)) return m == kOn;
   if (environ == nullptr) return false; // the loader's early calls: glibc serves them
+  // Another thread deciding (or this one, re-entered): glibc serves meanwhile.
+  if (g_deciding.test_and_set(std::memory_order_acq_rel)) return false;
   // Invalid values are reported by preload/config.cc (which then disables
-  // xpress); here they simply turn the hook off.
-  // A secure-execution process ignores the environment (preload/config.h).
-  bool on = env::flag(getenv("XPRESS_ENABLE"), 1) == 1 &&
-            env::flag(getenv("XPRESS_ALLOC"), 1) == 1 && getauxval(AT_SECURE) == 0;
-  size_t min_kb = kDefaultMinKb;
-  if (const char* v = getenv("XPRESS_ALLOC_MIN_KB"); v != nullptr && *v != '\0') {
-    uint64_t n = 0;
-    if (env::number(v, kMinKbLow, kMinKbHigh, &n))
-      min_kb = n;
-    else
-      on = false;
-  }
-  int huge = env::flag(getenv("XPRESS_ALLOC_HUGETLB"), 0);
-  if (huge < 0) on = false;
+  // xpress); here they simply turn the hook off.  A secure-execution
+  // process passes through (preload/config.h).
+  settings::Sources src;
+  src.env = env_lookup;
+  src.read = settings::read_file;
+  src.program = program_invocation_short_name != nullptr ? program_invocation_short_name : "";
+  src.secure = getauxval(AT_SECURE) != 0;
+  const settings::Slot* v = g_settings.slot;
+  bool on = settings::resolve(src, &g_settings) && !src.secure && v[settings::kENABLE].num == 1 &&
+            v[settings::kALLOC].num == 1;
+  size_t min_kb = v[settings::kALLOC_MIN_KB].num;
   arena::Options o;
-  o.hugetlb = huge == 1;
+  o.hugetlb = v[settings::kALLOC_HUGETLB].num == 1;
   if (on) on = arena::init(o);
   g_min.store(on ? min_kb << 10 : SIZE_MAX, std::memory_order_relaxed);
   int expected = kUndecided;

@@ -33,7 +33,6 @@ bool hook_enabled();
 size_t threshold();
 
 constexpr size_t kDefaultMinKb = 64;
-constexpr size_t kMinKbLow = 16, kMinKbHigh = 65536;
 
 // pthread_atfork handlers (registered first by preload/wrap_alloc.cc, so
 // that they run last before the fork and first after it).

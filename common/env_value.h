@@ -1,7 +1,6 @@
-// The spellings of environment values, shared by the configuration parser
-// (preload/config.cc) and the hooked allocator, which reads its own
-// variables before any constructor ran (alloc/heap.cc).  Pure; no
-// allocation, usable at any time.
+// The spellings of flag and number values, used by the settings resolver
+// (common/settings.cc) for the environment and the configuration file
+// alike.  Pure; no allocation, usable at any time.
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -3,7 +3,9 @@
 reasons), so the manual page and the README cannot drift apart.
 
 usage: gen-man.py TEMPLATE README VERSION > xpress.7
-The template's lines @SETTINGS@ and @REASONS@ are replaced; @VERSION@ too."""
+The template's lines @SETTINGS@, @PROFILES@ and @REASONS@ are replaced;
+@VERSION@ too.  The README's settings and profiles tables are themselves
+generated from common/settings.def (tools/gen-settings.py)."""
 import re
 import sys
 
@@ -69,9 +71,11 @@ def main():
     tmpl, readme, version = sys.argv[1:4]
     lines = open(readme, encoding="utf-8").read().splitlines()
     settings = table_after(lines, r"^\| variable \| values")
+    profiles = table_after(lines, r"^\| profile \| sets")
     reasons = table_after(lines, r"^\| reason \| meaning")
     subst = {
         "@SETTINGS@": tagged(settings, lambda r: roff_text(r[0]) + " (" + roff_text(r[1]) + ")"),
+        "@PROFILES@": tagged(profiles, lambda r: roff_text(r[0]) + ": " + roff_text(r[1])),
         "@REASONS@": tagged(reasons, lambda r: roff_text(r[0])),
     }
     for ln in open(tmpl, encoding="utf-8").read().splitlines():

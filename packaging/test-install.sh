@@ -39,6 +39,8 @@ if grep -q '^hello$' <<<"$out" && grep -q '"rule_denied":2' <<<"$out"; then ok "
 rc=0; out=$("$tmp/root/usr/bin/xpress-run" --probe 127.0.0.1:9 2>&1) || rc=$?
 if [ $rc = 2 ] && grep -q "verdict: no RDMA path" <<<"$out"; then ok "installed xpress-run --probe runs the installed probe"; else bad "xpress-run --probe: exit $rc: $out"; fi
 if MANWIDTH=80 man -l "$tmp/root/usr/share/man/man7/xpress.7.gz" 2>&1 | grep -q "XPRESS_SPIN_US"; then ok "xpress(7) lists the settings"; else bad "xpress(7) has no settings"; fi
+out=$(env -u XPRESS_LIB XPRESS_PROFILE=latency "$tmp/root/usr/bin/xpress-run" --print-config redis-server 2>&1)
+if grep -qE "^XPRESS_SPIN_US=100000 +profile latency$" <<<"$out"; then ok "the installed wrapper's --print-config"; else bad "--print-config: $out"; fi
 
 # make install / uninstall with PREFIX and DESTDIR.
 make --no-print-directory install DESTDIR="$tmp/inst" PREFIX=/opt/xp >/dev/null

@@ -1,10 +1,13 @@
-// Configuration from environment variables, parsed once without allocation.
-// An invalid value produces one clear message naming the variable and the
-// accepted values, and the library then runs as a pure pass-through.
+// Configuration: the settings of common/settings.def, resolved from the
+// configuration file, a profile and the environment (common/settings.h),
+// stored into this struct through each declaration's field.  An invalid
+// value or line produces one clear message naming it and what is accepted,
+// and the library then runs as a pure pass-through.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "common/settings.h"
 #include "preload/log.h"
 #include "preload/rules.h"
 #include "stream/engine_params.h"
@@ -13,30 +16,44 @@ namespace xp {
 
 enum class StatsFormat { off, text, json };
 
+// Each member is set by the setting that names it in common/settings.def;
+// the defaults here only serve before the configuration is parsed.
 struct Config {
-  bool enabled = true;                  // XPRESS_ENABLE
-  LogLevel log_level = LogLevel::warn;  // XPRESS_LOG_LEVEL
-  char log_file[256] = {};              // XPRESS_LOG_FILE ("" = stderr)
-  StatsFormat stats = StatsFormat::off; // XPRESS_STATS
-  char stats_file[256] = {};            // XPRESS_STATS_FILE ("" = stderr)
-  bool stats_live = false;              // XPRESS_STATS_LIVE
-  bool backtrace = false;               // XPRESS_BACKTRACE
-  // The hooked allocator reads these itself (alloc/heap.cc, before any
+  bool enabled = true;
+  char config_file[256] = {};
+  char profile[32] = {};
+  LogLevel log_level = LogLevel::warn;
+  char log_file[256] = {}; // "" = stderr
+  StatsFormat stats = StatsFormat::off;
+  char stats_file[256] = {}; // "" = stderr
+  bool stats_live = false;
+  bool backtrace = false;
+  bool test_user_mode = false;
+  uint32_t test_relay_delay_ms = 0;
+  // The hooked allocator resolves these itself (alloc/heap.cc, before any
   // constructor); they are parsed here too so a bad value is reported.
-  bool alloc = true;           // XPRESS_ALLOC
-  uint32_t alloc_min_kb = 64;  // XPRESS_ALLOC_MIN_KB
-  bool alloc_hugetlb = false;  // XPRESS_ALLOC_HUGETLB
-  RuleSet rules;               // XPRESS_RULES
-  stream::EngineParams engine; // XPRESS_HANDSHAKE_TIMEOUT_MS, XPRESS_SPIN_US, ...
-  bool valid = true;           // false: some value was rejected (pass-through)
+  bool alloc = true;
+  size_t alloc_min = 64u << 10;
+  bool alloc_hugetlb = false;
+  RuleSet rules;
+  stream::EngineParams engine;
+  bool valid = true; // false: some value was rejected (pass-through)
 };
 
-// Reads variables through lookup (getenv in the library, a table in tests).
-// Every problem is reported through report (one line each); returns cfg.valid.
-using EnvLookup = const char* (*)(const char* name, void* ctx);
-using ErrorReport = void (*)(const char* line, void* ctx);
+using EnvLookup = settings::EnvLookup;
+using ErrorReport = settings::ErrorReport;
+
+// Resolves the settings from src (scratch holds the file and where each
+// value came from, for the banner and --print-config) into *cfg.  Every
+// problem is reported through src.report (one line each); returns
+// cfg->valid.
+bool parse_config(const settings::Sources& src, settings::Resolved* scratch, Config* cfg);
+// The same from variables only (lookup: getenv in the library, a table in
+// tests), without a configuration file.
 bool parse_config(EnvLookup lookup, void* lookup_ctx, ErrorReport report, void* report_ctx,
                   Config* cfg);
+// The rules check the resolver uses (preload/rules.h).
+bool check_rules(const char* text, char* err, size_t errlen);
 
 // A secure-execution process (setuid/setgid, file capabilities: AT_SECURE)
 // must not let the invoking user's environment steer it: xpress becomes a

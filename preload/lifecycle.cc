@@ -1,6 +1,7 @@
 #include "preload/lifecycle.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <pthread.h>
@@ -21,6 +22,8 @@ namespace xp {
 namespace {
 
 Config g_config;
+// Where each value came from, for the start-up line (read once, in init).
+settings::Resolved g_resolved;
 // 0 = not started, 1 = in progress, 2 = done.
 std::atomic<int> g_init_state{0};
 thread_local bool t_initializing = false;
@@ -56,15 +59,18 @@ void atfork_parent() {
 }
 
 // The start-up line bug reports need: version, revision, the settings that
-// differ from the defaults (every XPRESS_* variable set), and why nothing
+// differ from the defaults (with where each came from), and why nothing
 // will be accelerated when that is known already.
 void log_banner() {
   char set[768];
   size_t o = 0;
   set[0] = '\0';
-  for (char** e = environ; e != nullptr && *e != nullptr && o + 1 < sizeof set; ++e) {
-    if (strncmp(*e, "XPRESS_", 7) != 0) continue;
-    int w = snprintf(set + o, sizeof set - o, " %s", *e);
+  for (int i = 0; i < settings::kCount && o + 1 < sizeof set; ++i) {
+    if (g_resolved.slot[i].origin == settings::Origin::dflt) continue;
+    char val[300], origin[300];
+    settings::format(g_resolved, static_cast<settings::Id>(i), val, sizeof val, origin,
+                     sizeof origin);
+    int w = snprintf(set + o, sizeof set - o, " %s=%s (%s)", settings::kDecls[i].name, val, origin);
     if (w < 0) break;
     o += static_cast<size_t>(w);
   }
@@ -75,8 +81,15 @@ void log_banner() {
 }
 
 void do_init() {
-  parse_config(env_lookup, nullptr, env_report, nullptr, &g_config);
-  if (getauxval(AT_SECURE) != 0) apply_secure_execution(&g_config);
+  settings::Sources src;
+  src.env = env_lookup;
+  src.read = settings::read_file;
+  src.program = program_invocation_short_name != nullptr ? program_invocation_short_name : "";
+  src.secure = getauxval(AT_SECURE) != 0;
+  src.check_rules = check_rules;
+  src.report = env_report;
+  parse_config(src, &g_resolved, &g_config);
+  if (src.secure) apply_secure_execution(&g_config);
   log::g_level.store(g_config.log_level);
   log::open_destination(g_config.log_file);
   real::resolve_all();
@@ -142,7 +155,14 @@ void before_exit() {
 // Constructor: initialise early when nobody called us yet; destructor: the
 // streams end as the kernel's close at exit ends sockets, then stats (a
 // destructor runs after the program's atexit handlers, which may still send).
+// A tool linked with the library's code (xpress-stat) defines
+// xp_tool_process as true: it is no preloaded program, so it neither reads
+// its own configuration nor logs at start.
+extern "C" {
+__attribute__((weak)) bool xp_tool_process = false;
+}
 __attribute__((constructor)) static void xp_constructor() {
+  if (xp_tool_process) return;
   ensure_init();
 }
 __attribute__((destructor)) static void xp_destructor() {

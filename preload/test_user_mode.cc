@@ -13,6 +13,7 @@
 #include <sys/epoll.h>
 
 #include "preload/boundary.h"
+#include "preload/config.h"
 #include "preload/epoll_state.h"
 #include "preload/readiness.h"
 #include "stream/ready_source.h"
@@ -76,9 +77,7 @@ void pump() {
 // channels for tens of ms under TCG); sleepers that watch the sockets
 // themselves (ReadySource::kernel_watch) must not wait for it.
 long relay_delay_ms() {
-  const char* v = getenv("XPRESS_TEST_RELAY_DELAY_MS");
-  long ms = v ? strtol(v, nullptr, 10) : 0;
-  return ms < 0 ? 0 : ms > 1000 ? 1000 : ms;
+  return config().test_relay_delay_ms;
 }
 
 void* watcher(void*) {
@@ -184,8 +183,7 @@ Source* source_of(SocketRecord& r) {
 bool enabled() {
   int e = g_enabled.load(std::memory_order_relaxed);
   if (__builtin_expect(e >= 0, 1)) return e != 0;
-  const char* v = getenv("XPRESS_TEST_USER_MODE");
-  e = v != nullptr && strcmp(v, "1") == 0;
+  e = config().test_user_mode;
   g_enabled.store(e, std::memory_order_relaxed);
   return e != 0;
 }

@@ -1,5 +1,7 @@
-// Tunables of the engine, from the environment (preload/config.cc reads
-// them; README lists them).  Plain data so stream/ needs no preload header.
+// Tunables of the engine, each set by its setting in common/settings.def
+// (environment or configuration file; README lists them).  The defaults
+// here equal the table's (a unit test checks).  Plain data so stream/ needs
+// no preload header.
 #pragma once
 #include <cstddef>
 #include <cstdint>

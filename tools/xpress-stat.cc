@@ -7,6 +7,9 @@
 //   xpress-stat --json [PID]    the same as JSON
 //   xpress-stat -w SECONDS ...  repeat every SECONDS until interrupted
 //   xpress-stat -z PID          reset its counters; -l LEVEL PID: its log level
+//   xpress-stat --print-config [PROGRAM]
+//                               the settings a program of that name started
+//                               now would get, and where each came from
 // Files of processes that no longer exist are removed on the way.
 #include <cerrno>
 #include <csignal>
@@ -19,19 +22,54 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "preload/config.h"
 #include "preload/stats.h"
 
 using namespace xp;
+
+// No start-up of its own (preload/lifecycle.cc): this is a tool.
+extern "C" {
+bool xp_tool_process = true;
+}
 
 namespace {
 
 void usage() {
   fprintf(stderr, "usage: xpress-stat [--json] [-w SECONDS] [PID]\n"
                   "       xpress-stat -z PID | -l LEVEL PID | -z -l LEVEL PID\n"
+                  "       xpress-stat --print-config [PROGRAM]\n"
                   "  no PID: one line per process running with xpress\n"
                   "  PID:    that process's counters, fallback reasons and open connections\n"
                   "  -z:     reset that process's counters (open connections stay)\n"
-                  "  -l:     set its log level (error, warn, info, debug, trace)\n");
+                  "  -l:     set its log level (error, warn, info, debug, trace)\n"
+                  "  --print-config: every setting's value for PROGRAM (a name or path)\n"
+                  "          started now with this environment, and where it came from\n");
+}
+
+// What the library would resolve in a process named program started with
+// this environment (preload/lifecycle.cc does the same).  Exit status 1
+// when some value or line is rejected (the process would pass through).
+int print_config(const char* program) {
+  const char* base = strrchr(program, '/');
+  settings::Sources src;
+  src.env = [](const char* name, void*) -> const char* { return getenv(name); };
+  src.read = settings::read_file;
+  src.program = base != nullptr ? base + 1 : program;
+  src.check_rules = check_rules;
+  src.report = [](const char* line, void*) { fprintf(stderr, "%s\n", line); };
+  auto r = std::make_unique<settings::Resolved>();
+  Config cfg;
+  bool ok = parse_config(src, r.get(), &cfg);
+  // A file the program may not read (permissions, a sandbox) is ignored.
+  char none[400] = "none";
+  if (r->file_error != 0 && r->file_error != ENOENT)
+    snprintf(none, sizeof none, "none (%s cannot be read: %s; ignored)",
+             r->slot[settings::kCONFIG].str, strerror(r->file_error));
+  printf("# program '%s', configuration file %s%s\n", src.program, r->file[0] ? r->file : none,
+         ok ? "" : "; invalid: xpress would pass everything through");
+  fflush(stdout);
+  settings::print(*r, STDOUT_FILENO);
+  return ok ? 0 : 1;
 }
 
 // Reads a consistent-enough snapshot (counters are independent; no lock):
@@ -179,6 +217,13 @@ int main(int argc, char** argv) {
   bool json = false;
   int watch = 0, pid = 0, level = -1;
   bool reset = false;
+  if (argc >= 2 && strcmp(argv[1], "--print-config") == 0) {
+    if (argc > 3) {
+      usage();
+      return 2;
+    }
+    return print_config(argc == 3 ? argv[2] : "");
+  }
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--json") == 0) {
       json = true;

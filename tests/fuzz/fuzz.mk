@@ -1,20 +1,21 @@
-# libFuzzer targets for the parsers of peer-controlled bytes (clang, Debian's
-# clang package): `make fuzz` runs each for FUZZ_SECONDS (default 60) from
+# libFuzzer targets for the parsers of peer-controlled bytes, and of the
+# configuration file a user may name (clang, Debian's clang package): `make fuzz` runs each for FUZZ_SECONDS (default 60) from
 # its committed seed corpus (tests/fuzz/corpus/NAME; new inputs go to
 # $(BUILD)/fuzz/corpus/NAME, crashes to $(BUILD)/fuzz/); `make test-fuzz`
 # is the short pass `make test` runs (5 s each).
 FUZZ_CXX ?= clang++
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
               -pthread -I. -Wall -Wextra -Werror
-FUZZ_TARGETS := wire_ring records
+FUZZ_TARGETS := wire_ring records settings
 # The library code each target reaches, compiled again with the sanitizers.
 FUZZ_SRCS_wire_ring :=
 FUZZ_SRCS_records := flow/record_channel.cc flow/record_channel_cork.cc \
   flow/record_channel_replay.cc stream/mux.cc stream/fault.cc common/bulk_copy.cc \
   common/logsink.cc common/status.cc
+FUZZ_SRCS_settings := common/settings.cc
 FUZZ_SECONDS ?= 60
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cc $(wildcard flow/*.h stream/mux.h verbs/wire_ring.h)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cc $(wildcard flow/*.h stream/mux.h verbs/wire_ring.h common/settings.*)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRCS_$*)
 

@@ -38,7 +38,7 @@ TEST_CASE("config: defaults") {
   CHECK(!e.cfg.backtrace);
   CHECK(e.cfg.rules.count == 3); // the default rules
   CHECK(e.cfg.alloc);
-  CHECK(e.cfg.alloc_min_kb == 64);
+  CHECK(e.cfg.alloc_min == 64u << 10);
   CHECK(!e.cfg.alloc_hugetlb);
   CHECK(e.cfg.engine.zerocopy);
   CHECK(e.cfg.engine.zerocopy_min == stream::EngineParams{}.zerocopy_min);
