@@ -37,6 +37,26 @@ else
   bad "backtrace: libunwind $(grep -c libunwind <<<"$maps"), rdma-core $(grep -cE 'libibverbs|librdmacm' <<<"$maps")"
 fi
 
+# /bin/true allocates nothing: under the preload neither start-up nor exit
+# may initialise the allocator for it (glibc's first malloc: brk, getrandom).
+calls=$(LD_PRELOAD=$lib timeout 20 strace -qq -f -e trace=brk,getrandom /bin/true 2>&1 >/dev/null)
+n=$(grep -cE '^(\[pid +[0-9]+\] )?(brk|getrandom)\(' <<<"$calls")
+plain=$(timeout 20 strace -qq -f -e trace=brk,getrandom /bin/true 2>&1 >/dev/null | grep -cE '^(brk|getrandom)\(')
+if [ "$n" -le "$plain" ]; then
+  ok "no_allocation_at_start_or_exit: $n brk/getrandom calls (plain: $plain)"
+else
+  bad "no_allocation_at_start_or_exit: $n brk/getrandom calls, plain $plain: $(tr '\n' ' ' <<<"$calls")"
+fi
+
+# No constructor that runs cpuid (libgcc's __builtin_cpu_supports support):
+# a trap to the hypervisor at every exec under virtualisation.
+syms=$(nm "$lib" 2>/dev/null)
+if grep -q __cpu_indicator_init <<<"$syms"; then
+  bad "no_cpuid_constructor: the library links libgcc's __cpu_indicator_init"
+else
+  ok "no_cpuid_constructor"
+fi
+
 # A loopback connection the rules let through: the upgrade decision looks
 # for an RDMA device, which loads rdma-core (none is found on a host
 # without one; the connection stays on TCP either way).
