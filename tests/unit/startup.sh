@@ -57,6 +57,16 @@ else
   ok "no_cpuid_constructor"
 fi
 
+# The real functions are looked up when first used, all of them at the first
+# inet socket (preload/real.h), not at start-up: /bin/true never calls
+# sendmmsg, so nothing looks it up.
+lookups=$(LD_DEBUG=symbols LD_PRELOAD=$lib timeout 20 /bin/true 2>&1 | grep -c 'symbol=sendmmsg;')
+if [ "$lookups" -eq 0 ]; then
+  ok "no_lookup_before_first_socket"
+else
+  bad "no_lookup_before_first_socket: sendmmsg looked up $lookups times by /bin/true"
+fi
+
 # A loopback connection the rules let through: the upgrade decision looks
 # for an RDMA device, which loads rdma-core (none is found on a host
 # without one; the connection stays on TCP either way).
