@@ -22,12 +22,23 @@ ifeq ($(LTO),1)
 CXXFLAGS += -flto=auto -ffat-lto-objects
 LIB_LTO := -flto=auto -O2 -g
 endif
-LDLIBS := -libverbs -lrdmacm -lunwind -ldl -pthread
+# rdma-core (libibverbs, librdmacm) and libunwind are not linked: verbs/
+# dlopens rdma-core when a connection could first use it (verbs/rdma_lib.h),
+# preload/backtrace.cc libunwind when XPRESS_BACKTRACE asks for it, so a
+# preloaded process that never connects does not load them.
+LDLIBS := -ldl -pthread
+# The library needs no C++ run time of its own (preload/cxxrt.cc defines the
+# entry points its code calls; the rest of libstdc++ it uses is header code),
+# and carries the few libgcc helpers it uses: a C program preloaded with it
+# then loads and relocates no libstdc++.
+LIB_STATIC_RT := -static-libstdc++ -static-libgcc
 
 # Layers below preload/ (no interposed symbols): linked into unit tests too.
 CORE_SRCS := $(wildcard common/*.cc stream/*.cc verbs/*.cc alloc/*.cc flow/*.cc recover/*.cc) \
-             $(filter-out preload/wrap_%.cc,$(wildcard preload/*.cc))
-WRAP_SRCS := $(wildcard preload/wrap_*.cc)
+             $(filter-out preload/wrap_%.cc preload/cxxrt.cc,$(wildcard preload/*.cc))
+# The wrappers and the library's own C++ run time (preload/cxxrt.cc): in the
+# library only.
+WRAP_SRCS := $(wildcard preload/wrap_*.cc) preload/cxxrt.cc
 ASM_SRCS  := $(wildcard preload/*.S)
 CORE_OBJS := $(CORE_SRCS:%.cc=$(BUILD)/%.o)
 WRAP_OBJS := $(WRAP_SRCS:%.cc=$(BUILD)/%.o) $(ASM_SRCS:%.S=$(BUILD)/%.o)
@@ -56,7 +67,7 @@ $(BUILD)/exports.map: preload/interpose_table.def preload/alloc_table.def tools/
 
 $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
 	$(CXX) $(LIB_LTO) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \
-	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LDLIBS)
+	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LIB_STATIC_RT) $(LDLIBS)
 
 -include $(CORE_OBJS:.o=.d) $(WRAP_OBJS:.o=.d)
 

@@ -6,6 +6,7 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <sys/platform/x86.h>
 #endif
 
 namespace xp {
@@ -63,8 +64,10 @@ struct Impls {
     v[n++] = {"libc", &memcpy};
 #if defined(__x86_64__)
     v[n++] = {"sse2", &copy_sse2};
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) v[n++] = {"avx2", &copy_avx2};
+    // glibc's own CPU feature table (filled at start-up anyway), not
+    // __builtin_cpu_supports: that links libgcc's cpuinfo, whose
+    // constructor runs cpuid at every exec (a trap under virtualisation).
+    if (CPU_FEATURE_ACTIVE(AVX2)) v[n++] = {"avx2", &copy_avx2};
 #endif
   }
 };

@@ -2,14 +2,13 @@
 // libunwind backtrace to the log, then let the default action happen.  Only
 // signals still at their default disposition get our handler, so a handler
 // the program installed itself is never replaced (and one it installs later
-// replaces ours, as it should).
+// replaces ours, as it should).  libunwind is not linked: it is dlopen'd
+// here, only when the setting asks for backtraces (a signal handler cannot
+// load a library).
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <dlfcn.h>
-
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
 
 #include "preload/lifecycle.h"
 #include "preload/log.h"
@@ -19,11 +18,15 @@ namespace {
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
 
+// libunwind's unw_backtrace (libunwind.h): the frames' return addresses.
+using unw_backtrace_fn = int (*)(void** frames, int max);
+unw_backtrace_fn g_unw_backtrace = nullptr;
+
 void on_fatal(int sig, siginfo_t* info, void*) {
   log::write(LogLevel::error, "fatal signal %d (%s) at address %p; backtrace:", sig,
              sigdescr_np(sig), info ? info->si_addr : nullptr);
   void* frames[64];
-  int n = unw_backtrace(frames, 64);
+  int n = g_unw_backtrace(frames, 64);
   for (int i = 0; i < n; ++i) {
     Dl_info dl{};
     const char* obj = "?";
@@ -50,6 +53,14 @@ void on_fatal(int sig, siginfo_t* info, void*) {
 } // namespace
 
 void install_backtrace_handlers() {
+  void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  if (lib != nullptr)
+    g_unw_backtrace = reinterpret_cast<unw_backtrace_fn>(dlsym(lib, "unw_backtrace"));
+  if (g_unw_backtrace == nullptr) {
+    XP_LOG(warn, "XPRESS_BACKTRACE: libunwind.so.8 not usable (%s): no backtraces",
+           lib ? "no unw_backtrace" : dlerror());
+    return;
+  }
   for (int sig : kSignals) {
     struct sigaction old {};
     if (sigaction(sig, nullptr, &old) != 0) continue;

@@ -92,7 +92,6 @@ void do_init() {
   if (src.secure) apply_secure_execution(&g_config);
   log::g_level.store(g_config.log_level);
   log::open_destination(g_config.log_file);
-  real::resolve_all();
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (g_config.backtrace) install_backtrace_handlers();
   XP_LOG(debug, "initialised: enabled=%d stats=%d rules=%zu", g_config.enabled,

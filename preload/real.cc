@@ -77,9 +77,12 @@ void* lookup(const char* name) {
 #undef XP
 
 void resolve_all() {
+  static std::atomic<bool> done{false};
+  if (__builtin_expect(done.load(std::memory_order_acquire), 1)) return;
 #define XP(ret, name, params) (void)name();
 #include "preload/interpose_table.def"
 #undef XP
+  done.store(true, std::memory_order_release);
 }
 
 } // namespace xp::real

@@ -23,7 +23,12 @@ namespace xp::real {
 #include "preload/interpose_table.def"
 #undef XP
 
-// Resolve every entry now (called from the constructor; idempotent).
+// Resolve every entry now (idempotent; cheap once done).  Called when the
+// process makes its first inet socket (track.cc), not at start-up: ~100
+// dlsym lookups are a good part of the library's start-up cost, and a
+// process that never connects only needs the entries it calls (each is
+// looked up on its first use).  From that socket on, no wrapper looks
+// anything up, so a signal handler's socket calls never run dlsym.
 void resolve_all();
 
 } // namespace xp::real

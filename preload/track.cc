@@ -10,6 +10,7 @@
 #include "preload/kernel_features.h"
 #include "preload/lifecycle.h"
 #include "preload/log.h"
+#include "preload/real.h"
 #include "preload/stats.h"
 #include "preload/test_user_mode.h"
 #include "stream/conn.h"
@@ -271,6 +272,7 @@ void on_socket(int fd, int domain, int type) {
     return;
   }
   ensure_init();
+  real::resolve_all(); // the first inet socket: every real function, now (real.h)
   int base_type = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
   Counters& c = stats::c();
   if (base_type != SOCK_STREAM) {

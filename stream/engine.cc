@@ -42,8 +42,13 @@ constexpr uintptr_t kTagConn = 1;
 
 // Never destroyed: the engine thread runs until the process ends, after
 // static destructors.
+std::atomic<State*> g_created{nullptr};
 State& state_once() {
-  static State* s = new State();
+  static State* s = [] {
+    auto* st = new State();
+    g_created.store(st, std::memory_order_release);
+    return st;
+  }();
   return *s;
 }
 #define g_state (state_once())
@@ -331,6 +336,10 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
 
 State& g() {
   return state_once();
+}
+
+State* g_if_created() {
+  return g_created.load(std::memory_order_acquire);
 }
 
 uint64_t now_ms() {

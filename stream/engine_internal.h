@@ -166,6 +166,9 @@ struct State {
   std::atomic<Reason> pinned_reason{Reason::none};
 };
 State& g();
+// The state if anything created it yet, else null (nothing to do then: the
+// exit path of a process that never made a connection allocates nothing).
+State* g_if_created();
 
 // CLOCK_MONOTONIC: the one clock of the stream layer (waits, deadlines,
 // statistics); now_ms() is the same clock in ms.

@@ -51,7 +51,9 @@ Channel* end_stream(Conn* c, uint64_t until) {
 } // namespace
 
 void before_exit(uint32_t budget_ms) {
-  State& s = g();
+  State* sp = g_if_created();
+  if (sp == nullptr) return; // no connection ever: nothing to end
+  State& s = *sp;
   // Before any lock: a fork child's copy of a lock another thread of its
   // parent held would cost it the whole budget, and fork children _exit
   // often.  Both flags are set before the threads that could race them.

@@ -5,7 +5,9 @@ set -euo pipefail
 PKGS=(
   # build
   build-essential pkg-config clang-format
-  libibverbs-dev librdmacm-dev libunwind-dev libboost-dev doctest-dev
+  libibverbs-dev librdmacm-dev libboost-dev doctest-dev
+  # dlopen'd at run time: libunwind for XPRESS_BACKTRACE (tests/unit/tools.sh)
+  libunwind8
   # RDMA user space (also used inside the Soft-RoCE VM through the 9p root share)
   rdma-core ibverbs-utils rdmacm-utils ibverbs-providers perftest
   # real programs for program tests and benchmarks
@@ -25,6 +27,8 @@ PKGS=(
   liburing-dev bc
   # stacks of a server that hangs in a VM test (tests/rdma-programs/lib.sh)
   gdb
+  # what a preloaded process does at start-up and exit (tests/unit/startup.sh)
+  strace
   # the Debian package and its checks (make deb, make test-install)
   dpkg-dev lintian man-db
   # Soft-RoCE VM test bed

@@ -48,10 +48,11 @@ struct Cm::Impl {
 };
 
 Cm* Cm::create() {
+  if (!rdma_loaded()) return nullptr;
   auto* cm = new (std::nothrow) Cm();
   if (cm == nullptr) return nullptr;
   cm->impl_ = new (std::nothrow) Impl();
-  if (cm->impl_ == nullptr || (cm->impl_->ec = rdma_create_event_channel()) == nullptr) {
+  if (cm->impl_ == nullptr || (cm->impl_->ec = rdmacm().create_event_channel()) == nullptr) {
     delete cm;
     return nullptr;
   }
@@ -60,7 +61,7 @@ Cm* Cm::create() {
   int fl = static_cast<int>(syscall(SYS_fcntl, cm->impl_->ec->fd, F_GETFL));
   syscall(SYS_fcntl, cm->impl_->ec->fd, F_SETFL, fl | O_NONBLOCK);
   // librdmacm asks the ibacm service for an IB route once per process, the
-  // first time rdma_resolve_route() runs (acm.c ucma_ib_init: it opens
+  // first time rdmacm().resolve_route() runs (acm.c ucma_ib_init: it opens
   // /run/ibacm.port and a socket, kept while ibacm runs): that would be in
   // the engine thread, behind the program's back (an fd made between its
   // close(n) and its next call takes the number n).  A route-only query
@@ -68,13 +69,13 @@ Cm* Cm::create() {
   rdma_addrinfo hints{};
   hints.ai_family = AF_INET;
   rdma_addrinfo* rai = nullptr;
-  if (rdma_getaddrinfo(nullptr, nullptr, &hints, &rai) == 0) rdma_freeaddrinfo(rai);
+  if (rdmacm().getaddrinfo(nullptr, nullptr, &hints, &rai) == 0) rdmacm().freeaddrinfo(rai);
   return cm;
 }
 
 Cm::~Cm() {
   if (impl_) {
-    if (impl_->ec) rdma_destroy_event_channel(impl_->ec);
+    if (impl_->ec) rdmacm().destroy_event_channel(impl_->ec);
     delete impl_;
   }
 }
@@ -88,25 +89,25 @@ Status Cm::listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* 
   if (l == nullptr) return Status::no_resource;
   l->ctx.kind = CtxKind::listener;
   l->ctx.user = user;
-  if (rdma_create_id(impl_->ec, &l->ctx.id, &l->ctx, RDMA_PS_TCP) != 0) {
+  if (rdmacm().create_id(impl_->ec, &l->ctx.id, &l->ctx, RDMA_PS_TCP) != 0) {
     delete l;
     return Status::io_error;
   }
-  if (rdma_bind_addr(l->ctx.id, const_cast<sockaddr*>(addr)) != 0 ||
-      rdma_listen(l->ctx.id, 128) != 0) {
+  if (rdmacm().bind_addr(l->ctx.id, const_cast<sockaddr*>(addr)) != 0 ||
+      rdmacm().listen(l->ctx.id, 128) != 0) {
     Status st = errno == EADDRINUSE ? Status::unsupported : Status::io_error;
-    rdma_destroy_id(l->ctx.id);
+    rdmacm().destroy_id(l->ctx.id);
     delete l;
     return st;
   }
-  *port = ntohs(rdma_get_src_port(l->ctx.id));
+  *port = ntohs(rdmacm().get_src_port(l->ctx.id));
   *out = l;
   return Status::ok;
 }
 
 void Cm::close_listener(CmListener* l) {
   if (l == nullptr) return;
-  rdma_destroy_id(l->ctx.id);
+  rdmacm().destroy_id(l->ctx.id);
   delete l;
 }
 
@@ -127,7 +128,7 @@ Status Cm::connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams&
   if (app_len) memcpy(c->app, app, app_len);
   c->app_len = app_len;
   link->cm_ctx_ = c;
-  if (rdma_create_id(impl_->ec, &c->id, c, RDMA_PS_TCP) != 0) {
+  if (rdmacm().create_id(impl_->ec, &c->id, c, RDMA_PS_TCP) != 0) {
     delete link;
     delete c;
     return Status::io_error;
@@ -135,10 +136,10 @@ Status Cm::connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams&
   XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: connect %p to port %u", static_cast<void*>(c->id),
           dst->sa_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(dst)->sin_port)
                                     : 0u);
-  if (rdma_resolve_addr(c->id, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
-                        p.timeout_ms) != 0) {
+  if (rdmacm().resolve_addr(c->id, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
+                            p.timeout_ms) != 0) {
     XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: resolve_addr failed: %s", strerror(errno));
-    rdma_destroy_id(c->id);
+    rdmacm().destroy_id(c->id);
     delete link;
     delete c;
     return Status::io_error;
@@ -167,17 +168,17 @@ Status Cm::accept(CmRequest* req, const RcLinkParams& p, const void* app, size_t
     cp.private_data_len = sizeof w;
     cp.rnr_retry_count = 7;
     cp.retry_count = 7;
-    if (rdma_accept(req->id, &cp) != 0) st = Status::io_error;
+    if (rdmacm().accept(req->id, &cp) != 0) st = Status::io_error;
   }
   XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: accept %p: %s", static_cast<void*>(req->id), status_name(st));
   if (st != Status::ok) {
     if (link && link->id_) {
-      rdma_reject(req->id, nullptr, 0);
+      rdmacm().reject(req->id, nullptr, 0);
       delete link; // setup() took the id: this destroys it
     } else {
       delete link;
-      rdma_reject(req->id, nullptr, 0);
-      rdma_destroy_id(req->id);
+      rdmacm().reject(req->id, nullptr, 0);
+      rdmacm().destroy_id(req->id);
     }
     delete c;
   }
@@ -191,8 +192,8 @@ void Cm::reject(CmRequest* req, const void* app, size_t app_len) {
   if (app_len > kAppPrivateMax) app_len = kAppPrivateMax;
   if (app_len) memcpy(buf + 4, app, app_len);
   XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: reject %p", static_cast<void*>(req->id));
-  rdma_reject(req->id, buf, static_cast<uint8_t>(4 + app_len));
-  rdma_destroy_id(req->id);
+  rdmacm().reject(req->id, buf, static_cast<uint8_t>(4 + app_len));
+  rdmacm().destroy_id(req->id);
   delete req;
 }
 
@@ -211,7 +212,7 @@ namespace {
 
 void fail_active(Ctx* c) {
   // setup() may not have run yet: then the link does not own the id.
-  if (c->link->id_ == nullptr) rdma_destroy_id(c->id);
+  if (c->link->id_ == nullptr) rdmacm().destroy_id(c->id);
   delete c->link;
   delete c;
 }
@@ -221,7 +222,7 @@ void fail_active(Ctx* c) {
 bool Cm::next(CmEvent* out) {
   while (true) {
     rdma_cm_event* ev = nullptr;
-    if (rdma_get_cm_event(impl_->ec, &ev) != 0) return false; // EAGAIN: nothing pending
+    if (rdmacm().get_cm_event(impl_->ec, &ev) != 0) return false; // EAGAIN: nothing pending
     // Copy what we need, then ack before acting: destroying an id waits
     // for its events to be acknowledged.
     rdma_cm_event_type type = ev->event;
@@ -235,8 +236,8 @@ bool Cm::next(CmEvent* out) {
       memcpy(priv, ev->param.conn.private_data, plen);
     }
     auto* c = static_cast<Ctx*>(id->context);
-    rdma_ack_cm_event(ev);
-    XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: %s (status %d) for %p", rdma_event_str(type), status,
+    rdmacm().ack_cm_event(ev);
+    XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: %s (status %d) for %p", rdmacm().event_str(type), status,
             static_cast<void*>(id));
 
     *out = CmEvent{};
@@ -246,8 +247,8 @@ bool Cm::next(CmEvent* out) {
       // id is the new connection's; its context is still the listener's.
       auto* req = new (std::nothrow) CmRequest();
       if (req == nullptr || plen < offsetof(WireRing, app)) {
-        rdma_reject(id, nullptr, 0);
-        rdma_destroy_id(id);
+        rdmacm().reject(id, nullptr, 0);
+        rdmacm().destroy_id(id);
         delete req;
         continue;
       }
@@ -272,7 +273,7 @@ bool Cm::next(CmEvent* out) {
       return true;
     }
     case RDMA_CM_EVENT_ADDR_RESOLVED:
-      if (rdma_resolve_route(id, c->timeout_ms) != 0) {
+      if (rdmacm().resolve_route(id, c->timeout_ms) != 0) {
         out->kind = CmEvent::Kind::failed;
         out->user = c->user;
         fail_active(c);
@@ -289,7 +290,7 @@ bool Cm::next(CmEvent* out) {
         cp.private_data_len = sizeof w;
         cp.retry_count = 7;
         cp.rnr_retry_count = 7;
-        if (rdma_connect(id, &cp) != 0) st = Status::io_error;
+        if (rdmacm().connect(id, &cp) != 0) st = Status::io_error;
       }
       if (st != Status::ok) {
         out->kind = CmEvent::Kind::failed;

@@ -2,9 +2,11 @@
 
 #include <atomic>
 #include <cstdio>
-#include <infiniband/verbs.h>
+
+#include "verbs/rdma_lib.h"
 
 namespace xp::verbs {
+using detail::ibv;
 namespace {
 // -1 unknown, 0 none, 1 present.
 std::atomic<int> g_present{-1};
@@ -14,8 +16,9 @@ bool device_present() {
   int v = g_present.load(std::memory_order_acquire);
   if (__builtin_expect(v >= 0, 1)) return v == 1;
   int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list != nullptr) ibv_free_device_list(list);
+  // rdma-core is loaded here, the first time a connection could use it.
+  ibv_device** list = detail::rdma_loaded() ? ibv().get_device_list(&n) : nullptr;
+  if (list != nullptr) ibv().free_device_list(list);
   v = (list != nullptr && n > 0) ? 1 : 0;
   g_present.store(v, std::memory_order_release);
   return v == 1;
@@ -25,15 +28,15 @@ void device_names(char* out, unsigned n) {
   if (n == 0) return;
   out[0] = '\0';
   int count = 0;
-  ibv_device** list = ibv_get_device_list(&count);
+  ibv_device** list = detail::rdma_loaded() ? ibv().get_device_list(&count) : nullptr;
   if (list == nullptr) return;
   unsigned o = 0;
   for (int i = 0; i < count && o + 1 < n; ++i) {
-    int w = snprintf(out + o, n - o, "%s%s", i ? "," : "", ibv_get_device_name(list[i]));
+    int w = snprintf(out + o, n - o, "%s%s", i ? "," : "", ibv().get_device_name(list[i]));
     if (w < 0) break;
     o += static_cast<unsigned>(w);
   }
-  ibv_free_device_list(list);
+  ibv().free_device_list(list);
 }
 
 void reset_device_cache() {

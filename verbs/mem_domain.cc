@@ -15,7 +15,7 @@ void PdMemory::detach() {
 bool PdMemory::reg_local(void* addr, size_t len, uint32_t* lkey, void** handle) {
   // Local access only: arena and cache memory is never remotely writable
   // (the receive ring is the only remote-writable region; protocol §7).
-  ibv_mr* mr = ibv_reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* mr = ibv().reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE);
   if (mr == nullptr) return false;
   *lkey = mr->lkey;
   *handle = mr;
@@ -23,7 +23,7 @@ bool PdMemory::reg_local(void* addr, size_t len, uint32_t* lkey, void** handle) 
 }
 
 void PdMemory::dereg(void* handle) {
-  ibv_dereg_mr(static_cast<ibv_mr*>(handle));
+  ibv().dereg_mr(static_cast<ibv_mr*>(handle));
 }
 
 } // namespace xp::verbs::detail

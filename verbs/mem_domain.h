@@ -2,9 +2,8 @@
 // ibv_reg_mr with local access only for the arenas and the registration
 // cache.  Internal to verbs/ (RcLink owns one per PD).
 #pragma once
-#include <infiniband/verbs.h>
-
 #include "alloc/domain.h"
+#include "verbs/rdma_lib.h"
 
 namespace xp::verbs::detail {
 

@@ -8,10 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
 #include <new>
 #include <poll.h>
-#include <rdma/rdma_cma.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,9 +28,9 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   // channel's go to the high range, once (see common/fd_place.h).
   id->verbs->cmd_fd = place_high(id->verbs->cmd_fd);
   id->verbs->async_fd = place_high(id->verbs->async_fd);
-  pd_ = ibv_alloc_pd(id->verbs);
+  pd_ = ibv().alloc_pd(id->verbs);
   if (pd_) mem_.attach(pd_);
-  comp_ = pd_ ? ibv_create_comp_channel(id->verbs) : nullptr;
+  comp_ = pd_ ? ibv().create_comp_channel(id->verbs) : nullptr;
   if (comp_) {
     comp_->fd = place_high(comp_->fd);
     // Several threads may wait on it (the engine, blocked callers): taking
@@ -44,12 +42,12 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   // there) plus the spares the record channel may owe back (recv_spare).
   uint32_t recv_wrs = static_cast<uint32_t>(p.ring_bytes / 64) + sw::kRecvSpare;
   int cqe = static_cast<int>(recv_wrs + p.sq_depth);
-  cq_ = comp_ ? ibv_create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;
+  cq_ = comp_ ? ibv().create_cq(id->verbs, cqe, nullptr, comp_, 0) : nullptr;
   ring_size_ = p.ring_bytes;
   window_log2_ = p.stream_window ? static_cast<uint8_t>(std::bit_width(p.stream_window) - 1) : 0;
   ring_ = cq_ ? static_cast<uint8_t*>(map_zeroed(ring_size_)) : nullptr;
   ring_mr_ =
-      ring_ ? ibv_reg_mr(pd_, ring_, ring_size_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+      ring_ ? ibv().reg_mr(pd_, ring_, ring_size_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
             : nullptr;
   if (ring_mr_ == nullptr) return Status::no_resource;
   ibv_qp_init_attr qa{};
@@ -63,7 +61,7 @@ Status RcLink::setup(rdma_cm_id* id, const RcLinkParams& p) {
   qa.cap.max_send_sge = 2;
   qa.cap.max_recv_sge = 1;
   qa.cap.max_inline_data = p.max_inline;
-  if (rdma_create_qp(id, pd_, &qa) != 0) return Status::no_resource;
+  if (rdmacm().create_qp(id, pd_, &qa) != 0) return Status::no_resource;
   qp_created_ = true;
   max_inline_ = qa.cap.max_inline_data;
   max_sge_ = qa.cap.max_send_sge;
@@ -92,7 +90,7 @@ Status RcLink::set_peer(const void* priv, size_t len) {
   peer_rkey_ = w.rkey;
   peer_size_ = w.size;
   stage_ = static_cast<uint8_t*>(map_zeroed(peer_size_));
-  stage_mr_ = stage_ ? ibv_reg_mr(pd_, stage_, peer_size_, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  stage_mr_ = stage_ ? ibv().reg_mr(pd_, stage_, peer_size_, IBV_ACCESS_LOCAL_WRITE) : nullptr;
   return stage_mr_ ? Status::ok : Status::no_resource;
 }
 
@@ -178,24 +176,24 @@ int RcLink::poll(Completion* out, int max) {
 bool RcLink::ack_event() {
   ibv_cq* cq = nullptr;
   void* ctx = nullptr;
-  if (ibv_get_cq_event(comp_, &cq, &ctx) != 0) return false; // EAGAIN: taken elsewhere
-  ibv_ack_cq_events(cq, 1);
+  if (ibv().get_cq_event(comp_, &cq, &ctx) != 0) return false; // EAGAIN: taken elsewhere
+  ibv().ack_cq_events(cq, 1);
   return true;
 }
 
 RcLink::~RcLink() {
-  if (id_ && connected_) rdma_disconnect(id_);
-  if (qp_created_) rdma_destroy_qp(id_);
-  if (stage_mr_) ibv_dereg_mr(stage_mr_);
-  if (ring_mr_) ibv_dereg_mr(ring_mr_);
-  if (cq_) ibv_destroy_cq(cq_);
-  if (comp_) ibv_destroy_comp_channel(comp_);
+  if (id_ && connected_) rdmacm().disconnect(id_);
+  if (qp_created_) rdmacm().destroy_qp(id_);
+  if (stage_mr_) ibv().dereg_mr(stage_mr_);
+  if (ring_mr_) ibv().dereg_mr(ring_mr_);
+  if (cq_) ibv().destroy_cq(cq_);
+  if (comp_) ibv().destroy_comp_channel(comp_);
   mem_.detach(); // the PD's registrations must go first
-  if (pd_) ibv_dealloc_pd(pd_);
+  if (pd_) ibv().dealloc_pd(pd_);
   if (stage_) munmap(stage_, peer_size_);
   if (ring_) munmap(ring_, ring_size_);
-  if (id_) rdma_destroy_id(id_);
-  if (ec_) rdma_destroy_event_channel(ec_);
+  if (id_) rdmacm().destroy_id(id_);
+  if (ec_) rdmacm().destroy_event_channel(ec_);
 }
 
 } // namespace detail
@@ -203,24 +201,25 @@ RcLink::~RcLink() {
 Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p, const void* app,
                   size_t app_len, Link** out) {
   if (app_len > kAppPrivateMax) return Status::invalid;
+  if (!rdma_loaded()) return Status::io_error; // as when rdma_cm cannot be used
   auto* link = new (std::nothrow) RcLink();
   if (link == nullptr) return Status::no_resource;
-  link->ec_ = rdma_create_event_channel();
+  link->ec_ = rdmacm().create_event_channel();
   Status st = Status::io_error;
   rdma_cm_event* ev = nullptr;
-  if (link->ec_ && rdma_create_id(link->ec_, &link->id_, nullptr, RDMA_PS_TCP) == 0 &&
-      rdma_resolve_addr(link->id_, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
-                        p.timeout_ms) == 0) {
+  if (link->ec_ && rdmacm().create_id(link->ec_, &link->id_, nullptr, RDMA_PS_TCP) == 0 &&
+      rdmacm().resolve_addr(link->id_, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
+                            p.timeout_ms) == 0) {
     st = wait_event(link->ec_, RDMA_CM_EVENT_ADDR_RESOLVED, p.timeout_ms, &ev);
   }
   if (st == Status::ok) {
-    rdma_ack_cm_event(ev);
-    st = rdma_resolve_route(link->id_, p.timeout_ms) == 0
+    rdmacm().ack_cm_event(ev);
+    st = rdmacm().resolve_route(link->id_, p.timeout_ms) == 0
              ? wait_event(link->ec_, RDMA_CM_EVENT_ROUTE_RESOLVED, p.timeout_ms, &ev)
              : Status::io_error;
   }
   if (st == Status::ok) {
-    rdma_ack_cm_event(ev);
+    rdmacm().ack_cm_event(ev);
     rdma_cm_id* id = link->id_;
     link->id_ = nullptr; // setup() takes it back
     st = link->setup(id, p);
@@ -233,14 +232,14 @@ Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& 
     cp.private_data_len = sizeof w;
     cp.retry_count = 7;
     cp.rnr_retry_count = 7;
-    st = rdma_connect(link->id_, &cp) == 0
+    st = rdmacm().connect(link->id_, &cp) == 0
              ? wait_event(link->ec_, RDMA_CM_EVENT_ESTABLISHED, p.timeout_ms, &ev)
              : Status::io_error;
   }
   if (st == Status::ok) {
     link->connected_ = true;
     st = link->set_peer(ev->param.conn.private_data, ev->param.conn.private_data_len);
-    rdma_ack_cm_event(ev);
+    rdmacm().ack_cm_event(ev);
   }
   if (st != Status::ok) {
     delete link;
@@ -256,16 +255,17 @@ struct RcListener::Impl {
 };
 
 Status RcListener::listen(const sockaddr* addr, int backlog, RcListener** out) {
+  if (!rdma_loaded()) return Status::io_error; // as when rdma_cm cannot be used
   auto* l = new (std::nothrow) RcListener();
   if (l == nullptr || (l->impl_ = new (std::nothrow) Impl()) == nullptr) {
     delete l;
     return Status::no_resource;
   }
-  l->impl_->ec = rdma_create_event_channel();
+  l->impl_->ec = rdmacm().create_event_channel();
   if (l->impl_->ec == nullptr ||
-      rdma_create_id(l->impl_->ec, &l->impl_->id, nullptr, RDMA_PS_TCP) != 0 ||
-      rdma_bind_addr(l->impl_->id, const_cast<sockaddr*>(addr)) != 0 ||
-      rdma_listen(l->impl_->id, backlog) != 0) {
+      rdmacm().create_id(l->impl_->ec, &l->impl_->id, nullptr, RDMA_PS_TCP) != 0 ||
+      rdmacm().bind_addr(l->impl_->id, const_cast<sockaddr*>(addr)) != 0 ||
+      rdmacm().listen(l->impl_->id, backlog) != 0) {
     Status st = errno == EADDRINUSE ? Status::unsupported : Status::io_error;
     delete l;
     return st;
@@ -284,17 +284,17 @@ Status RcListener::accept(const RcLinkParams& p, int timeout_ms, Link** out, voi
   size_t plen = ev->param.conn.private_data_len;
   if (ev->param.conn.private_data)
     memcpy(&peer, ev->param.conn.private_data, plen < sizeof peer ? plen : sizeof peer);
-  rdma_ack_cm_event(ev);
+  rdmacm().ack_cm_event(ev);
   auto* link = new (std::nothrow) RcLink();
   if (link == nullptr) {
-    rdma_reject(child, nullptr, 0);
-    rdma_destroy_id(child);
+    rdmacm().reject(child, nullptr, 0);
+    rdmacm().destroy_id(child);
     return Status::no_resource;
   }
   st = link->setup(child, p);
   if (st == Status::ok) st = link->set_peer(&peer, sizeof peer);
   if (st != Status::ok) {
-    rdma_reject(child, nullptr, 0);
+    rdmacm().reject(child, nullptr, 0);
     delete link;
     return st;
   }
@@ -304,7 +304,7 @@ Status RcListener::accept(const RcLinkParams& p, int timeout_ms, Link** out, voi
   cp.private_data = &w;
   cp.private_data_len = sizeof w;
   cp.rnr_retry_count = 7;
-  if (rdma_accept(child, &cp) != 0) {
+  if (rdmacm().accept(child, &cp) != 0) {
     delete link;
     return Status::io_error;
   }
@@ -313,7 +313,7 @@ Status RcListener::accept(const RcLinkParams& p, int timeout_ms, Link** out, voi
     delete link;
     return st;
   }
-  rdma_ack_cm_event(ev);
+  rdmacm().ack_cm_event(ev);
   link->connected_ = true;
   if (app_out && app_len) {
     size_t n = peer.app_len < *app_len ? peer.app_len : *app_len;
@@ -330,8 +330,8 @@ int RcListener::fd() const {
 
 RcListener::~RcListener() {
   if (impl_) {
-    if (impl_->id) rdma_destroy_id(impl_->id);
-    if (impl_->ec) rdma_destroy_event_channel(impl_->ec);
+    if (impl_->id) rdmacm().destroy_id(impl_->id);
+    if (impl_->ec) rdmacm().destroy_event_channel(impl_->ec);
     delete impl_;
   }
 }

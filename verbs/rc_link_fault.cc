@@ -2,8 +2,6 @@
 // pair goes to the error state as after a fatal transport error.  Its
 // outstanding work requests complete with flush errors here; the peer sees
 // its own sends time out (or our RESUME on TCP first).
-#include <infiniband/verbs.h>
-
 #include "verbs/rc_link_impl.h"
 
 namespace xp::verbs::detail {
@@ -12,7 +10,7 @@ Status RcLink::force_error() {
   if (id_ == nullptr || id_->qp == nullptr) return Status::invalid;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_ERR;
-  return ibv_modify_qp(id_->qp, &a, IBV_QP_STATE) == 0 ? Status::ok : Status::io_error;
+  return ibv().modify_qp(id_->qp, &a, IBV_QP_STATE) == 0 ? Status::ok : Status::io_error;
 }
 
 } // namespace xp::verbs::detail

@@ -4,14 +4,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <infiniband/verbs.h>
 #include <poll.h>
-#include <rdma/rdma_cma.h>
 #include <sys/mman.h>
 
 #include "common/switches.h"
 #include "verbs/mem_domain.h"
 #include "verbs/rc_link.h"
+#include "verbs/rdma_lib.h"
 #include "verbs/wire_ring.h"
 
 namespace xp::verbs::detail {
@@ -29,12 +28,12 @@ inline Status wait_event(rdma_event_channel* ec, rdma_cm_event_type want, int ti
   if (r == 0) return Status::timed_out;
   if (r < 0) return Status::io_error;
   rdma_cm_event* ev = nullptr;
-  if (rdma_get_cm_event(ec, &ev) != 0) return Status::io_error;
+  if (rdmacm().get_cm_event(ec, &ev) != 0) return Status::io_error;
   if (ev->event != want) {
     Status st = ev->event == RDMA_CM_EVENT_REJECTED || ev->event == RDMA_CM_EVENT_UNREACHABLE
                     ? Status::unsupported
                     : Status::io_error;
-    rdma_ack_cm_event(ev);
+    rdmacm().ack_cm_event(ev);
     return st;
   }
   *out = ev;

@@ -37,7 +37,9 @@ xpress: link-to-shared-library-in-wrong-package *
 xpress: package-name-doesnt-match-sonames libxpress0
 O
 # Dependencies from the binaries' own needs (dpkg-shlibdeps wants a source
-# tree's debian/control: a minimal one in a scratch directory).
+# tree's debian/control: a minimal one in a scratch directory).  rdma-core
+# and libunwind are dlopen'd, which dpkg-shlibdeps cannot see: the control
+# file names them.
 work=$build/deb/shlibdeps
 mkdir -p "$work/debian"
 printf 'Source: xpress\n\nPackage: xpress\nArchitecture: any\n' > "$work/debian/control"

@@ -25,7 +25,12 @@ test-symbols: $(LIB) $(SMALL_STACK)
 	bash tests/unit/symbols.sh $(LIB) preload/interpose_table.def preload/alloc_table.def
 	bash tests/unit/tls.sh $(LIB) $(SMALL_STACK)
 
-TEST_TARGETS += test-unit test-symbols
+# What a preloaded process loads before its first connection (issue 31).
+.PHONY: test-startup
+test-startup: $(LIB)
+	bash tests/unit/startup.sh $(LIB)
+
+TEST_TARGETS += test-unit test-symbols test-startup
 
 # The same unit tests built with AddressSanitizer and UBSan (the library code
 # they cover is compiled again with the sanitizers, not taken from $(CORE)).

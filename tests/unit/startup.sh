@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Start-up cost (issue 31): a preloaded process that never makes an inet
+# connection must not load rdma-core, libunwind or a C++ run time.  Reads
+# /proc/self/maps from preloaded children: with no socket; with
+# XPRESS_BACKTRACE=1 (libunwind, and only it, is loaded); after a TCP
+# connect the rules let through (rdma-core is loaded then, to look for a
+# device).  And ldd of the library lists none of them.
+# Usage: startup.sh LIB
+set -uo pipefail
+lib=$(readlink -f "$1")
+passed=0
+failed=0
+ok() { echo "PASS $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1"; failed=$((failed + 1)); }
+heavy='libibverbs|librdmacm|libunwind|libstdc\+\+|libnl-'
+
+deps=$(ldd "$lib")
+if grep -qE "$heavy" <<<"$deps"; then
+  bad "ldd_lists_no_heavy_library: $(grep -oE "($heavy)[^ ]*" <<<"$deps" | sort -u | tr '\n' ' ')"
+else
+  ok "ldd_lists_no_heavy_library: $(awk '{print $1}' <<<"$deps" | tr '\n' ' ')"
+fi
+
+maps=$(LD_PRELOAD=$lib timeout 20 cat /proc/self/maps)
+if ! grep -q "$lib" <<<"$maps"; then
+  bad "no_socket: the library is not in the child's maps (preload failed?)"
+elif grep -qE "$heavy" <<<"$maps"; then
+  bad "no_socket: mapped $(grep -oE "[^ /]*($heavy)[^ ]*" <<<"$maps" | sort -u | tr '\n' ' ')"
+else
+  ok "no_socket: no rdma-core, libunwind or libstdc++ mapped"
+fi
+
+maps=$(LD_PRELOAD=$lib XPRESS_BACKTRACE=1 timeout 20 cat /proc/self/maps)
+if grep -q libunwind <<<"$maps" && ! grep -qE 'libibverbs|librdmacm' <<<"$maps"; then
+  ok "backtrace_loads_libunwind_only"
+else
+  bad "backtrace: libunwind $(grep -c libunwind <<<"$maps"), rdma-core $(grep -cE 'libibverbs|librdmacm' <<<"$maps")"
+fi
+
+# /bin/true allocates nothing: under the preload neither start-up nor exit
+# may initialise the allocator for it (glibc's first malloc: brk, getrandom).
+calls=$(LD_PRELOAD=$lib timeout 20 strace -qq -f -e trace=brk,getrandom /bin/true 2>&1 >/dev/null)
+n=$(grep -cE '^(\[pid +[0-9]+\] )?(brk|getrandom)\(' <<<"$calls")
+plain=$(timeout 20 strace -qq -f -e trace=brk,getrandom /bin/true 2>&1 >/dev/null | grep -cE '^(brk|getrandom)\(')
+if [ "$n" -le "$plain" ]; then
+  ok "no_allocation_at_start_or_exit: $n brk/getrandom calls (plain: $plain)"
+else
+  bad "no_allocation_at_start_or_exit: $n brk/getrandom calls, plain $plain: $(tr '\n' ' ' <<<"$calls")"
+fi
+
+# No constructor that runs cpuid (libgcc's __builtin_cpu_supports support):
+# a trap to the hypervisor at every exec under virtualisation.
+syms=$(nm "$lib" 2>/dev/null)
+if grep -q __cpu_indicator_init <<<"$syms"; then
+  bad "no_cpuid_constructor: the library links libgcc's __cpu_indicator_init"
+else
+  ok "no_cpuid_constructor"
+fi
+
+# The real functions are looked up when first used, all of them at the first
+# inet socket (preload/real.h), not at start-up: /bin/true never calls
+# sendmmsg, so nothing looks it up.
+lookups=$(LD_DEBUG=symbols LD_PRELOAD=$lib timeout 20 /bin/true 2>&1 | grep -c 'symbol=sendmmsg;')
+if [ "$lookups" -eq 0 ]; then
+  ok "no_lookup_before_first_socket"
+else
+  bad "no_lookup_before_first_socket: sendmmsg looked up $lookups times by /bin/true"
+fi
+
+# A loopback connection the rules let through: the upgrade decision looks
+# for an RDMA device, which loads rdma-core (none is found on a host
+# without one; the connection stays on TCP either way).
+maps=$(LD_PRELOAD=$lib XPRESS_RULES='allow * *' timeout 20 /usr/bin/python3 -c '
+import socket
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+c.sendall(b"ping"); assert s.recv(4) == b"ping"
+print(open("/proc/self/maps").read())')
+if grep -q libibverbs <<<"$maps" && grep -q librdmacm <<<"$maps"; then
+  ok "connect_loads_rdma_core"
+else
+  bad "connect_loads_rdma_core: libibverbs/librdmacm not mapped after a connect ($(wc -l <<<"$maps") map lines)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
