@@ -51,9 +51,17 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     send_msg(ch, recover::make_nak(h.stream, nak));
     return true;
   }
+  // Only the TCP client may attach its connection: the channel's rdma_cm
+  // requester must be the tuple's client address (docs/protocol.md §2).
+  static const uint8_t zero[4] = {};
+  if (t.family != 4 || memcmp(ch->peer_addr, zero, 4) == 0 ||
+      memcmp(ch->peer_addr, t.client_addr, 4) != 0) {
+    send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
+    return true;
+  }
   uint8_t key[12];
   recover::tuple_key(t, key);
-  Conn* c = t.family == 4 ? find_by_key(key) : nullptr;
+  Conn* c = find_by_key(key);
   if (c == nullptr) {
     // Wait for the application to accept it only when it can still come
     // here: one of our listening sockets, and no sibling process took it.

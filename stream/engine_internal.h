@@ -69,8 +69,9 @@ struct CmUser {
   enum class Kind : uint8_t { client, server, listener_share, listener_private } kind;
   Conn* conn;
   ListenShare* share;
-  uint16_t port;         // client: the port this attempt went to
-  bool reattach = false; // a channel for a resumed stream going back (stream/reattach.cc)
+  uint16_t port;             // client: the port this attempt went to
+  bool reattach = false;     // a channel for a resumed stream going back (stream/reattach.cc)
+  uint8_t requester[4] = {}; // server: the rdma_cm requester's address (Channel::peer_addr)
 };
 
 struct State {
@@ -314,6 +315,13 @@ void retry_pending(uint64_t now);
 void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
 Conn* find_by_key(const uint8_t key[12]);
+// docs/protocol.md §2: an rdma_cm requester may only ask for a 4-tuple
+// whose client address is its own (AF_INET, or IPv4-mapped AF_INET6); key
+// as recover::tuple_key.  *addr receives the requester's IPv4 address.
+bool requester_matches(const sockaddr* peer, const uint8_t key[12], uint8_t addr[4]);
+// A server channel may carry a stream only when the channel's requester is
+// the stream's TCP client (the address check of every binding path).
+bool channel_serves(const Channel* ch, const Conn* c);
 bool recently_closed(const uint8_t key[12]);
 void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt
 // A channel for a resumed stream going back (stream/reattach.cc): rdma_cm to
