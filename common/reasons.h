@@ -21,6 +21,7 @@ enum class Reason : uint8_t {
   closed_during_upgrade, // the application closed it before the upgrade finished
   fork_after_rdma,       // a fork child of a process that already used RDMA
   shared_by_fork,        // forked while its upgrade was under way: parent and child share it
+  too_few_bytes, // closed before it carried the bytes a binding proof covers (protocol.md §2)
   count
 };
 
@@ -56,6 +57,8 @@ inline const char* reason_name(Reason r) {
     return "fork_after_rdma";
   case Reason::shared_by_fork:
     return "shared_by_fork";
+  case Reason::too_few_bytes:
+    return "too_few_bytes";
   case Reason::count:
     break;
   }

@@ -20,7 +20,8 @@
 namespace xp::stream::engine {
 namespace {
 
-constexpr uint8_t kWireVersion = 1;
+// 2: binding proofs cover protocol-fixed counts (docs/protocol.md §2).
+constexpr uint8_t kWireVersion = 2;
 // kKindReattach: a channel for a resumed stream of this 4-tuple (nonce
 // zero); the stream binds over it with an authenticated REATTACH.
 constexpr uint8_t kKindRequest = 1, kKindAccept = 2, kKindReattach = 3;
