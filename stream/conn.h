@@ -156,6 +156,9 @@ public:
   ListenShare* share = nullptr;             // server: the listener's rendezvous state
   bool cm_tried = false;                    // client: an rdma_cm connection was attempted
   std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
+  // Bound, but too few bytes crossed for a proof (docs/protocol.md §2): only
+  // the program's own data calls move it on, so the engine need not tick.
+  std::atomic<bool> short_of_bytes{false};
   bool attach_refused = false;
   bool parked_once = false; // client: waited for another connection's channel set-up  // client: an
                             // ATTACH was NAKed; use rdma_cm
