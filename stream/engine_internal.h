@@ -377,6 +377,13 @@ void retry_pending(uint64_t now);
 void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
 Conn* find_by_key(const uint8_t key[12]);
+// docs/protocol.md §2: an rdma_cm requester may only ask for a 4-tuple
+// whose client address is its own (AF_INET, or IPv4-mapped AF_INET6); key
+// as recover::tuple_key.  *addr receives the requester's IPv4 address.
+bool requester_matches(const sockaddr* peer, const uint8_t key[12], uint8_t addr[4]);
+// A server channel may carry a stream only when the channel's requester is
+// the stream's TCP client (the address check of every binding path).
+bool channel_serves(const Channel* ch, const Conn* c);
 // The rdma_cm request req answered for c (false: it waits, or was refused).
 bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12], uint16_t sid,
                     const recover::Nonce& nonce, bool reattach);

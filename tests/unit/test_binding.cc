@@ -75,7 +75,7 @@ struct Served {
     int got = 0;
     REQUIRE(client.poll(r, 8, &got) == Status::ok);
     for (int i = 0; i < got; ++i) {
-      out.push_back(*r[i].hdr);
+      out.push_back(r[i].hdr);
       client.release(r[i].slot);
     }
     return out;
