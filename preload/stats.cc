@@ -275,10 +275,11 @@ RowBytes split(const ConnSlot& s) {
               s.rx_switch_at.load(std::memory_order_relaxed), &r.rx_before);
   return r;
 }
-} // namespace
 
-void rebase_slot(ConnSlot* s, Mode now) {
-  if (s == nullptr) return;
+// Adds the row's counts to the totals (Counters), under the mode the row
+// has now; with restart, the row's counts start over (its connection goes
+// on under another mode).
+void fold_row(ConnSlot* s, bool restart) {
   Counters& c = block().c;
   int m = s->mode < 2 ? s->mode : 0;
   RowBytes rb = split(*s);
@@ -286,6 +287,11 @@ void rebase_slot(ConnSlot* s, Mode now) {
   c.bytes_rx[m].fetch_add(rb.rx, std::memory_order_relaxed);
   c.tx_before_switch.fetch_add(rb.tx_before, std::memory_order_relaxed);
   c.rx_before_switch.fetch_add(rb.rx_before, std::memory_order_relaxed);
+  if (!restart) {
+    c.msgs_tx[m].fetch_add(s->msgs_tx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    c.msgs_rx[m].fetch_add(s->msgs_rx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return;
+  }
   c.msgs_tx[m].fetch_add(s->msgs_tx.exchange(0, std::memory_order_relaxed),
                          std::memory_order_relaxed);
   c.msgs_rx[m].fetch_add(s->msgs_rx.exchange(0, std::memory_order_relaxed),
@@ -294,20 +300,18 @@ void rebase_slot(ConnSlot* s, Mode now) {
   s->bytes_rx.fetch_sub(rb.rx + rb.rx_before, std::memory_order_relaxed);
   s->tx_switch_at.store(0, std::memory_order_relaxed);
   s->rx_switch_at.store(0, std::memory_order_relaxed);
+}
+} // namespace
+
+void rebase_slot(ConnSlot* s, Mode now) {
+  if (s == nullptr) return;
+  fold_row(s, true);
   s->mode = static_cast<uint8_t>(now);
 }
 
 void release_slot(ConnSlot* s) {
   if (s == nullptr) return;
-  Counters& c = block().c;
-  int m = s->mode < 2 ? s->mode : 0;
-  RowBytes rb = split(*s);
-  c.bytes_tx[m].fetch_add(rb.tx, std::memory_order_relaxed);
-  c.bytes_rx[m].fetch_add(rb.rx, std::memory_order_relaxed);
-  c.tx_before_switch.fetch_add(rb.tx_before, std::memory_order_relaxed);
-  c.rx_before_switch.fetch_add(rb.rx_before, std::memory_order_relaxed);
-  c.msgs_tx[m].fetch_add(s->msgs_tx.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  c.msgs_rx[m].fetch_add(s->msgs_rx.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  fold_row(s, false);
   s->in_use.store(0, std::memory_order_release);
 }
 

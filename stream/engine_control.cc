@@ -129,6 +129,9 @@ void handle_record(Channel* ch, const ControlRecord& r) {
   if (r.h.type == static_cast<uint8_t>(RecordType::attach)) {
     if (ch->client_side) return; // only the channel's client attaches
     std::lock_guard<std::mutex> gl(g().mu);
+    // A failing channel binds and queues nothing: it is about to be
+    // unlinked and freed (docs/protocol.md §8, "Bounded state").
+    if (ch->failed.load() || ch->dying_since_ms != 0) return;
     if (!handle_attach(ch, r, false)) {
       // It waits for the application's accept, within the caps
       // (engine_pending.cc); beyond them the client hears busy at once.

@@ -63,6 +63,22 @@ static int send_all(int fd, const void* p, size_t n) {
   return 0;
 }
 
+// The first n bytes of the test pattern (pat) to fd; nonzero on error.
+static int send_pattern(int fd, size_t n) {
+  static uint8_t buf[65536];
+  for (size_t off = 0; off < n;) {
+    size_t k = n - off < sizeof buf ? n - off : sizeof buf;
+    for (size_t i = 0; i < k; ++i)
+      buf[i] = pat(off + i);
+    if (send_all(fd, buf, k)) {
+      perror("send");
+      return 1;
+    }
+    off += k;
+  }
+  return 0;
+}
+
 static int recv_all(int fd, void* p, size_t n) {
   uint8_t* b = p;
   while (n > 0) {
@@ -163,17 +179,7 @@ static int run_ktls_send(const char* host, int port, size_t n) {
   int fd = dial(host, port);
   warm_up_send(fd, 3.0);
   if (ktls_on(fd, TLS_TX) != 0) return 1;
-  static uint8_t buf[65536];
-  for (size_t off = 0; off < n;) {
-    size_t k = n - off < sizeof buf ? n - off : sizeof buf;
-    for (size_t i = 0; i < k; ++i)
-      buf[i] = pat(off + i);
-    if (send_all(fd, buf, k)) {
-      perror("send");
-      return 1;
-    }
-    off += k;
-  }
+  if (send_pattern(fd, n)) return 1;
   close(fd);
   printf("sent %zu with kernel TLS\n", n);
   return 0;
@@ -293,17 +299,7 @@ static int run_send(const char* host, int port, size_t n, int zerocopy) {
   } else {
     fd = dial(host, port);
   }
-  static uint8_t buf[65536];
-  for (size_t off = 0; off < n;) {
-    size_t k = n - off < sizeof buf ? n - off : sizeof buf;
-    for (size_t i = 0; i < k; ++i)
-      buf[i] = pat(off + i);
-    if (send_all(fd, buf, k)) {
-      perror("send");
-      return 1;
-    }
-    off += k;
-  }
+  if (send_pattern(fd, n)) return 1;
   close(fd);
   printf("sent %zu\n", n);
   return 0;

@@ -136,6 +136,32 @@ TEST_CASE("engine: a pending ATTACH does not outlive its channel") {
   CHECK(engine::g().attaches.empty());
 }
 
+// An ATTACH polled before its channel failed, and handed out by a drainer
+// after (an application thread's recv polls a burst that ends in a bad
+// record): a failing channel takes no ATTACH, so none waits on a channel
+// that is about to be unlinked and freed.
+TEST_CASE("engine: a failed channel queues no ATTACH from its inbox") {
+  Timeout t(5000);
+  Listening l(7000);
+  ServerChannel s;
+  ControlRecord r{};
+  r.h.type = static_cast<uint8_t>(flow::RecordType::attach);
+  r.h.stream = 3;
+  r.h.len = recover::kAttachBytes;
+  recover::Nonce n{};
+  recover::encode_attach(tuple(40003), n, r.payload);
+  {
+    std::lock_guard<std::mutex> g(s.ch->mu);
+    s.ch->inbox.push_back(r);
+    s.ch->inbox_pending.store(true);
+  }
+  engine::mark_failed(s.ch, ResumeCause::protocol_error);
+  engine::drain_inbox(s.ch);
+  CHECK(pending_attaches(s.ch) == 0);
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  CHECK(engine::g().attaches.empty());
+}
+
 namespace {
 // NAK codes the raw client end received.
 std::vector<uint64_t> naks(ServerChannel& s) {
