@@ -40,6 +40,7 @@ struct Served {
     memcpy(cb->peer_addr, requester, 4);
     c->ref();
     stream::engine::g().conns.push_back(c);
+    stream::engine::index_server(c); // found by its 4-tuple, as accept() does
   }
   ~Served() {
     stream::engine::on_close(c);

@@ -50,7 +50,9 @@ recover::TcpTuple tuple(uint16_t client_port) {
 }
 
 // A server channel in the engine's table, its peer a raw record channel
-// (we write what we like).
+// (we write what we like).  Its rdma_cm requester is the tuples' client
+// address: a channel from any other address binds nothing
+// (docs/protocol.md §1, tests/unit/test_binding.cc).
 struct ServerChannel {
   test::LinkPair links{64 * 1024};
   flow::RecordChannel client{&links.la};
@@ -58,6 +60,7 @@ struct ServerChannel {
   ServerChannel() {
     std::lock_guard<std::mutex> g(engine::g().mu);
     ch = engine::make_channel(&links.lb, false);
+    memcpy(ch->peer_addr, tuple(0).client_addr, 4);
   }
   Status attach(uint32_t id, uint16_t client_port) {
     uint8_t p[recover::kAttachBytes];
