@@ -25,6 +25,7 @@ enum class Reason : uint8_t {
   io_uring,       // the process has an io_uring, which reads and writes sockets in the kernel
   ipsec,          // an xfrm (IPsec) policy covers the connection, or the socket has its own
   kernel_feature, // another kernel feature that must see the bytes (BPF filter, zero-copy, repair)
+  too_few_bytes,  // closed before it carried the bytes a binding proof covers (protocol.md §2)
   count
 };
 
@@ -68,6 +69,8 @@ inline const char* reason_name(Reason r) {
     return "ipsec";
   case Reason::kernel_feature:
     return "kernel_feature";
+  case Reason::too_few_bytes:
+    return "too_few_bytes";
   case Reason::count:
     break;
   }

@@ -360,9 +360,16 @@ void closing(SocketRecord& r, int fd) {
   }
   if (stream::Conn* c = r.conn.load(std::memory_order_acquire)) {
     // A server that never heard from the client's xpress: a plain client.
+    bool short_of_bytes;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      short_of_bytes = c->sess.coverage_short();
+    }
+    // Bound, but too few bytes crossed to prove it holds the connection.
     Reason why = c->role == recover::Role::server && !c->heard_from_peer.load()
                      ? Reason::peer_not_accelerated
-                     : Reason::closed_during_upgrade;
+                 : short_of_bytes ? Reason::too_few_bytes
+                                  : Reason::closed_during_upgrade;
     if (r.outcome_pending) count_outcome(r, Mode::tcp, why);
     stream::engine::on_close(c);
   } else if (r.outcome_pending) {

@@ -191,18 +191,23 @@ Status UpgradeSession::on_proof_record(uint8_t type, uint64_t seq, const uint8_t
   p.present = true;
   decode_proof(payload, p.tag, p.count);
   const int tx = tx_dir(), rx = rx_dir();
-  // No byte crossed: there is nothing a proof could cover.  The peer cannot
-  // have seen more of our direction than we sent.
-  if ((p.count[0] | p.count[1]) == 0 || p.count[tx] > count_[tx])
-    return reject(Reason::handshake_failed, "proof claims bytes never sent");
+  // The protocol fixes what a proof covers (docs/protocol.md §2); the peer
+  // cannot have seen more of our direction than we sent.
+  if (!coverage_form(p.count) || p.count[tx] > count_[tx])
+    return reject(Reason::handshake_failed, "proof covers other than the protocol's bytes");
+  // One-way form over our direction: we know exactly what we sent.
+  if (p.count[rx] == 0 && count_[tx] < kOneWayBytes)
+    return reject(Reason::handshake_failed, "one-way proof over a direction that is not");
   if (type == msg::proof) {
     if (peer_proof_seen_ || seq != 0) return reject(Reason::handshake_failed, "second PROOF");
     peer_proof_seen_ = true;
     peer_proof_ = p;
   } else {
-    // S is the count of the peer's direction the proof covers, and it can
-    // only be at or beyond what TCP already delivered here.
-    if (peer_switch_seen_ || p.count[rx] != seq || count_[rx] > seq)
+    // S is at least what the proof covers of the peer's direction (one-way
+    // over it: at least kOneWayBytes), and at or beyond what TCP already
+    // delivered here.
+    const uint64_t least = p.count[tx] == 0 ? kOneWayBytes : p.count[rx];
+    if (peer_switch_seen_ || seq < least || count_[rx] > seq)
       return reject(Reason::handshake_failed, "second SWITCH or bad switch offset");
     peer_switch_seen_ = true;
     p.offset = seq;
@@ -215,8 +220,9 @@ Status UpgradeSession::on_proof_record(uint8_t type, uint64_t seq, const uint8_t
 UpgradeSession::Check UpgradeSession::check(uint8_t kind, const Pending& p) const {
   // Our sending direction was checked on arrival (claimed <= sent, and our
   // copy only grows); the peer's may still be on its way over TCP.
+  // One-way over the peer's direction: it carried kOneWayBytes here first.
   const int rx = rx_dir();
-  const uint64_t need = p.count[rx] < kPrefixBytes ? p.count[rx] : kPrefixBytes;
+  const uint64_t need = p.count[1 - rx] == 0 ? kOneWayBytes : p.count[rx];
   if (count_[rx] < need) return Check::later;
   ProofInput in;
   in.kind = kind;
@@ -264,8 +270,8 @@ void UpgradeSession::make_proof(uint8_t kind, uint64_t offset, Message* m) const
   in.kind = kind;
   in.dir = static_cast<Dir>(tx_dir());
   in.offset = offset;
-  in.count[0] = count_[0];
-  in.count[1] = count_[1];
+  in.count[0] = cover_[0];
+  in.count[1] = cover_[1];
   in.prefix[0] = prefix_[0];
   in.prefix[1] = prefix_[1];
   uint8_t tag[kTagBytes];
@@ -273,13 +279,28 @@ void UpgradeSession::make_proof(uint8_t kind, uint64_t offset, Message* m) const
   *m = Message{};
   m->stream = stream_id_;
   m->len = static_cast<uint8_t>(kProofBytes);
-  encode_proof(tag, count_, m->payload);
+  encode_proof(tag, cover_, m->payload);
+}
+
+bool UpgradeSession::reach(uint64_t cover[2]) const {
+  if (count_[0] >= kCoverBytes && count_[1] >= kCoverBytes) {
+    cover[0] = cover[1] = kCoverBytes;
+    return true;
+  }
+  for (int d = 0; d < 2; ++d) {
+    if (count_[d] >= kOneWayBytes) {
+      cover[d] = kCoverBytes;
+      cover[1 - d] = 0;
+      return true;
+    }
+  }
+  return false;
 }
 
 // Each end proves as soon as it can, whether or not it switches: the peer
 // needs our proof before it may send us anything over RDMA.
 void UpgradeSession::maybe_prove() {
-  if (state_ != State::bound || proof_sent_ || !crossed()) return;
+  if (state_ != State::bound || proof_sent_ || !reach(cover_)) return;
   Message m;
   make_proof(kProofKindProof, 0, &m);
   m.type = msg::proof;
@@ -292,8 +313,9 @@ Status UpgradeSession::try_switch_tx() {
   if (tx_switched_) return Status::invalid;
   // Until the peer proved it holds this connection, bytes sent over RDMA
   // could reach a process that is not the TCP peer.
-  if (state_ != State::bound || !crossed() || !peer_proven_) return Status::would_block;
-  maybe_prove(); // our PROOF (if any) goes before the SWITCH
+  if (state_ != State::bound || !peer_proven_) return Status::would_block;
+  maybe_prove();                                // our PROOF (if any) goes before the SWITCH
+  if (!proof_sent_) return Status::would_block; // too few bytes here yet
   const uint64_t s = count_[tx_dir()];
   Message m;
   make_proof(kProofKindSwitch, s, &m);
@@ -312,10 +334,11 @@ Status UpgradeSession::try_switch_tx() {
 
 bool UpgradeSession::waiting_for_peer() const {
   if (state_ == State::attaching) return true;
-  // The peer sent us bytes, so it can prove; a proof it sent that waits for
-  // our own reading is not the peer's delay.
+  // The bytes we saw reach a coverage form, so the peer can prove; a proof
+  // it sent that waits for our own reading is not the peer's delay.
+  uint64_t cover[2];
   return state_ == State::bound && !peer_proven_ && !peer_proof_.present && !peer_switch_.present &&
-         count_[rx_dir()] > 0;
+         reach(cover);
 }
 
 void UpgradeSession::tick(uint64_t now_ms) {

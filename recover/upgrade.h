@@ -11,8 +11,10 @@
 //                                          -NAK unknown/busy-> refused (may attach again)
 //   server: idle -on_attach (valid, our 4-tuple)-> bound
 //   both:   idle/refused -adopt (nonces came through rdma_cm)-> bound
-//   bound:  each end sends PROOF once a byte crossed; a direction switches
-//           (try_switch_tx) once the peer's proof verified here.
+//   bound:  each end sends PROOF once the bytes that crossed reach one of
+//           the protocol's coverage forms (kCoverBytes of each direction, or
+//           of a one-way direction); a direction switches (try_switch_tx)
+//           once the peer's proof verified here.
 //   any:    -> failed (final; the stream stays on TCP, fallback_reason()).
 //
 // Not thread-safe: the caller serializes calls (the socket's lock).
@@ -76,7 +78,7 @@ public:
   // ok: a SWITCH {S = bytes sent on TCP so far} is queued; from now on the
   // caller writes nothing more on TCP in this direction and sends bytes >= S
   // over RDMA (after the SWITCH record).  would_block: not yet (not bound,
-  // no byte crossed, or the peer has not proven itself); unsupported: the
+  // too few bytes crossed to prove, or the peer has not proven itself); unsupported: the
   // session failed; invalid: already switched.
   Status try_switch_tx();
 
@@ -111,6 +113,9 @@ public:
   bool needs_resume() const { return state_ == State::failed && (tx_switched_ || rx_switched_); }
   // Our PROOF left: from then on the peer may switch its direction.
   bool proof_sent() const { return proof_sent_; }
+  // Bound, but the connection has not carried enough bytes for a proof
+  // (docs/protocol.md §2): it stays on TCP until it does (Reason::too_few_bytes).
+  bool coverage_short() const { return state_ == State::bound && !proof_sent_; }
   // The peer's NAK said it processed no SWITCH of ours (kNakReadsPlain).
   bool peer_reads_plain() const { return state_ == State::failed && peer_reads_plain_; }
   // Recovery (recover/resume_wire.h): the key that authenticates RESUME
@@ -135,7 +140,8 @@ private:
   int rx_dir() const { return 1 - tx_dir(); }
   const Nonce& nonce_c() const { return role_ == Role::client ? nonce_ : peer_nonce_; }
   const Nonce& nonce_s() const { return role_ == Role::client ? peer_nonce_ : nonce_; }
-  bool crossed() const { return count_[0] + count_[1] > 0; }
+  // The coverage form our own counts reach now (false: none yet).
+  bool reach(uint64_t cover[2]) const;
   bool waiting_for_peer() const;
   void record(int d, const void* data, size_t len);
 
@@ -162,6 +168,7 @@ private:
   uint8_t prefix_[2][kPrefixBytes]{}; // their first bytes
 
   bool proof_sent_ = false;
+  uint64_t cover_[2] = {0, 0}; // what our PROOF and SWITCH cover (a coverage form)
   bool peer_proven_ = false;
   Pending peer_proof_, peer_switch_;
   bool peer_proof_seen_ = false, peer_switch_seen_ = false; // duplicates are violations

@@ -28,7 +28,8 @@ constexpr uint8_t proof = 11;
 
 // flow::kMaxControlPayload: no control payload may be larger.
 constexpr size_t kMaxControlPayload = 128;
-constexpr uint8_t kProtocolVersion = 1; // "XPR1", draft 1
+// 2: the proof covers a protocol-fixed number of bytes (kCoverBytes).
+constexpr uint8_t kProtocolVersion = 2;
 
 constexpr size_t kNonceBytes = 16;
 constexpr size_t kAttachBytes = 56;    // see encode_attach
@@ -36,6 +37,18 @@ constexpr size_t kAttachAckBytes = 16; // nonce_s
 constexpr size_t kProofBytes = 32;     // tag(16) | count c->s (8) | count s->c (8)
 constexpr size_t kTagBytes = 16;
 constexpr size_t kPrefixBytes = 64; // first bytes of each direction kept for the proof
+// docs/protocol.md §2: a proof covers exactly kCoverBytes of each direction
+// (the "both" form), or, on a one-way connection (a direction that carried
+// at least kOneWayBytes), exactly kCoverBytes of that direction and none of
+// the other.  No other count is accepted: the prover does not choose how
+// little it proves.
+constexpr uint64_t kCoverBytes = kPrefixBytes;
+constexpr uint64_t kOneWayBytes = 16 * 1024;
+// Whether count[] (indexed by Dir) is one of the protocol's coverage forms.
+inline bool coverage_form(const uint64_t count[2]) {
+  return (count[0] == kCoverBytes && count[1] == kCoverBytes) ||
+         (count[0] == kCoverBytes && count[1] == 0) || (count[0] == 0 && count[1] == kCoverBytes);
+}
 static_assert(kAttachBytes <= kMaxControlPayload && kProofBytes <= kMaxControlPayload);
 
 struct Nonce {

@@ -29,7 +29,11 @@ struct Channel {
   verbs::Link* link = nullptr;
   Mux* mux = nullptr;
   bool client_side = false;
-  uint8_t peer_addr[4] = {}; // client side: the server's address and TCP port (the key)
+  // Client side: the server's address and TCP port (the key).  Server side:
+  // the rdma_cm requester's address; every stream bound here must name it
+  // as its TCP client address (docs/protocol.md §2).  Zero (never set)
+  // matches no connection.
+  uint8_t peer_addr[4] = {};
   uint16_t peer_port = 0;
   std::vector<Conn*> conns; // streams' connections (each holds a ref)
   // Stream id -> connection, one per slot (id % size, as the mux keeps its

@@ -156,7 +156,10 @@ public:
   ListenShare* share = nullptr;             // server: the listener's rendezvous state
   bool cm_tried = false;                    // client: an rdma_cm connection was attempted
   std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
-  bool attach_refused = false;              // client: an ATTACH was NAKed; use rdma_cm
+  // Bound, but too few bytes crossed for a proof (docs/protocol.md §2): only
+  // the program's own data calls move it on, so the engine need not tick.
+  std::atomic<bool> short_of_bytes{false};
+  bool attach_refused = false;   // client: an ATTACH was NAKed; use rdma_cm
   bool parked_once = false;      // client: waited for another connection's channel set-up
   bool redirected = false;       // client: followed a redirect already
   bool switch_acked = false;     // the peer's verified SWITCH was acknowledged (engine_control.cc)

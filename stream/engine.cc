@@ -211,7 +211,9 @@ int wait_ms() {
   if (maybe_unarmed()) return unarmed_in_use() ? kBusyUnarmedTickMs : kUnarmedTickMs;
   if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
   for (Conn* c : s.conns)
-    if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading) return kTickMs;
+    if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading &&
+        !c->short_of_bytes.load(std::memory_order_relaxed))
+      return kTickMs;
   if (!s.channels.empty() || !s.dying.empty() || !s.conns.empty()) {
     // Keepalives every third of their timeout (engine_control.cc).
     uint32_t ka = s.p.keepalive_ms / 3;

@@ -53,9 +53,17 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     send_msg(ch, recover::make_nak(h.stream, nak));
     return true;
   }
+  // Only the TCP client may attach its connection: the channel's rdma_cm
+  // requester must be the tuple's client address (docs/protocol.md §2).
+  static const uint8_t zero[4] = {};
+  if (t.family != 4 || memcmp(ch->peer_addr, zero, 4) == 0 ||
+      memcmp(ch->peer_addr, t.client_addr, 4) != 0) {
+    send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
+    return true;
+  }
   uint8_t key[12];
   recover::tuple_key(t, key);
-  Conn* c = t.family == 4 ? find_by_key(key) : nullptr;
+  Conn* c = find_by_key(key);
   if (c == nullptr) {
     // Wait for the application to accept it only when it can still come
     // here: one of our listening sockets, and no sibling process took it.
@@ -235,6 +243,7 @@ void flush(Conn* c) {
 
 void advance(Conn* c) {
   flush(c);
+  c->short_of_bytes.store(c->sess.coverage_short(), std::memory_order_relaxed);
   if (c->sess.state() == recover::State::failed) return fail(c, c->sess.fallback_reason());
   if (c->st == nullptr) return;
   // While the process forks no direction switches (streams on RDMA move to
@@ -272,9 +281,11 @@ void advance(Conn* c) {
       refresh(c);
     }
     c->rx_rdma.store(true, std::memory_order_release);
-    if (resume::peer_frames_waiting(c->sock())) {
-      // The peer resumed on TCP while we still read its bytes below S.
-      mark_failed(c->ch, ResumeCause::peer_resumed);
+    if (const resume::AfterS t = resume::tcp_after_s(c->sock()); t != resume::AfterS::nothing) {
+      // The peer resumed on TCP while we still read its bytes below S; or
+      // bytes that are no frame follow S (the stream resets, §7).
+      mark_failed(c->ch, t == resume::AfterS::frames ? ResumeCause::peer_resumed
+                                                     : ResumeCause::protocol_error);
       resume::start(c, static_cast<ResumeCause>(c->ch->fail_cause.load()));
       return;
     }
@@ -629,13 +640,21 @@ void tick_conns(uint64_t now) {
 }
 
 bool tcp_after_switch(Conn* c) {
-  if (!resume::peer_frames_waiting(c->sock())) return false;
+  const resume::AfterS t = resume::tcp_after_s(c->sock());
+  if (t == resume::AfterS::nothing) return false;
   Channel* ch;
   {
     std::lock_guard<std::mutex> l(c->mu);
     ch = c->ch; // a channel with c on it is not reaped meanwhile
   }
-  if (ch) channel_failed(ch, ResumeCause::peer_resumed);
+  // Frames: the peer resumed.  Anything else after S: the TCP peer is not
+  // the channel's (a forged SWITCH) or broke the protocol; the resume that
+  // follows finds no RESUME there and resets the stream (docs/protocol.md §7).
+  if (t == resume::AfterS::garbage)
+    XP_SLOG(XP_SLOG_INFO, "fd %d: bytes on TCP after the peer's switch are no frame", c->sock());
+  if (ch)
+    channel_failed(ch, t == resume::AfterS::frames ? ResumeCause::peer_resumed
+                                                   : ResumeCause::protocol_error);
   return true;
 }
 

@@ -72,10 +72,14 @@ inline TupleKey tkey(const uint8_t key[12]) {
 // attach over their channels).
 constexpr size_t kMaxPendingReqs = 1024;
 constexpr uint32_t kMaxPendingReqsPerPeer = 64;
-// Pending ATTACHes: the process's, and one channel's (a channel carries at
-// most XPRESS_STREAMS_PER_CHANNEL streams anyway).  Beyond them: NAK busy
-// (the client then asks rdma_cm, bounded above).
+// Pending ATTACHes: the process's, one channel's (a channel carries at
+// most XPRESS_STREAMS_PER_CHANNEL streams anyway) and one requester
+// address's, so that one address cannot take them all (its
+// XPRESS_SERVER_CHANNELS_PER_PEER channels could otherwise queue 32 x 256):
+// it gets a sixteenth, as with requests.  Beyond them: NAK busy (the
+// client then asks rdma_cm, bounded above).
 constexpr size_t kMaxPendingAttaches = 4096;
+constexpr uint32_t kMaxPendingAttachesPerPeer = 256;
 // A server channel with no stream for this long is torn down (the client
 // tears its idle channels down after 5 s: this is for a client that does
 // not, or never attached anything).
@@ -92,7 +96,8 @@ struct PendingReq {
   uint64_t deadline_ms;
 };
 struct PendingAttach {
-  Channel* ch; // dropped with the channel (drop_attaches) before it is freed
+  Channel* ch;   // dropped with the channel (drop_attaches) before it is freed
+  uint32_t from; // the channel's requester address (network order)
   ControlRecord rec;
   uint64_t deadline_ms;
 };
@@ -134,6 +139,7 @@ struct State {
       attaches_by_key;
   std::unordered_map<uint32_t, uint32_t> reqs_per_addr;
   std::unordered_map<Channel*, uint32_t> attaches_per_ch;
+  std::unordered_map<uint32_t, uint32_t> attaches_per_addr;
   std::vector<TupleKey> ready_keys; // a server connection appeared or closed
   std::vector<std::pair<ListenShare*, uint32_t>> shares_seen; // slots_gen last looked at
   // Server connections by 4-tuple (find_by_key), and rdma_cm accepts under
@@ -375,6 +381,13 @@ void retry_pending(uint64_t now);
 void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
 Conn* find_by_key(const uint8_t key[12]);
+// docs/protocol.md §2: an rdma_cm requester may only ask for a 4-tuple
+// whose client address is its own (AF_INET, or IPv4-mapped AF_INET6); key
+// as recover::tuple_key.  *addr receives the requester's IPv4 address.
+bool requester_matches(const sockaddr* peer, const uint8_t key[12], uint8_t addr[4]);
+// A server channel may carry a stream only when the channel's requester is
+// the stream's TCP client (the address check of every binding path).
+bool channel_serves(const Channel* ch, const Conn* c);
 // The rdma_cm request req answered for c (false: it waits, or was refused).
 bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12], uint16_t sid,
                     const recover::Nonce& nonce, bool reattach);

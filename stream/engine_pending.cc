@@ -66,6 +66,8 @@ void erase_attach(std::list<PendingAttach>::iterator it, const TupleKey& k) {
   unindex(g().attaches_by_key, k, it);
   auto a = g().attaches_per_ch.find(it->ch);
   if (a != g().attaches_per_ch.end() && --a->second == 0) g().attaches_per_ch.erase(a);
+  auto f = g().attaches_per_addr.find(it->from);
+  if (f != g().attaches_per_addr.end() && --f->second == 0) g().attaches_per_addr.erase(f);
   g().attaches.erase(it);
 }
 
@@ -146,13 +148,19 @@ bool queue_request(const PendingReq& p) {
 }
 
 bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[12]) {
+  uint32_t from;
+  memcpy(&from, ch->peer_addr, 4);
   uint32_t& n = g().attaches_per_ch[ch];
-  if (g().attaches.size() >= kMaxPendingAttaches || n >= g().p.streams_per_channel) {
+  uint32_t& m = g().attaches_per_addr[from];
+  if (g().attaches.size() >= kMaxPendingAttaches || n >= g().p.streams_per_channel ||
+      m >= kMaxPendingAttachesPerPeer) {
     if (n == 0) g().attaches_per_ch.erase(ch);
+    if (m == 0) g().attaches_per_addr.erase(from);
     return false;
   }
   ++n;
-  g().attaches.push_back(PendingAttach{ch, r, now_ms() + g().p.handshake_timeout_ms});
+  ++m;
+  g().attaches.push_back(PendingAttach{ch, from, r, now_ms() + g().p.handshake_timeout_ms});
   g().attaches_by_key.emplace(tkey(key), std::prev(g().attaches.end()));
   return true;
 }
@@ -178,6 +186,7 @@ void clear_pending() {
   g().attaches_by_key.clear();
   g().reqs_per_addr.clear();
   g().attaches_per_ch.clear();
+  g().attaches_per_addr.clear();
   g().ready_keys.clear();
   g().shares_seen.clear();
   g().servers.clear();

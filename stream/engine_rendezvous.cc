@@ -20,7 +20,8 @@
 namespace xp::stream::engine {
 namespace {
 
-constexpr uint8_t kWireVersion = 1;
+// 2: binding proofs cover protocol-fixed counts (docs/protocol.md §2).
+constexpr uint8_t kWireVersion = 2;
 // kKindReattach: a channel for a resumed stream of this 4-tuple (nonce
 // zero); the stream binds over it with an authenticated REATTACH.
 constexpr uint8_t kKindRequest = 1, kKindAccept = 2, kKindReattach = 3;
@@ -268,6 +269,8 @@ namespace {
 void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& peer_nonce) {
   std::lock_guard<std::mutex> l(c->mu);
   if (c->closed.load() || c->phase.load() != Phase::upgrading || c->ch != nullptr) return;
+  if (!ch->client_side && !channel_serves(ch, c))
+    return fail(c, Reason::handshake_failed, "rdma_cm requester is not the TCP client");
   Stream* st;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
@@ -288,6 +291,26 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
 }
 
 } // namespace
+
+bool requester_matches(const sockaddr* peer, const uint8_t key[12], uint8_t addr[4]) {
+  if (peer == nullptr) return false;
+  if (peer->sa_family == AF_INET) {
+    memcpy(addr, &reinterpret_cast<const sockaddr_in*>(peer)->sin_addr, 4);
+  } else if (peer->sa_family == AF_INET6) {
+    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(peer);
+    if (!IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) return false; // IPv6 tuples stay on TCP
+    memcpy(addr, a6->sin6_addr.s6_addr + 12, 4);
+  } else {
+    return false;
+  }
+  return memcmp(addr, key, 4) == 0; // the key starts with the client address
+}
+
+bool channel_serves(const Channel* ch, const Conn* c) {
+  static const uint8_t zero[4] = {};
+  return !ch->client_side && c->tuple.family == 4 && memcmp(ch->peer_addr, zero, 4) != 0 &&
+         memcmp(ch->peer_addr, c->tuple.client_addr, 4) == 0;
+}
 
 bool recently_closed(const uint8_t key[12]) {
   for (const auto& k : g().closed_keys)
@@ -486,6 +509,15 @@ void on_cm_event(const verbs::CmEvent& ev) {
     memcpy(&w, ev.priv, sizeof w);
     if ((w.kind != kKindRequest && w.kind != kKindReattach) || w.version != kWireVersion)
       return send_reject(ev.req, rej_version);
+    // The requester must be the TCP client it names (docs/protocol.md §2):
+    // anyone else is refused before anything is looked up.
+    uint8_t from[4] = {};
+    if (!requester_matches(g().cm->request_peer(ev.req), w.key, from)) {
+      char a[INET_ADDRSTRLEN] = "?";
+      inet_ntop(AF_INET, from, a, sizeof a);
+      XP_SLOG(XP_SLOG_INFO, "rdma_cm request from %s names another client address: refused", a);
+      return send_reject(ev.req, rej_unknown);
+    }
     recover::Nonce n;
     memcpy(n.b, w.nonce, 16);
     const bool re = w.kind == kKindReattach;

@@ -232,8 +232,14 @@ int complete(Conn* c, ResumeCause why, uint64_t t0_us, engine::Changes* changed)
   return -1;
 }
 
-int on_record(Channel* ch, const flow::RecordHeader& h, const uint8_t* p) {
-  if (h.len != kPayloadBytes || (p[0] & ~(kTxSwitched | kGone)) != 0) return -1;
+int on_record(Channel* ch, const flow::RecordHeader& h, const uint8_t* ring) {
+  if (h.len != kPayloadBytes) return -1;
+  // The payload is in the peer-writable ring: copied once, and only the
+  // copy is checked and kept (docs/protocol.md §4 "The ring is
+  // peer-writable").
+  uint8_t p[kPayloadBytes];
+  memcpy(p, ring, sizeof p);
+  if ((p[0] & ~(kTxSwitched | kGone)) != 0) return -1;
   for (int i = 1; i < 8; ++i)
     if (p[i] != 0) return -1;
   Stream* s = ch->mux->find(h.stream);

@@ -335,7 +335,9 @@ void on_reattach(Channel* ch, const ControlRecord& rec) {
   uint8_t key[12];
   recover::tuple_key(t, key);
   Conn* c = engine::find_by_key(key);
-  if (c == nullptr) return nak(recover::NakCode::unknown_stream);
+  // A channel whose rdma_cm requester is not the stream's TCP client binds
+  // nothing of it (docs/protocol.md §2).
+  if (c == nullptr || !engine::channel_serves(ch, c)) return nak(recover::NakCode::unknown_stream);
   std::lock_guard<std::mutex> l(c->mu);
   Resume* r = c->rs;
   if (!c->resumed.load() || r == nullptr)

@@ -658,10 +658,12 @@ void before_close(Conn* c) {
   }
 }
 
-bool peer_frames_waiting(int fd) {
+AfterS tcp_after_s(int fd) {
   char b[2];
   long n = syscall(SYS_recvfrom, fd, b, 2, MSG_PEEK | MSG_DONTWAIT, nullptr, nullptr);
-  return n == 2 && b[0] == 'X' && b[1] == 'F';
+  if (n <= 0) return AfterS::nothing;
+  if (b[0] != 'X' || (n == 2 && b[1] != 'F')) return AfterS::garbage;
+  return n == 2 ? AfterS::frames : AfterS::nothing; // half a magic: wait for the rest
 }
 
 } // namespace resume

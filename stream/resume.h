@@ -147,9 +147,15 @@ uint32_t ready_events(const Conn* c);
 // user space go to the kernel first (bounded wait), as the kernel's close
 // would send them.  No lock held.
 void before_close(Conn* c);
-// The first TCP bytes after the peer's S are a frame: the peer resumed.
-// rx_rdma must be set (no raw byte is left); no lock needed.
-bool peer_frames_waiting(int fd);
+// What the TCP bytes after the peer's S start with (docs/protocol.md §7):
+// nothing yet, a frame (the peer resumed), or anything else (no byte may
+// follow S but a frame: the stream is reset).  rx_rdma must be set (no raw
+// byte is left); no lock needed.
+enum class AfterS : uint8_t { nothing, frames, garbage };
+AfterS tcp_after_s(int fd);
+inline bool peer_frames_waiting(int fd) {
+  return tcp_after_s(fd) == AfterS::frames;
+}
 
 // The data calls of a resumed connection (conn_io.cc hands over); `done`
 // bytes of this call were already moved before the connection resumed.

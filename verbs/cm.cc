@@ -219,6 +219,23 @@ void fail_active(Ctx* c) {
 
 } // namespace
 
+PassiveStep passive_step(int type) {
+  switch (type) {
+  case RDMA_CM_EVENT_ESTABLISHED:
+    return PassiveStep::established;
+  case RDMA_CM_EVENT_REJECTED:
+  case RDMA_CM_EVENT_ADDR_ERROR:
+  case RDMA_CM_EVENT_ROUTE_ERROR:
+  case RDMA_CM_EVENT_CONNECT_ERROR:
+  case RDMA_CM_EVENT_UNREACHABLE:
+  case RDMA_CM_EVENT_DISCONNECTED:
+  case RDMA_CM_EVENT_DEVICE_REMOVAL:
+    return PassiveStep::ended;
+  default:
+    return PassiveStep::ignore;
+  }
+}
+
 bool Cm::next(CmEvent* out) {
   while (true) {
     rdma_cm_event* ev = nullptr;
@@ -242,6 +259,16 @@ bool Cm::next(CmEvent* out) {
 
     *out = CmEvent{};
     out->status = status;
+    if (c->kind == CtxKind::passive) {
+      const PassiveStep step = passive_step(type);
+      if (step == PassiveStep::ignore) continue;
+      if (step == PassiveStep::established) c->link->connected_ = true;
+      out->kind = step == PassiveStep::established ? CmEvent::Kind::established
+                                                   : CmEvent::Kind::disconnected;
+      out->user = c->user;
+      out->link = c->link;
+      return true;
+    }
     switch (type) {
     case RDMA_CM_EVENT_CONNECT_REQUEST: {
       // id is the new connection's; its context is still the listener's.
@@ -341,12 +368,6 @@ bool Cm::next(CmEvent* out) {
         out->kind = CmEvent::Kind::failed;
         out->user = c->user;
         fail_active(c);
-        return true;
-      }
-      if (c->kind == CtxKind::passive) {
-        out->kind = CmEvent::Kind::disconnected;
-        out->user = c->user;
-        out->link = c->link;
         return true;
       }
       continue;

@@ -40,6 +40,15 @@ struct CmEvent {
   size_t priv_len;
 };
 
+// What an rdma_cm event (an enum rdma_cm_event_type) on a connection we
+// accepted means to the layer above: nothing, the connection is up, or it
+// ended.  Every ending reaches the layer above, or the accept it counts as
+// under way stays counted forever (docs/protocol.md §8 "Bounded state"): a
+// REJ after our accept (the client refused our ring, or went away before
+// it connected), an error, a disconnect, the device's removal.
+enum class PassiveStep : uint8_t { ignore, established, ended };
+PassiveStep passive_step(int rdma_cm_event_type);
+
 class Cm {
 public:
   // null when rdma_cm cannot be used (no device, no permission).

@@ -120,7 +120,9 @@ def send(args):
         if hold is not None and args.rate > 0:
             k = min(k, PIECE)  # paced in small steps
         if settle > 0:  # a first piece, then time for the upgrade to finish
-            first = min(k, 4096)
+            # 16 KiB: what a one-way connection's binding proof needs to
+            # have crossed before any direction switches (docs/protocol.md §2)
+            first = min(k, 16384)
             s.sendall(view[:first])
             time.sleep(settle)
             settle = 0
@@ -153,7 +155,7 @@ def main():
     s.add_argument("--bytes", required=True)
     s.add_argument("--timeout", type=float, default=60)
     s.add_argument("--settle", type=float, default=0,
-                   help="send 4 KiB, then wait this long (the upgrade finishes) before the rest")
+                   help="send 16 KiB, then wait this long (the upgrade finishes) before the rest")
     s.add_argument("--rate", type=float, default=0, help="MiB/s before --hold-at (0: no limit)")
     s.add_argument("--piece", type=int, default=0, help="write in send calls of this many bytes")
     s.add_argument("--hold-at", help="after this many bytes, wait for --hold-file")

@@ -38,10 +38,11 @@ struct Listening {
   }
 };
 
-recover::TcpTuple tuple(uint16_t client_port) {
+// A 4-tuple from client 10.77.0.<host> to our port 7000.
+recover::TcpTuple tuple(uint16_t client_port, uint8_t host = 1) {
   recover::TcpTuple t;
   t.family = 4;
-  const uint8_t c[4] = {10, 77, 0, 1}, s[4] = {10, 77, 0, 2};
+  const uint8_t c[4] = {10, 77, 0, host}, s[4] = {10, 77, 0, 2};
   memcpy(t.client_addr, c, 4);
   memcpy(t.server_addr, s, 4);
   t.client_port = client_port;
@@ -50,19 +51,23 @@ recover::TcpTuple tuple(uint16_t client_port) {
 }
 
 // A server channel in the engine's table, its peer a raw record channel
-// (we write what we like).
+// (we write what we like).  Its rdma_cm requester is client 10.77.0.<host>,
+// whose tuples it attaches: a channel from any other address binds nothing
+// (docs/protocol.md §1, tests/unit/test_binding.cc).
 struct ServerChannel {
   test::LinkPair links{64 * 1024};
   flow::RecordChannel client{&links.la};
   Channel* ch = nullptr;
-  ServerChannel() {
+  uint8_t host;
+  explicit ServerChannel(uint8_t h = 1) : host(h) {
     std::lock_guard<std::mutex> g(engine::g().mu);
     ch = engine::make_channel(&links.lb, false);
+    memcpy(ch->peer_addr, tuple(0, host).client_addr, 4);
   }
   Status attach(uint32_t id, uint16_t client_port) {
     uint8_t p[recover::kAttachBytes];
     recover::Nonce n{};
-    recover::encode_attach(tuple(client_port), n, p);
+    recover::encode_attach(tuple(client_port, host), n, p);
     Status st = client.send_control(flow::RecordType::attach, id, 0, p, sizeof p);
     engine::progress(ch); // the engine polls the channel and handles its records
     return st;
@@ -214,19 +219,28 @@ TEST_CASE("engine: a tick with many ATTACHes pending does no work per entry") {
   Timeout t(60000);
   StreamsPerChannel spc(4096);
   Listening l(7000);
-  ServerChannel s;
+  // 2000 ATTACHes over 10 channels from 10 addresses (one address may
+  // queue at most kMaxPendingAttachesPerPeer).
+  std::vector<std::unique_ptr<ServerChannel>> chs;
+  for (uint8_t h = 0; h < 10; ++h)
+    chs.emplace_back(new ServerChannel(static_cast<uint8_t>(10 + h)));
   for (uint16_t i = 0; i < 2000; ++i) {
+    ServerChannel& s = *chs[i % 10];
     uint8_t p[recover::kAttachBytes];
-    recover::encode_attach(tuple(static_cast<uint16_t>(20000 + i)), recover::Nonce{}, p);
+    recover::encode_attach(tuple(static_cast<uint16_t>(20000 + i), s.host), recover::Nonce{}, p);
     REQUIRE(s.client.send_control(flow::RecordType::attach, 1 + i, 0, p, sizeof p) == Status::ok);
-    if (i % 32 == 31) {
+    if (i % 320 >= 310) {
       engine::progress(s.ch);
       CHECK(naks(s).empty()); // and the client takes the credit back
     }
   }
-  for (int i = 0; i < 8; ++i)
-    engine::progress(s.ch);
-  REQUIRE(pending_attaches(s.ch) == 2000);
+  size_t pending = 0;
+  for (auto& s : chs) {
+    for (int i = 0; i < 8; ++i)
+      engine::progress(s->ch);
+    pending += pending_attaches(s->ch);
+  }
+  REQUIRE(pending == 2000);
   std::lock_guard<std::mutex> g(engine::g().mu);
   const uint64_t t0 = engine::mono_ns();
   for (int i = 0; i < 10; ++i)
@@ -234,7 +248,46 @@ TEST_CASE("engine: a tick with many ATTACHes pending does no work per entry") {
   const uint64_t per_tick_us = (engine::mono_ns() - t0) / 10 / 1000;
   MESSAGE("retry_pending with 2000 ATTACHes pending: " << per_tick_us << " us per tick");
   CHECK(per_tick_us < 1000); // about 3.4 ms per tick when every entry was looked at
-  CHECK(engine::pending_attaches_of(s.ch) == 2000); // nothing answered, nothing lost
+  for (auto& s : chs)
+    CHECK(engine::pending_attaches_of(s->ch) == 200); // nothing answered, nothing lost
+}
+
+// One requester address could queue the process's 4096 pending ATTACHes
+// over its XPRESS_SERVER_CHANNELS_PER_PEER channels, leaving none for any
+// other client.  It queues kMaxPendingAttachesPerPeer, over however many
+// channels; the rest hear busy at once, and another address still queues.
+TEST_CASE("engine: pending ATTACHes are capped per requester address") {
+  Timeout t(60000);
+  StreamsPerChannel spc(200);
+  Listening l(7000);
+  ServerChannel a1(1), a2(1), b(3);
+  size_t busy = 0;
+  auto flood = [&](ServerChannel& s, uint16_t port0, int n) {
+    for (int i = 0; i < n; ++i) {
+      REQUIRE(s.attach(static_cast<uint32_t>(1 + i), static_cast<uint16_t>(port0 + i)) ==
+              Status::ok);
+      if (i % 32 == 31 || i == n - 1)
+        for (uint64_t c : naks(s))
+          busy += c == static_cast<uint64_t>(recover::NakCode::busy);
+    }
+  };
+  flood(a1, 20000, 200);
+  CHECK(pending_attaches(a1.ch) == 200);
+  CHECK(busy == 0);
+  flood(a2, 21000, 200); // the same address over a second channel
+  CHECK(pending_attaches(a2.ch) == engine::kMaxPendingAttachesPerPeer - 200);
+  CHECK(busy == 400 - engine::kMaxPendingAttachesPerPeer);
+  busy = 0;
+  flood(b, 22000, 10); // another client is not crowded out
+  CHECK(pending_attaches(b.ch) == 10);
+  CHECK(busy == 0);
+  // A refused or answered ATTACH frees its address's room.
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::drop_attaches(a1.ch);
+  }
+  flood(a2, 23000, 10);
+  CHECK(pending_attaches(a2.ch) == engine::kMaxPendingAttachesPerPeer - 200 + 10);
 }
 
 // Finding 6: a request beyond the caps (per requester address, process-wide)

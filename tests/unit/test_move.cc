@@ -8,7 +8,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <thread>
 
@@ -280,6 +282,62 @@ TEST_CASE("move: malformed MOVE records fail the channel over, nothing lost") {
     CHECK(p.a.got == 200000);
     CHECK(p.b.c->tx_rdma.load()); // still on RDMA
   }
+}
+
+namespace {
+// The peer's RDMA WRITE between two reads of the ring, made deterministic:
+// the payload's first byte ends one page, the rest starts the next, which
+// is not readable.  The first read of anything past byte 0 faults; the
+// handler rewrites byte 0 (as the peer could at any time) and opens the
+// page, and the read goes on.
+uint8_t* g_ring_page = nullptr;
+size_t g_page = 0;
+volatile sig_atomic_t g_rewrites = 0;
+void rewrite_on_fault(int, siginfo_t*, void*) {
+  g_ring_page[g_page - 1] = 0x80; // a flag bit the check refuses
+  mprotect(g_ring_page + g_page, g_page, PROT_READ | PROT_WRITE);
+  g_rewrites = g_rewrites + 1;
+}
+} // namespace
+
+// A MOVE's payload is in the peer-writable ring (docs/protocol.md §4 "The
+// ring is peer-writable"): what is kept is what was checked.  It checked
+// the flag byte, then read it again to keep it: a peer rewriting it in
+// between made the stream keep flag bits the check refuses.
+TEST_CASE("move: a MOVE's flags are the ones checked, however the ring changes") {
+  RPair p;
+  g_page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* m = mmap(nullptr, 2 * g_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  g_ring_page = static_cast<uint8_t*>(m);
+  const uint8_t* payload = g_ring_page + g_page - 1;
+  g_ring_page[g_page - 1] = stream::move::kTxSwitched; // valid; the rest zero
+  REQUIRE(mprotect(g_ring_page + g_page, g_page, PROT_NONE) == 0);
+  struct sigaction sa {
+  }, old{};
+  sa.sa_sigaction = rewrite_on_fault;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(sigaction(SIGSEGV, &sa, &old) == 0);
+  flow::RecordHeader h{};
+  h.type = static_cast<uint8_t>(flow::RecordType::move_);
+  h.stream = 0;
+  h.len = stream::move::kPayloadBytes;
+  int r;
+  uint8_t flags;
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    r = stream::move::on_record(p.b.ch, h, payload);
+    flags = p.b.c->st->peer_move.flags;
+    p.b.c->st->peer_move = {};
+  }
+  sigaction(SIGSEGV, &old, nullptr);
+  munmap(m, 2 * g_page);
+  REQUIRE(g_rewrites == 1);
+  // Refused (it read the rewritten byte before checking it), or kept as
+  // checked: never kept with a refused bit.
+  CAPTURE(r);
+  CHECK((r == -1 || (flags & ~(stream::move::kTxSwitched | stream::move::kGone)) == 0));
 }
 
 TEST_CASE("move: a call blocked in another thread goes on with the moved stream") {

@@ -59,6 +59,7 @@ struct Back {
     cb = stream::engine::make_channel(&lb2, false);
     memcpy(ca->peer_addr, p.a.c->tuple.server_addr, 4);
     ca->peer_port = p.a.c->tuple.server_port;
+    memcpy(cb->peer_addr, p.a.c->tuple.client_addr, 4); // the rdma_cm requester
   }
   ~Back() {
     stream::reattach::set_hook(nullptr);
@@ -335,6 +336,7 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
   {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     q.cb = stream::engine::make_channel(&q.lb2, false);
+    memcpy(q.cb->peer_addr, p.a.c->tuple.client_addr, 4); // the rdma_cm requester
   }
   flow::RecordChannel client(&q.la2); // a raw client end: we write what we like
   uint8_t key[recover::kNonceBytes];
@@ -391,6 +393,12 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     v[2] = 1;
     CHECK(nak_for(v, sizeof v, 3, 1) == 4);
     CHECK(nak_for(good, sizeof good - 1, 3, 1) == 4);
+  }
+  SUBCASE("a good one over a channel from another address") {
+    const uint8_t other[4] = {10, 0, 0, 9};
+    memcpy(q.cb->peer_addr, other, 4);
+    CHECK(nak_for(good, sizeof good, 3, 1) == 1); // unknown_stream
+    CHECK(p.b.c->reup.counter == 0);
   }
   SUBCASE("a good one binds, and the same one again is refused") {
     REQUIRE(client.send_control(flow::RecordType::reattach, 3, 1, good, sizeof good) == Status::ok);

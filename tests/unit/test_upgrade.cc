@@ -43,6 +43,12 @@ TcpTuple tuple6() {
   return tuple(AF_INET6, "fd00::1", 40001, "fd00::2", 443);
 }
 
+// Exchanges of at least kCoverBytes (64) each way: what a proof covers.
+const std::string kReq =
+    "GET / HTTP/1.1\r\nHost: example.org\r\nUser-Agent: t\r\nAccept: */*\r\n\r\n";
+const std::string kResp =
+    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nServer: t\r\nDate: today\r\n\r\nhello";
+
 SessionParams params(Role r, const TcpTuple& t, uint8_t seed) {
   SessionParams p;
   p.role = r;
@@ -112,17 +118,21 @@ TEST_CASE("upgrade: happy path, bytes on TCP first, both directions switch at th
   CHECK(p.c.try_switch_tx() == Status::would_block);
   CHECK(p.s.try_switch_tx() == Status::would_block);
 
-  p.c2s("GET / HTTP/1.1\r\n\r\n");
+  p.c2s(kReq);
+  p.pump(); // a request alone covers one direction: nobody proves yet
+  CHECK((p.c_sent.empty() && p.s_sent.empty()));
+  p.s2c(kResp);
   p.pump(); // both ends proved
   CHECK((p.c.peer_proven() && p.s.peer_proven()));
   CHECK((p.c_sent.size() == 1 && p.c_sent[0].type == msg::proof));
   CHECK((p.s_sent.size() == 1 && p.s_sent[0].type == msg::proof));
   REQUIRE(p.c.try_switch_tx() == Status::ok);
-  CHECK((p.c.tx_mode() == Mode::rdma && p.c.tx_offset() == 18));
+  CHECK((p.c.tx_mode() == Mode::rdma && p.c.tx_offset() == kReq.size()));
   p.pump();
-  CHECK((p.s.rx_mode() == Mode::rdma && p.s.rx_offset() == 18 && p.s.rx_tcp_remaining() == 0));
+  CHECK((p.s.rx_mode() == Mode::rdma && p.s.rx_offset() == kReq.size() &&
+         p.s.rx_tcp_remaining() == 0));
 
-  p.s2c("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n");
+  p.s2c("more");
   REQUIRE(p.s.try_switch_tx() == Status::ok);
   p.pump();
   CHECK(p.c.rx_mode() == Mode::rdma);
@@ -139,17 +149,15 @@ TEST_CASE("upgrade: the receiver reads exactly S bytes from TCP when the channel
   std::string req(200, 'x');
   for (size_t i = 0; i < req.size(); ++i)
     req[i] = static_cast<char>(i * 13);
-  p.c2s(req, 10); // only 10 of 200 bytes reached the server so far
-  p.s2c("hello");
+  p.c2s(req, 64); // only 64 of 200 bytes reached the server so far: enough to prove
+  p.s2c(kResp);
   p.pump();
   REQUIRE(p.c.try_switch_tx() == Status::ok);
   p.pump();
-  // The proof covers 64 bytes the server has not read yet: verification waits.
-  CHECK((p.s.rx_mode() == Mode::tcp && p.s.rx_tcp_remaining() == UINT64_MAX));
-  CHECK(p.s.state() == State::bound);
-  p.s.on_tcp_received(req.data() + 10, 60);
-  CHECK((p.s.rx_mode() == Mode::rdma && p.s.rx_tcp_remaining() == 130));
-  p.s.on_tcp_received(req.data() + 70, 130);
+  CHECK((p.s.rx_mode() == Mode::rdma && p.s.rx_tcp_remaining() == 136));
+  p.s.on_tcp_received(req.data() + 64, 100);
+  CHECK((p.s.rx_mode() == Mode::rdma && p.s.rx_tcp_remaining() == 36));
+  p.s.on_tcp_received(req.data() + 164, 36);
   CHECK((p.s.rx_tcp_remaining() == 0 && p.s.state() == State::bound));
 }
 
@@ -157,7 +165,8 @@ TEST_CASE("upgrade: the directions switch independently, either first, S may be 
   SUBCASE("only the client talks; the server switches its silent direction at 0") {
     Pair p;
     p.attach(9);
-    p.c2s("upload");
+    const std::string up(kOneWayBytes, 'u'); // one way: 16 KiB cover
+    p.c2s(up);
     p.pump();
     REQUIRE(p.s.try_switch_tx() == Status::ok);
     p.pump();
@@ -167,16 +176,17 @@ TEST_CASE("upgrade: the directions switch independently, either first, S may be 
     p.c2s("more bytes still on TCP");
     REQUIRE(p.c.try_switch_tx() == Status::ok);
     p.pump();
-    CHECK((p.s.rx_offset() == 29 && p.c.tx_offset() == 29));
+    CHECK((p.s.rx_offset() == up.size() + 23 && p.c.tx_offset() == up.size() + 23));
   }
   SUBCASE("the server switches first, the client never does") {
     Pair p;
     p.attach();
-    p.s2c("220 smtp ready\r\n");
+    p.s2c(kResp);
+    p.c2s(kReq);
     p.pump();
     REQUIRE(p.s.try_switch_tx() == Status::ok);
     p.pump();
-    CHECK((p.c.rx_mode() == Mode::rdma && p.c.rx_offset() == 16));
+    CHECK((p.c.rx_mode() == Mode::rdma && p.c.rx_offset() == kResp.size()));
     CHECK((p.s.rx_mode() == Mode::tcp && p.c.state() == State::bound));
   }
   SUBCASE("a direction switches only after the peer's proof verified") {
@@ -184,12 +194,13 @@ TEST_CASE("upgrade: the directions switch independently, either first, S may be 
     // client's PROOF waits for the server to read them.
     Pair p;
     p.attach();
-    p.c2s("abc", 0);
+    p.s2c(kResp);
+    p.c2s(kReq, 0);
     p.pump();
     CHECK(!p.c.peer_proven());
     CHECK(p.c.try_switch_tx() == Status::would_block);
     CHECK(p.s.try_switch_tx() == Status::would_block); // the client's proof is pending here
-    p.s.on_tcp_received("abc", 3);
+    p.s.on_tcp_received(kReq.data(), kReq.size());
     CHECK(p.s.peer_proven());
     p.pump();
     CHECK(p.c.peer_proven());
@@ -200,7 +211,8 @@ TEST_CASE("upgrade: the directions switch independently, either first, S may be 
 TEST_CASE("upgrade: NAKs for the attach") {
   SUBCASE("4-tuple not held by the server session: unknown_stream, the client is refused") {
     Pair p(tuple4(40000), tuple4(40002));
-    p.c2s("x");
+    p.c2s(kReq);
+    p.s2c(kResp);
     Message a, r, m;
     REQUIRE(p.c.start_attach(3, &a) == Status::ok);
     CHECK(p.s.on_attach(a.stream, a.seq, a.payload, a.len, &r) == Status::invalid);
@@ -213,7 +225,8 @@ TEST_CASE("upgrade: NAKs for the attach") {
     // The client may go through UPGRADE_REQ and bind by adoption, keeping
     // what it saw on TCP (a caller that gives up calls fail() instead).
     UpgradeSession s2(params(Role::server, tuple4(40000), 7));
-    s2.on_tcp_received("x", 1);
+    s2.on_tcp_received(kReq.data(), kReq.size());
+    s2.on_tcp_sent(kResp.data(), kResp.size());
     REQUIRE(p.c.adopt(11, params(Role::server, tuple4(), 7).nonce) == Status::ok);
     REQUIRE(s2.adopt(11, params(Role::client, tuple4(), 1).nonce) == Status::ok);
     REQUIRE(p.c.pop_output(&m));
@@ -246,7 +259,7 @@ TEST_CASE("upgrade: NAKs for the attach") {
     Pair p;
     Message a, r;
     REQUIRE(p.c.start_attach(3, &a) == Status::ok);
-    a.payload[0] = 2;
+    a.payload[0] = kProtocolVersion + 1;
     CHECK(p.s.on_attach(a.stream, a.seq, a.payload, a.len, &r) == Status::invalid);
     CHECK(r.seq == code(NakCode::version));
     deliver(p.c, r);
@@ -258,11 +271,14 @@ TEST_CASE("upgrade: NAKs for the attach") {
 TEST_CASE("upgrade: a forged attach never makes the server send or accept RDMA bytes") {
   // The victim's connection carried bytes the forger never saw.
   UpgradeSession victim(params(Role::server, tuple4(), 2));
-  victim.on_tcp_received("secret request", 14);
-  victim.on_tcp_sent("secret reply", 12);
+  const std::string secret_req = kReq + "secret", secret_resp = kResp + "secret";
+  std::string guess_req = secret_req, guess_resp = secret_resp; // same lengths, one byte off
+  guess_req[40] ^= 1;
+  victim.on_tcp_received(secret_req.data(), secret_req.size());
+  victim.on_tcp_sent(secret_resp.data(), secret_resp.size());
   UpgradeSession forger(params(Role::client, tuple4(), 6));
-  forger.on_tcp_sent("guess request!", 14); // same lengths, other bytes
-  forger.on_tcp_received("guess reply!", 12);
+  forger.on_tcp_sent(guess_req.data(), guess_req.size());
+  forger.on_tcp_received(guess_resp.data(), guess_resp.size());
   Message a, r, m;
   REQUIRE(forger.start_attach(1, &a) == Status::ok);
   REQUIRE(victim.on_attach(a.stream, a.seq, a.payload, a.len, &r) == Status::ok);
@@ -289,6 +305,7 @@ TEST_CASE("upgrade: the two ends saw one different byte among the first 64: both
     got[at] = 'b';
     p.c.on_tcp_sent(sent.data(), sent.size());
     p.s.on_tcp_received(got.data(), got.size());
+    p.s2c(kResp);
     p.pump();
     CHECK((p.s.state() == State::failed && p.c.state() == State::failed)); // c: by the NAK
     CHECK((p.s.fallback_reason() == Reason::handshake_failed &&
@@ -303,7 +320,8 @@ TEST_CASE("upgrade: any flipped bit of a SWITCH is caught by its receiver") {
     CAPTURE(bit);
     Pair q;
     q.attach();
-    q.c2s("0123456789");
+    q.c2s(kReq);
+    q.s2c(kResp);
     q.pump();
     REQUIRE(q.c.try_switch_tx() == Status::ok);
     Message sw;
@@ -353,7 +371,8 @@ TEST_CASE("upgrade: malformed, duplicate, late and misdirected control records")
   // One bound pair (both proven), copied for each case.
   Pair base;
   base.attach();
-  base.c2s("0123456789abcdef");
+  base.c2s(kReq);
+  base.s2c(kResp);
   base.pump();
   REQUIRE(base.c.peer_proven());
   const Message proof = base.c_sent.back();
@@ -445,9 +464,12 @@ TEST_CASE("upgrade: deadlines") {
   SUBCASE("the peer sent bytes but never proves; the NAK carries the reason over") {
     Pair p;
     p.attach();
-    p.c2s("hi");
+    p.c2s(kReq);
+    p.s2c(kResp);
     for (Message drop; p.c.pop_output(&drop);) {
     } // the client's PROOF is lost
+    for (Message drop; p.s.pop_output(&drop);) {
+    } // the server's too: it proved, and still waits for the client
     p.s.tick(0);
     p.s.tick(999);
     CHECK(p.s.state() == State::bound);
@@ -461,8 +483,8 @@ TEST_CASE("upgrade: deadlines") {
 TEST_CASE("upgrade: IPv6 connection, and v4-mapped addresses name the IPv4 tuple") {
   Pair p(tuple6(), tuple6());
   p.attach();
-  p.s2c("SSH-2.0-x\r\n");
-  p.c2s("SSH-2.0-y\r\n");
+  p.s2c(kResp);
+  p.c2s(kReq);
   p.pump();
   REQUIRE(p.c.try_switch_tx() == Status::ok);
   REQUIRE(p.s.try_switch_tx() == Status::ok);
@@ -482,7 +504,7 @@ TEST_CASE("upgrade: random and mutated records and TCP bytes never crash a sessi
     // Start from a random point of a real handshake, so deep states are reached.
     const int depth = static_cast<int>(rng() % 4);
     if (depth >= 1) p.attach(5);
-    if (depth >= 2) p.c2s("seed bytes"), p.pump();
+    if (depth >= 2) p.c2s(kReq), p.s2c(kResp), p.pump();
     if (depth >= 3) p.c.try_switch_tx(), p.pump();
     const bool at_client = rng() % 2;
     UpgradeSession& target = at_client ? p.c : p.s;

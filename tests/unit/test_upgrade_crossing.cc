@@ -19,6 +19,9 @@ namespace {
 // a wrote `first` bytes on TCP and b read them; a then had b's PROOF and
 // switched; b polled nothing of a's since.
 void a_switched_b_unaware(RPair& p, size_t first) {
+  REQUIRE(rput(p.b, 64) == 64); // b's part of what the proofs cover
+  while (p.a.got < 64)
+    REQUIRE(rtake(p.a, 65536, 1) > 0);
   REQUIRE(rput(p.a, first) == first);
   while (p.b.got < first)
     REQUIRE(rtake(p.b, 65536, 0) > 0); // b's PROOF leaves with these reads

@@ -1,0 +1,149 @@
+// The binding between a TCP connection and its RDMA stream against a peer
+// that does not hold the connection (docs/protocol.md §2, §8): an rdma_cm
+// requester or a channel whose address is not the tuple's client address
+// binds nothing, on every path (request, ATTACH, REATTACH).
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <cstring>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fake_link.h"
+#include "recover/upgrade_wire.h"
+#include "resume_pair.h"
+#include "stream/engine_internal.h"
+
+using namespace xp;
+using namespace xp::test;
+
+namespace {
+
+uint8_t kClient[4] = {10, 0, 0, 1}; // rparams()' client address
+uint8_t kOther[4] = {10, 0, 0, 9};  // a forger elsewhere on the fabric
+
+// A server connection the engine knows by its 4-tuple (not bound to any
+// channel), and a fresh server channel whose client end the test drives
+// raw: it writes whatever records it likes.
+struct Served {
+  int fds[2];
+  stream::Conn* c = nullptr;
+  FakeLink la{64 * 1024, 1024}, lb{64 * 1024, 1024};
+  stream::Channel* cb = nullptr;
+  explicit Served(const uint8_t requester[4]) {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    c = new stream::Conn(fds[1], rparams(recover::Role::server, 6));
+    FakeLink::connect(la, lb);
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    cb = stream::engine::make_channel(&lb, false);
+    memcpy(cb->peer_addr, requester, 4);
+    c->ref();
+    stream::engine::g().conns.push_back(c);
+    stream::engine::index_server(c); // found by its 4-tuple, as accept() does
+  }
+  ~Served() {
+    stream::engine::on_close(c);
+    {
+      std::lock_guard<std::mutex> g(stream::engine::g().mu);
+      auto& cs = stream::engine::g().conns;
+      for (size_t i = 0; i < cs.size(); ++i)
+        if (cs[i] == c) {
+          cs.erase(cs.begin() + static_cast<long>(i));
+          c->unref();
+          break;
+        }
+      auto& v = stream::engine::g().channels;
+      for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] == cb) v.erase(v.begin() + static_cast<long>(i));
+      delete cb->mux;
+      delete cb;
+    }
+    c->unref();
+    close(fds[0]);
+    close(fds[1]);
+  }
+  // Send one control record from the raw client end; the types of the
+  // records the server answered with.
+  std::vector<flow::RecordHeader> exchange(flow::RecordChannel& client, flow::RecordType type,
+                                           uint32_t id, uint64_t seq, const uint8_t* p,
+                                           size_t len) {
+    REQUIRE(client.send_control(type, id, seq, p, len) == Status::ok);
+    for (int i = 0; i < 5; ++i)
+      stream::engine::progress(cb);
+    std::vector<flow::RecordHeader> out;
+    flow::Record r[8];
+    int got = 0;
+    REQUIRE(client.poll(r, 8, &got) == Status::ok);
+    for (int i = 0; i < got; ++i) {
+      out.push_back(r[i].hdr);
+      client.release(r[i].slot);
+    }
+    return out;
+  }
+};
+
+bool has(const std::vector<flow::RecordHeader>& v, flow::RecordType t, uint64_t seq = ~0ull) {
+  for (const auto& h : v)
+    if (h.type == static_cast<uint8_t>(t) && (seq == ~0ull || h.seq == seq)) return true;
+  return false;
+}
+
+} // namespace
+
+TEST_CASE("binding: the rdma_cm requester must be the client address it names") {
+  const recover::TcpTuple t = rparams(recover::Role::client, 1).tuple;
+  uint8_t key[12], from[4];
+  recover::tuple_key(t, key);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  memcpy(&a.sin_addr, kClient, 4);
+  CHECK(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&a), key, from));
+  CHECK(memcmp(from, kClient, 4) == 0);
+  memcpy(&a.sin_addr, kOther, 4);
+  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&a), key, from));
+  // The server's own address (a forger naming the tuple from the server host).
+  memcpy(&a.sin_addr, t.server_addr, 4);
+  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&a), key, from));
+  sockaddr_in6 m{};
+  m.sin6_family = AF_INET6;
+  REQUIRE(inet_pton(AF_INET6, "::ffff:10.0.0.1", &m.sin6_addr) == 1);
+  CHECK(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&m), key, from));
+  REQUIRE(inet_pton(AF_INET6, "::ffff:10.0.0.9", &m.sin6_addr) == 1);
+  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&m), key, from));
+  REQUIRE(inet_pton(AF_INET6, "fd00::1", &m.sin6_addr) == 1);
+  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&m), key, from));
+  CHECK_FALSE(stream::engine::requester_matches(nullptr, key, from));
+}
+
+TEST_CASE("binding: an ATTACH over a channel from another address binds nothing") {
+  const recover::SessionParams pc = rparams(recover::Role::client, 5);
+  uint8_t att[recover::kAttachBytes];
+  recover::encode_attach(pc.tuple, pc.nonce, att);
+  SUBCASE("another address: NAK, the connection stays free for its client") {
+    Served s(kOther);
+    flow::RecordChannel client(&s.la);
+    auto got = s.exchange(client, flow::RecordType::attach, 1, 0, att, sizeof att);
+    CHECK(has(got, flow::RecordType::attach_nak,
+              static_cast<uint64_t>(recover::NakCode::unknown_stream)));
+    CHECK_FALSE(has(got, flow::RecordType::attach_ack));
+    CHECK(s.c->ch == nullptr);
+    CHECK(s.c->sess.state() == recover::State::idle);
+  }
+  SUBCASE("a channel whose requester is unknown (zero) serves nobody") {
+    const uint8_t zero[4] = {};
+    Served s(zero);
+    flow::RecordChannel client(&s.la);
+    auto got = s.exchange(client, flow::RecordType::attach, 1, 0, att, sizeof att);
+    CHECK_FALSE(has(got, flow::RecordType::attach_ack));
+    CHECK(s.c->ch == nullptr);
+  }
+  SUBCASE("the client's own address binds") {
+    Served s(kClient);
+    flow::RecordChannel client(&s.la);
+    auto got = s.exchange(client, flow::RecordType::attach, 1, 0, att, sizeof att);
+    CHECK(has(got, flow::RecordType::attach_ack));
+    CHECK(s.c->ch == s.cb);
+    CHECK(s.c->sess.state() == recover::State::bound);
+  }
+}
