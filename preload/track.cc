@@ -360,11 +360,8 @@ void closing(SocketRecord& r, int fd) {
   }
   if (stream::Conn* c = r.conn.load(std::memory_order_acquire)) {
     // A server that never heard from the client's xpress: a plain client.
-    bool short_of_bytes;
-    {
-      std::lock_guard<std::mutex> l(c->mu);
-      short_of_bytes = c->sess.coverage_short();
-    }
+    // Our direction stays on TCP from the outcome counted here on.
+    const bool short_of_bytes = stream::engine::stop_switching(c);
     // Bound, but too few bytes crossed to prove it holds the connection.
     Reason why = c->role == recover::Role::server && !c->heard_from_peer.load()
                      ? Reason::peer_not_accelerated

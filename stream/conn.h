@@ -97,7 +97,7 @@ public:
   // At fork: a resumed stream still owed bytes to the kernel (or waited for
   // the peer's RESUME); the child must not send them a second time.
   bool fork_unsafe = false;
-  bool tx_shut = false;        // shutdown(SHUT_WR) while our direction was on TCP
+  bool tx_shut = false;        // shutdown(SHUT_WR) or close while our direction was on TCP
   bool epipe_reported = false; // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the
   // next data call, and until then by POLLERR.

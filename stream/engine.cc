@@ -464,6 +464,14 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
   return c;
 }
 
+bool engine::stop_switching(Conn* c) {
+  std::lock_guard<std::mutex> l(c->mu);
+  // Under the lock advance() switches under: a switch is either done (and
+  // reported) or never happens.
+  if (!c->tx_rdma.load()) c->tx_shut = true;
+  return c->sess.coverage_short();
+}
+
 void engine::on_close(Conn* c) {
   resume::before_close(c); // bytes the program wrote reach the kernel first
   State& s = g_state;

@@ -38,6 +38,12 @@ Conn* on_accept(int fd, ListenShare* share, const sockaddr* local, const sockadd
 
 // The application closes the connection's fd (called before the real close).
 void on_close(Conn* c);
+// Just before that, when the close counts an undecided upgrade's outcome
+// (preload/track.cc): from here our direction never switches (a SWITCH
+// after the program closed would make the peer count the connection on
+// RDMA while this end counted it on TCP), and the answer is whether the
+// connection was still short of the bytes a proof covers (too_few_bytes).
+bool stop_switching(Conn* c);
 // The program closes the number the connection goes by while newfd (a dup)
 // keeps the socket open (called before the real close).
 void renumber(Conn* c, int newfd);

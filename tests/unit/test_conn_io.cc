@@ -853,3 +853,33 @@ TEST_CASE("conn io: 64-byte ping-pong over a bound stream, every byte in order")
   CHECK(p.a.c->tx_rdma.load());
   CHECK(p.b.c->tx_rdma.load());
 }
+
+TEST_CASE("conn io: no direction of ours switches after the close counted the upgrade") {
+  // The VM's iperf3 -P 4 -R run: the control connection reached its proofs'
+  // coverage in its last exchange, the program closed it (this end counted
+  // closed_during_upgrade), and the engine switched its direction after
+  // that: a SWITCH the peer may take, counting the connection on RDMA.
+  Pair p(true);
+  auto exchange = [&](End& from, End& to, int from_dir) {
+    for (int i = 0; i < 1000 && from.sent < 100; ++i)
+      put(from, 100 - from.sent);
+    for (int i = 0; i < 1000 && to.got < 100; ++i)
+      take(to, 4096, from_dir);
+    REQUIRE(to.got == 100);
+  };
+  exchange(p.a, p.b, 0);
+  exchange(p.b, p.a, 1);
+  REQUIRE_FALSE(p.a.c->tx_rdma.load());
+  // Both ends reached (64, 64): the close is not short of bytes.
+  CHECK_FALSE(engine::stop_switching(p.a.c));
+  settle(p, [&] { return p.b.c->tx_rdma.load() && p.a.c->rx_rdma.load(); });
+  // The proofs crossed (b switched on a's PROOF, and a took b's SWITCH) ...
+  CHECK(p.b.c->tx_rdma.load());
+  CHECK(p.a.c->sess.peer_proven());
+  // ... but a's direction stayed on TCP, and b never saw a SWITCH of a's.
+  CHECK_FALSE(p.a.c->tx_rdma.load());
+  CHECK(p.a.c->sess.tx_mode() == Mode::tcp);
+  CHECK(p.b.c->sess.rx_mode() == Mode::tcp);
+  CHECK(p.a.bad == 0);
+  CHECK(p.b.bad == 0);
+}
