@@ -54,7 +54,13 @@ run_case() {
     else
       fail "$name (iperf3 -n 64M${opts:+ $opts}): error '$err', sent '$sent' (want $IPERF_BYTES), received '$recv'"
     fi
-    check_stats_rdma "$name" "client-$name" "server-$name"
+    # iperf3's control connection carries 64 bytes server->client (what a
+    # proof covers, docs/protocol.md §2) only in its last exchange, just
+    # before both ends close: it may end upgraded at one end and
+    # closed_during_upgrade at the other (the close race in §2).  One
+    # connection of each process may thus stay on TCP; the data
+    # connections must not.
+    TCP_CONN_MAX_PCT=50 check_stats_rdma "$name" "client-$name" "server-$name"
     check_net "$name" "$snap" "$IPERF_BYTES" "$(stats_conns "client-$name")" \
       "$(stats_before_switch "client-$name")"
   done
