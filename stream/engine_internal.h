@@ -373,15 +373,6 @@ int wait_ms();
 
 // ---- engine_rendezvous.cc (engine thread, g().mu held)
 void start_client(Conn* c);
-// Whether a client connection with tuple t may ATTACH over ch: a live client
-// channel to the same server address and port.  Only a channel set up with
-// that port's rendezvous reached the process that listens there; a channel
-// to another port of the host may be another user's service, which would
-// learn the tuple, the nonce and our PROOF (docs/protocol.md §8).
-inline bool may_attach_over(const Channel& ch, const recover::TcpTuple& t) {
-  return ch.client_side && !ch.failed.load() && ch.dying_since_ms == 0 &&
-         memcmp(ch.peer_addr, t.server_addr, 4) == 0 && ch.peer_port == t.server_port;
-}
 void serve_share(ListenShare* s);
 void on_cm_event(const verbs::CmEvent& ev);
 void retry_pending(uint64_t now);

@@ -385,12 +385,20 @@ void start_client(Conn* c) {
   uint64_t now = now_ms();
   if (g().negative.cached(c->tuple.server_addr, c->tuple.server_port, now))
     return fail(c, Reason::peer_not_accelerated);
-  // A channel to the same server address and port: attach over it
-  // (may_attach_over, docs/protocol.md §8).
+  // A channel to the same server address: attach over it, first one to the
+  // same port (most likely the same process), then any (one process often
+  // listens on several ports; the server refuses at once if it is not the
+  // process that accepted this connection, and rdma_cm finds that one).
+  // docs/protocol.md §8: a channel to another port may reach another
+  // user's xpress service (open).
   int to_this_peer = 0;
   std::vector<Channel*> order;
-  for (Channel* ch : g().channels)
-    if (may_attach_over(*ch, c->tuple)) order.push_back(ch);
+  for (int pass = 0; pass < 2; ++pass)
+    for (Channel* ch : g().channels)
+      if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 &&
+          memcmp(ch->peer_addr, c->tuple.server_addr, 4) == 0 &&
+          (ch->peer_port == c->tuple.server_port) == (pass == 0))
+        order.push_back(ch);
   for (Channel* ch : order) {
     if (c->attach_refused) break;
     ++to_this_peer;

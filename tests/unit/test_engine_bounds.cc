@@ -324,30 +324,3 @@ TEST_CASE("engine: an idle server channel is torn down") {
   engine::reap_channels(now + engine::kServerIdleMs + 1);
   CHECK(s.ch->dying_since_ms != 0);
 }
-
-TEST_CASE("engine: a client attaches only over a channel to the same server port") {
-  // Another port of the same host may be another user's xpress service: an
-  // ATTACH over its channel would hand it the tuple, the nonce and our PROOF.
-  test::LinkPair links{64 * 1024};
-  Channel ch;
-  ch.client_side = true;
-  const uint8_t s[4] = {10, 77, 0, 2};
-  memcpy(ch.peer_addr, s, 4);
-  ch.peer_port = 8080;
-  recover::TcpTuple t = tuple(40000); // to 10.77.0.2:7000
-  CHECK_FALSE(engine::may_attach_over(ch, t));
-  ch.peer_port = 7000;
-  CHECK(engine::may_attach_over(ch, t));
-  const uint8_t other[4] = {10, 77, 0, 3};
-  memcpy(ch.peer_addr, other, 4);
-  CHECK_FALSE(engine::may_attach_over(ch, t));
-  memcpy(ch.peer_addr, s, 4);
-  ch.failed.store(true);
-  CHECK_FALSE(engine::may_attach_over(ch, t));
-  ch.failed.store(false);
-  ch.dying_since_ms = 1;
-  CHECK_FALSE(engine::may_attach_over(ch, t));
-  ch.dying_since_ms = 0;
-  ch.client_side = false;
-  CHECK_FALSE(engine::may_attach_over(ch, t));
-}
