@@ -6,7 +6,15 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#if defined(__clang__)
+// glibc's header is C (_Bool); g++ takes it as an extension, clang++ (the
+// fuzz targets' compiler) does not.
+#define _Bool bool
 #include <sys/platform/x86.h>
+#undef _Bool
+#else
+#include <sys/platform/x86.h>
+#endif
 #endif
 
 namespace xp {
