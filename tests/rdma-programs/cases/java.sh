@@ -7,14 +7,18 @@
 
 JAVA_REQS=8
 JAVA_BYTES=$((1024 * 1024))
+# C1 only, no SHA intrinsics: a preloaded client once died of SIGILL inside
+# its JIT-compiled SHA-256 code under QEMU TCG (not root-caused yet; the
+# case tests the JVM's sockets, not its JIT).
+JAVA_OPTS="-XX:TieredStopAtLevel=1 -XX:-UseSHA"
 
 # java_run MODE PORT: server and client in MODE (plain|xp); sets JAVA_MS
 java_run() {
   local mode=$1 port=$2 srv ok=1
-  start_server "java-server-$mode" 120 "$mode" java -cp "$T/jh" JavaHttp server "$port" "$JAVA_BYTES" "$JAVA_REQS"
+  start_server "java-server-$mode" 120 "$mode" java $JAVA_OPTS -cp "$T/jh" JavaHttp server "$port" "$JAVA_BYTES" "$JAVA_REQS"
   srv=$SERVER
   wait_listen "java-server-$mode" "$port" "$srv" || return 1
-  run_client "java-client-$mode" 90 "$mode" java -cp "$T/jh" JavaHttp client "$A1" "$port" "$JAVA_REQS" || ok=0
+  run_client "java-client-$mode" 90 "$mode" java $JAVA_OPTS -cp "$T/jh" JavaHttp client "$A1" "$port" "$JAVA_REQS" || ok=0
   end_server "java-server-$mode" "$srv" $ok
   local s c
   s=$(head -n 1 "$CD/java-server-$mode.out" 2>/dev/null)
