@@ -34,7 +34,8 @@ enum class RecordType : uint8_t {
   // A resumed stream comes back (stream/reattach.cc, recover/reattach_wire.h).
   reattach = 13,     // `stream` proposes the id, `seq`: attempt counter; payload: tuple, tag
   reattach_ack = 14, // `seq`: the counter; payload: tag
-  last = reattach_ack,
+  share = 15,        // payload: the binding's key exchange share (recover/pake.h)
+  last = share,
 };
 constexpr size_t kMaxControlPayload = 128;
 

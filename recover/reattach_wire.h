@@ -17,7 +17,7 @@
 // direction.  The counter tells the receiver whether the bytes after S'
 // come over the channel it is bound to now, or (an older attempt, whose
 // channel failed) in a RESUME that follows on TCP.
-// key = nonce_c XOR nonce_s (the session key of §2).
+// key = the session key of docs/protocol.md §2 (from the key exchange).
 #pragma once
 #include <cstddef>
 #include <cstdint>

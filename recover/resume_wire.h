@@ -10,7 +10,7 @@
 //   DATA (type 2, len 1..kMaxFrameData, seq = sequence of its first byte)
 //   SWITCHBACK (type 3, len 32: the direction goes back to RDMA at seq;
 //     recover/reattach_wire.h)
-// tag = SipHash-2-4-128(key = nonce_c XOR nonce_s, "XPRS" | dir | flags |
+// tag = SipHash-2-4-128(key = the session key (§2), "XPRS" | dir | flags |
 //   seq | received), dir being the sender's direction (0 client->server).
 // Pure functions over bytes: every malformed input is rejected (invalid),
 // never trusted.

@@ -21,12 +21,18 @@ const char* state_name(State s) {
 }
 
 UpgradeSession::UpgradeSession(const SessionParams& p)
-    : role_(p.role), tuple_(p.tuple), nonce_(p.nonce), timeout_ms_(p.timeout_ms) {}
+    : role_(p.role), tuple_(p.tuple), nonce_(p.nonce), timeout_ms_(p.timeout_ms) {
+  memcpy(seed_, p.seed, sizeof seed_);
+}
 
 // ---- TCP path ----------------------------------------------------------
 
 // Counting is all the data path pays once the first 64 bytes are copied.
 void UpgradeSession::record(int d, const void* data, size_t len) {
+  // What the peer had sent us when our direction reached kOneWayBytes: a
+  // peer that read that much of ours had sent at least this (on_share).
+  if (d == tx_dir() && count_[d] < kOneWayBytes && count_[d] + len >= kOneWayBytes)
+    rx_at_one_way_ = count_[rx_dir()] < kCoverBytes ? count_[rx_dir()] : kCoverBytes;
   if (count_[d] < kPrefixBytes) {
     const size_t room = kPrefixBytes - static_cast<size_t>(count_[d]);
     memcpy(prefix_[d] + count_[d], data, room < len ? room : len);
@@ -42,7 +48,7 @@ void UpgradeSession::on_tcp_sent(const void* data, size_t len) {
   // switch would never be delivered: a caller bug that ends the upgrade.
   if (tx_switched_ && len > 0)
     return fail_internal(Reason::handshake_failed, true, "TCP bytes written after our switch");
-  maybe_prove();
+  maybe_share();
 }
 
 void UpgradeSession::on_tcp_received(const void* data, size_t len) {
@@ -51,13 +57,11 @@ void UpgradeSession::on_tcp_received(const void* data, size_t len) {
   record(d, data, len);
   if (state_ == State::failed) return;
   // The peer announced it stops writing TCP at S: more is a violation.
-  const bool limit = rx_switched_ || peer_switch_.present;
-  const uint64_t s = rx_switched_ ? rx_offset_ : peer_switch_.offset;
-  if (limit && count_[d] > s)
+  if (rx_switched_ && count_[d] > rx_offset_)
     return fail_internal(Reason::handshake_failed, true,
                          "peer wrote TCP bytes beyond its switch offset");
-  verify_pending();
-  maybe_prove();
+  answer_share();
+  maybe_share();
 }
 
 // ---- Attach ------------------------------------------------------------
@@ -131,7 +135,7 @@ void UpgradeSession::bind(uint32_t stream_id, const Nonce& peer_nonce) {
   state_ = State::bound;
   reason_ = Reason::none;
   timer_armed_ = false;
-  maybe_prove();
+  maybe_share();
 }
 
 // ---- Control records ---------------------------------------------------
@@ -174,113 +178,21 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
   }
   case msg::keepalive:
     return len == 0 ? Status::ok : reject(Reason::handshake_failed, "KEEPALIVE with a payload");
+  case msg::share:
+    if (state_ != State::bound || seq != 0)
+      return reject(Reason::handshake_failed, "SHARE before binding");
+    return on_share(payload, len);
   case msg::proof:
   case msg::switch_:
-    if (state_ != State::bound)
-      return reject(Reason::handshake_failed, "PROOF/SWITCH before binding");
-    return on_proof_record(type, seq, payload, len);
+    if (state_ != State::bound || !keyed_)
+      return reject(Reason::handshake_failed, "PROOF/SWITCH before the key exchange");
+    return on_confirm(type, seq, payload, len);
   default: // ATTACH comes through on_attach; anything else is unknown
     return reject(Reason::handshake_failed, "unknown control record type");
   }
 }
 
-Status UpgradeSession::on_proof_record(uint8_t type, uint64_t seq, const uint8_t* payload,
-                                       size_t len) {
-  if (len != kProofBytes) return reject(Reason::handshake_failed, "PROOF/SWITCH of a wrong length");
-  Pending p;
-  p.present = true;
-  decode_proof(payload, p.tag, p.count);
-  const int tx = tx_dir(), rx = rx_dir();
-  // The protocol fixes what a proof covers (docs/protocol.md §2); the peer
-  // cannot have seen more of our direction than we sent.
-  if (!coverage_form(p.count) || p.count[tx] > count_[tx])
-    return reject(Reason::handshake_failed, "proof covers other than the protocol's bytes");
-  // One-way form over our direction: we know exactly what we sent.
-  if (p.count[rx] == 0 && count_[tx] < kOneWayBytes)
-    return reject(Reason::handshake_failed, "one-way proof over a direction that is not");
-  if (type == msg::proof) {
-    if (peer_proof_seen_ || seq != 0) return reject(Reason::handshake_failed, "second PROOF");
-    peer_proof_seen_ = true;
-    peer_proof_ = p;
-  } else {
-    // S is at least what the proof covers of the peer's direction (one-way
-    // over it: at least kOneWayBytes), and at or beyond what TCP already
-    // delivered here.
-    const uint64_t least = p.count[tx] == 0 ? kOneWayBytes : p.count[rx];
-    if (peer_switch_seen_ || seq < least || count_[rx] > seq)
-      return reject(Reason::handshake_failed, "second SWITCH or bad switch offset");
-    peer_switch_seen_ = true;
-    p.offset = seq;
-    peer_switch_ = p;
-  }
-  verify_pending();
-  return state_ == State::failed ? Status::invalid : Status::ok;
-}
-
-UpgradeSession::Check UpgradeSession::check(uint8_t kind, const Pending& p) const {
-  // Our sending direction was checked on arrival (claimed <= sent, and our
-  // copy only grows); the peer's may still be on its way over TCP.
-  // One-way over the peer's direction: it carried kOneWayBytes here first.
-  const int rx = rx_dir();
-  const uint64_t need = p.count[1 - rx] == 0 ? kOneWayBytes : p.count[rx];
-  if (count_[rx] < need) return Check::later;
-  ProofInput in;
-  in.kind = kind;
-  in.dir = static_cast<Dir>(rx); // the prover's sending direction
-  in.offset = p.offset;
-  in.count[0] = p.count[0];
-  in.count[1] = p.count[1];
-  in.prefix[0] = prefix_[0];
-  in.prefix[1] = prefix_[1];
-  uint8_t want[kTagBytes];
-  proof_tag(nonce_c(), nonce_s(), in, want);
-  uint8_t diff = 0;
-  for (size_t i = 0; i < kTagBytes; ++i)
-    diff |= static_cast<uint8_t>(want[i] ^ p.tag[i]);
-  return diff == 0 ? Check::good : Check::bad;
-}
-
-void UpgradeSession::verify_pending() {
-  if (peer_proof_.present) {
-    const Check c = check(kProofKindProof, peer_proof_);
-    if (c == Check::bad)
-      return fail_internal(Reason::handshake_failed, true, "PROOF tag does not verify");
-    if (c == Check::good) {
-      peer_proof_.present = false;
-      peer_proven_ = true;
-    }
-  }
-  if (peer_switch_.present) {
-    const Check c = check(kProofKindSwitch, peer_switch_);
-    if (c == Check::bad)
-      return fail_internal(Reason::handshake_failed, true, "SWITCH tag does not verify");
-    if (c == Check::good) {
-      peer_switch_.present = false;
-      peer_proven_ = true; // a SWITCH proves as much as a PROOF
-      rx_switched_ = true;
-      rx_offset_ = peer_switch_.offset;
-    }
-  }
-}
-
-// ---- Proofs and switching ----------------------------------------------
-
-void UpgradeSession::make_proof(uint8_t kind, uint64_t offset, Message* m) const {
-  ProofInput in;
-  in.kind = kind;
-  in.dir = static_cast<Dir>(tx_dir());
-  in.offset = offset;
-  in.count[0] = cover_[0];
-  in.count[1] = cover_[1];
-  in.prefix[0] = prefix_[0];
-  in.prefix[1] = prefix_[1];
-  uint8_t tag[kTagBytes];
-  proof_tag(nonce_c(), nonce_s(), in, tag);
-  *m = Message{};
-  m->stream = stream_id_;
-  m->len = static_cast<uint8_t>(kProofBytes);
-  encode_proof(tag, cover_, m->payload);
-}
+// ---- The key exchange (docs/protocol.md §2) ----------------------------
 
 bool UpgradeSession::reach(uint64_t cover[2]) const {
   if (count_[0] >= kCoverBytes && count_[1] >= kCoverBytes) {
@@ -290,23 +202,189 @@ bool UpgradeSession::reach(uint64_t cover[2]) const {
   for (int d = 0; d < 2; ++d) {
     if (count_[d] >= kOneWayBytes) {
       cover[d] = kCoverBytes;
-      cover[1 - d] = 0;
+      cover[1 - d] = count_[1 - d]; // below kCoverBytes: the "both" form failed
       return true;
     }
   }
   return false;
 }
 
-// Each end proves as soon as it can, whether or not it switches: the peer
-// needs our proof before it may send us anything over RDMA.
-void UpgradeSession::maybe_prove() {
-  if (state_ != State::bound || proof_sent_ || !reach(cover_)) return;
+bool UpgradeSession::coverage_short() const {
+  uint64_t cover[2];
+  return state_ == State::bound && !share_sent_ && !peer_share_.present && !reach(cover);
+}
+
+// Our share under the generator of `cover` over the bytes we saw.
+bool UpgradeSession::make_share(const uint64_t cover[2]) {
+  uint8_t password[kPasswordMax], cid[kChannelIdBytes], sid[2 * kNonceBytes];
+  const uint8_t* prefix[2] = {prefix_[0], prefix_[1]};
+  pake::Inputs in;
+  in.password = password;
+  in.password_len = binding_password(cover, prefix, password);
+  binding_channel_id(tuple_, stream_id_, cid);
+  in.channel_id = cid;
+  in.channel_id_len = sizeof cid;
+  memcpy(sid, nonce_c().b, kNonceBytes);
+  memcpy(sid + kNonceBytes, nonce_s().b, kNonceBytes);
+  in.sid = sid;
+  in.sid_len = sizeof sid;
+  if (!pake::make_share(in, seed_, scalar_, my_point_)) return false;
+  cover_[0] = cover[0];
+  cover_[1] = cover[1];
   Message m;
-  make_proof(kProofKindProof, 0, &m);
+  m.type = msg::share;
+  m.stream = stream_id_;
+  m.len = static_cast<uint8_t>(kShareBytes);
+  encode_share(cover_, my_point_, m.payload);
+  if (!push(m)) return false;
+  share_sent_ = true;
+  return true;
+}
+
+// ISK from the peer's share; the confirmation and resume keys from it.
+bool UpgradeSession::key_with(const uint8_t peer_point[kPointBytes]) {
+  uint8_t sid[2 * kNonceBytes], isk[pake::kKeyBytes];
+  memcpy(sid, nonce_c().b, kNonceBytes);
+  memcpy(sid + kNonceBytes, nonce_s().b, kNonceBytes);
+  const bool client = role_ == Role::client;
+  if (!pake::derive_key(scalar_, peer_point, client ? my_point_ : peer_point,
+                        client ? peer_point : my_point_, sid, sizeof sid, isk))
+    return false;
+  memcpy(confirm_key_, isk, kTagBytes);
+  memcpy(resume_key_, isk + kTagBytes, kNonceBytes);
+  keyed_ = true;
+  return true;
+}
+
+void UpgradeSession::make_confirm(uint8_t kind, uint64_t offset, Message* m) const {
+  ConfirmInput in;
+  in.kind = kind;
+  in.dir = static_cast<Dir>(tx_dir());
+  in.offset = offset;
+  in.count[0] = cover_[0];
+  in.count[1] = cover_[1];
+  uint8_t tag[kTagBytes];
+  confirm_tag(confirm_key_, in, tag);
+  *m = Message{};
+  m->stream = stream_id_;
+  m->len = static_cast<uint8_t>(kProofBytes);
+  encode_proof(tag, cover_, m->payload);
+}
+
+void UpgradeSession::send_proof() {
+  Message m;
+  make_confirm(kProofKindProof, 0, &m);
   m.type = msg::proof;
   if (!push(m)) return fail_internal(Reason::handshake_failed, false, "PROOF not queued");
   proof_sent_ = true;
 }
+
+// The client opens the exchange as soon as its bytes reach a coverage form:
+// the form is the client's, so both ends derive the generator from the same
+// counts (the server checks them against what it saw, on_share).
+void UpgradeSession::maybe_share() {
+  if (state_ != State::bound || role_ != Role::client || share_sent_) return;
+  uint64_t cover[2];
+  if (!reach(cover)) return;
+  if (!make_share(cover)) fail_internal(Reason::handshake_failed, true, "no key exchange share");
+}
+
+Status UpgradeSession::on_share(const uint8_t* payload, size_t len) {
+  if (len != kShareBytes || peer_share_seen_)
+    return reject(Reason::handshake_failed, "second SHARE or one of a wrong length");
+  peer_share_seen_ = true;
+  PeerShare p;
+  p.present = true;
+  decode_share(payload, p.count, p.point);
+  if (role_ == Role::client) {
+    // The server answers our form; nothing else is an answer.
+    if (!share_sent_ || p.count[0] != cover_[0] || p.count[1] != cover_[1])
+      return reject(Reason::handshake_failed, "SHARE answers another coverage form");
+    if (!key_with(p.point)) return reject(Reason::handshake_failed, "SHARE is not a valid point");
+    send_proof();
+    return state_ == State::failed ? Status::invalid : Status::ok;
+  }
+  const int tx = tx_dir(), rx = rx_dir();
+  // What the client's form covers is fixed by what crossed, not chosen by
+  // the client (docs/protocol.md §2): it cannot have seen more of our
+  // direction than we sent.
+  if (!coverage_form(p.count) || p.count[tx] > count_[tx])
+    return refuse_binding("SHARE covers other than the protocol's bytes");
+  if (one_way_over(p.count, tx)) {
+    // One-way over our direction: we know exactly what we sent; and a
+    // client that read kOneWayBytes of it had sent what we had received
+    // when we sent them, so its form covers at least that (a request that
+    // came before the replies is never left out).
+    if (count_[tx] < kOneWayBytes)
+      return refuse_binding("one-way form over a direction that is not");
+    if (p.count[rx] < rx_at_one_way_)
+      return refuse_binding("one-way form leaves out bytes sent before");
+  }
+  peer_share_ = p;
+  answer_share();
+  return state_ == State::failed ? Status::invalid : Status::ok;
+}
+
+// Server: the client's share, once the bytes its form covers arrived here
+// (one-way over the client's direction: kOneWayBytes of it first).
+void UpgradeSession::answer_share() {
+  if (!peer_share_.present || state_ != State::bound) return;
+  const int rx = rx_dir();
+  const uint64_t need = one_way_over(peer_share_.count, rx) ? kOneWayBytes : peer_share_.count[rx];
+  if (count_[rx] < need) return;
+  peer_share_.present = false;
+  if (!make_share(peer_share_.count))
+    return fail_internal(Reason::handshake_failed, true, "no key exchange share");
+  if (!key_with(peer_share_.point))
+    return fail_internal(Reason::handshake_failed, true, "SHARE is not a valid point");
+  send_proof();
+}
+
+Status UpgradeSession::on_confirm(uint8_t type, uint64_t seq, const uint8_t* payload, size_t len) {
+  if (len != kProofBytes) return reject(Reason::handshake_failed, "PROOF/SWITCH of a wrong length");
+  uint8_t tag[kTagBytes];
+  uint64_t count[2];
+  decode_proof(payload, tag, count);
+  if (count[0] != cover_[0] || count[1] != cover_[1])
+    return reject(Reason::handshake_failed, "PROOF/SWITCH names another coverage form");
+  const int rx = rx_dir();
+  uint64_t offset = 0;
+  if (type == msg::proof) {
+    if (peer_proof_seen_ || seq != 0) return reject(Reason::handshake_failed, "second PROOF");
+    peer_proof_seen_ = true;
+  } else {
+    // S is at least what the form covers of the peer's direction (one-way
+    // over it: at least kOneWayBytes), and at or beyond what TCP already
+    // delivered here.
+    const uint64_t least = one_way_over(cover_, rx) ? kOneWayBytes : cover_[rx];
+    if (peer_switch_seen_ || seq < least || count_[rx] > seq)
+      return reject(Reason::handshake_failed, "second SWITCH or bad switch offset");
+    peer_switch_seen_ = true;
+    offset = seq;
+  }
+  ConfirmInput in;
+  in.kind = type == msg::proof ? kProofKindProof : kProofKindSwitch;
+  in.dir = static_cast<Dir>(rx); // the prover's sending direction
+  in.offset = offset;
+  in.count[0] = cover_[0];
+  in.count[1] = cover_[1];
+  uint8_t want[kTagBytes];
+  confirm_tag(confirm_key_, in, want);
+  uint8_t diff = 0;
+  for (size_t i = 0; i < kTagBytes; ++i)
+    diff |= static_cast<uint8_t>(want[i] ^ tag[i]);
+  if (diff != 0)
+    return refuse_binding(type == msg::proof ? "PROOF tag does not verify"
+                                             : "SWITCH tag does not verify");
+  peer_proven_ = true; // a SWITCH proves as much as a PROOF
+  if (type == msg::switch_) {
+    rx_switched_ = true;
+    rx_offset_ = offset;
+  }
+  return Status::ok;
+}
+
+// ---- Switching ---------------------------------------------------------
 
 Status UpgradeSession::try_switch_tx() {
   if (state_ == State::failed) return Status::unsupported;
@@ -314,11 +392,10 @@ Status UpgradeSession::try_switch_tx() {
   // Until the peer proved it holds this connection, bytes sent over RDMA
   // could reach a process that is not the TCP peer.
   if (state_ != State::bound || !peer_proven_) return Status::would_block;
-  maybe_prove();                                // our PROOF (if any) goes before the SWITCH
-  if (!proof_sent_) return Status::would_block; // too few bytes here yet
+  if (!proof_sent_) return Status::would_block; // our PROOF goes before the SWITCH
   const uint64_t s = count_[tx_dir()];
   Message m;
-  make_proof(kProofKindSwitch, s, &m);
+  make_confirm(kProofKindSwitch, s, &m);
   m.type = msg::switch_;
   m.seq = s;
   if (!push(m)) {
@@ -334,11 +411,12 @@ Status UpgradeSession::try_switch_tx() {
 
 bool UpgradeSession::waiting_for_peer() const {
   if (state_ == State::attaching) return true;
-  // The bytes we saw reach a coverage form, so the peer can prove; a proof
-  // it sent that waits for our own reading is not the peer's delay.
+  // Our share left (the peer owes its answer), or the bytes we saw reach a
+  // coverage form (the client can open the exchange); a share that waits
+  // for our own reading is not the peer's delay.
   uint64_t cover[2];
-  return state_ == State::bound && !peer_proven_ && !peer_proof_.present && !peer_switch_.present &&
-         reach(cover);
+  return state_ == State::bound && !peer_proven_ && !peer_share_.present &&
+         (share_sent_ || reach(cover));
 }
 
 void UpgradeSession::tick(uint64_t now_ms) {
@@ -359,6 +437,11 @@ void UpgradeSession::fail(Reason why) {
   fail_internal(why == Reason::none ? Reason::handshake_failed : why, true, "caller");
 }
 
+Status UpgradeSession::refuse_binding(const char* detail) {
+  binding_refused_ = true;
+  return reject(Reason::handshake_failed, detail);
+}
+
 Status UpgradeSession::reject(Reason why, const char* detail) {
   fail_internal(why, true, detail);
   return Status::invalid;
@@ -370,8 +453,7 @@ void UpgradeSession::fail_internal(Reason why, bool tell_peer, const char* detai
   const bool peer_knows = state_ == State::attaching || state_ == State::bound;
   state_ = State::failed;
   reason_ = why;
-  peer_proof_.present = false;
-  peer_switch_.present = false;
+  peer_share_.present = false;
   timer_armed_ = false;
   // Tell the peer, so it stops waiting and keeps (or resumes) the stream on TCP.
   if (tell_peer && peer_knows)
@@ -395,6 +477,10 @@ bool UpgradeSession::pop_output(Message* out) {
 }
 
 void UpgradeSession::session_key(uint8_t out[kNonceBytes]) const {
+  if (keyed_) {
+    memcpy(out, resume_key_, kNonceBytes);
+    return;
+  }
   for (size_t i = 0; i < kNonceBytes; ++i)
     out[i] = static_cast<uint8_t>(nonce_c().b[i] ^ nonce_s().b[i]);
 }

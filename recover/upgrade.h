@@ -4,17 +4,21 @@
 // (type, stream, seq, payload) and records to send come out of a small
 // outbox; the stream layer wires both to the channel, the preload layer
 // feeds the TCP bytes and reads the modes.  No clock, no randomness: the
-// caller passes time to tick() and the nonce (from getrandom) at set-up.
+// caller passes time to tick() and the nonce and key exchange seed (from
+// getrandom) at set-up.
 //
 // Life of a session:
 //   client: idle -start_attach-> attaching -ACK-> bound
 //                                          -NAK unknown/busy-> refused (may attach again)
 //   server: idle -on_attach (valid, our 4-tuple)-> bound
 //   both:   idle/refused -adopt (nonces came through rdma_cm)-> bound
-//   bound:  each end sends PROOF once the bytes that crossed reach one of
-//           the protocol's coverage forms (kCoverBytes of each direction, or
-//           of a one-way direction); a direction switches (try_switch_tx)
-//           once the peer's proof verified here.
+//   bound:  the binding is a CPace exchange over the covered bytes
+//           (recover/pake.h, docs/protocol.md §2): the client sends SHARE
+//           once the bytes that crossed reach one of the protocol's coverage
+//           forms; the server, once it has the bytes that form covers,
+//           answers SHARE and PROOF (its key confirmation); the client
+//           answers PROOF.  A direction switches (try_switch_tx) once the
+//           peer's PROOF verified here.
 //   any:    -> failed (final; the stream stays on TCP, fallback_reason()).
 //
 // Not thread-safe: the caller serializes calls (the socket's lock).
@@ -24,6 +28,7 @@
 
 #include "common/reasons.h"
 #include "common/status.h"
+#include "recover/pake.h"
 #include "recover/upgrade_wire.h"
 
 namespace xp::recover {
@@ -35,9 +40,10 @@ const char* state_name(State s);
 
 struct SessionParams {
   Role role = Role::client;
-  TcpTuple tuple;      // this connection, client side first
-  Nonce nonce;         // this end's nonce (getrandom)
-  uint32_t timeout_ms; // XPRESS_HANDSHAKE_TIMEOUT_MS: longest wait for the peer
+  TcpTuple tuple;                      // this connection, client side first
+  Nonce nonce;                         // this end's nonce (getrandom)
+  uint8_t seed[pake::kSeedBytes] = {}; // this end's key exchange secret (getrandom)
+  uint32_t timeout_ms;                 // XPRESS_HANDSHAKE_TIMEOUT_MS: longest wait for the peer
 };
 
 class UpgradeSession {
@@ -113,28 +119,31 @@ public:
   bool needs_resume() const { return state_ == State::failed && (tx_switched_ || rx_switched_); }
   // Our PROOF left: from then on the peer may switch its direction.
   bool proof_sent() const { return proof_sent_; }
-  // Bound, but the connection has not carried enough bytes for a proof
+  // Bound, but the connection has not carried enough bytes for the binding
   // (docs/protocol.md §2): it stays on TCP until it does (Reason::too_few_bytes).
-  bool coverage_short() const { return state_ == State::bound && !proof_sent_; }
+  bool coverage_short() const;
+  // Failed because the peer's binding did not hold: a coverage form that is
+  // not the protocol's, or a key confirmation that does not verify (a
+  // wrong guess of the covered bytes).  Counted per peer address.
+  bool binding_refused() const { return binding_refused_; }
   // The peer's NAK said it processed no SWITCH of ours (kNakReadsPlain).
   bool peer_reads_plain() const { return state_ == State::failed && peer_reads_plain_; }
   // Recovery (recover/resume_wire.h): the key that authenticates RESUME
-  // frames (nonce_c XOR nonce_s) and this end's sending direction.
+  // frames (from the key exchange; before it completed, which no switched
+  // direction can be, nonce_c XOR nonce_s) and this end's sending direction.
   void session_key(uint8_t out[kNonceBytes]) const;
   Dir tx_direction() const { return static_cast<Dir>(tx_dir()); }
   uint64_t tcp_sent() const { return count_[tx_dir()]; }
   uint64_t tcp_received() const { return count_[rx_dir()]; }
 
 private:
-  // A proof or switch the peer sent that is not verified yet, because this
-  // end has not received the bytes it covers (TCP is slower than the channel).
-  struct Pending {
+  // The client's SHARE, until this (server) end has the bytes its form
+  // covers (TCP is slower than the channel).
+  struct PeerShare {
     bool present = false;
-    uint64_t offset = 0;
     uint64_t count[2] = {0, 0};
-    uint8_t tag[kTagBytes] = {};
+    uint8_t point[kPointBytes] = {};
   };
-  enum class Check : uint8_t { good, bad, later };
 
   int tx_dir() const { return role_ == Role::client ? 0 : 1; }
   int rx_dir() const { return 1 - tx_dir(); }
@@ -146,14 +155,18 @@ private:
   void record(int d, const void* data, size_t len);
 
   Status reject(Reason why, const char* detail); // fail and return invalid
+  Status refuse_binding(const char* detail);     // reject: the peer proved nothing
   void fail_internal(Reason why, bool tell_peer, const char* detail);
   void bind(uint32_t stream_id, const Nonce& peer_nonce);
   bool push(const Message& m);
-  void maybe_prove();
-  void make_proof(uint8_t kind, uint64_t offset, Message* m) const;
-  Status on_proof_record(uint8_t type, uint64_t seq, const uint8_t* payload, size_t len);
-  Check check(uint8_t kind, const Pending& p) const;
-  void verify_pending();
+  void maybe_share();
+  bool make_share(const uint64_t cover[2]);
+  bool key_with(const uint8_t peer_point[kPointBytes]);
+  void send_proof();
+  void make_confirm(uint8_t kind, uint64_t offset, Message* m) const;
+  Status on_share(const uint8_t* payload, size_t len);
+  void answer_share();
+  Status on_confirm(uint8_t type, uint64_t seq, const uint8_t* payload, size_t len);
 
   Role role_;
   State state_ = State::idle;
@@ -166,21 +179,26 @@ private:
 
   uint64_t count_[2] = {0, 0};        // bytes that crossed each direction (Dir index)
   uint8_t prefix_[2][kPrefixBytes]{}; // their first bytes
+  uint64_t rx_at_one_way_ = 0;        // min(received, 64) when our direction reached 16 KiB
 
-  bool proof_sent_ = false;
-  uint64_t cover_[2] = {0, 0}; // what our PROOF and SWITCH cover (a coverage form)
-  bool peer_proven_ = false;
-  Pending peer_proof_, peer_switch_;
+  uint8_t seed_[pake::kSeedBytes];
+  bool share_sent_ = false, keyed_ = false, proof_sent_ = false;
+  uint64_t cover_[2] = {0, 0}; // the coverage form of the key exchange
+  uint8_t scalar_[pake::kScalarBytes] = {}, my_point_[kPointBytes] = {};
+  uint8_t confirm_key_[kTagBytes] = {}, resume_key_[kNonceBytes] = {};
+  PeerShare peer_share_;
+  bool peer_share_seen_ = false, peer_proven_ = false;
   bool peer_proof_seen_ = false, peer_switch_seen_ = false; // duplicates are violations
   bool peer_reads_plain_ = false;
+  bool binding_refused_ = false;
   bool tx_switched_ = false, rx_switched_ = false;
   uint64_t tx_offset_ = 0, rx_offset_ = 0;
 
   bool timer_armed_ = false;
   uint64_t deadline_ms_ = 0;
 
-  // At most one PROOF, one SWITCH and one NAK are ever queued (ATTACH and its
-  // answers are returned directly), so four slots never overflow.
+  // At most one SHARE, one PROOF, one SWITCH and one NAK are ever queued
+  // (ATTACH and its answers are returned directly).
   static constexpr int kOutboxSlots = 4;
   Message outbox_[kOutboxSlots];
   int out_head_ = 0, out_count_ = 0;

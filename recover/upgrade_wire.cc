@@ -143,32 +143,53 @@ Status parse_attach(const uint8_t* p, size_t len, TcpTuple* t, Nonce* nonce_c, N
   return Status::ok;
 }
 
-void proof_tag(const Nonce& nonce_c, const Nonce& nonce_s, const ProofInput& in,
-               uint8_t out[kTagBytes]) {
-  // Fixed-size stack buffer: 2 + 3 * 8 + 2 * 16 + 2 * 64 bytes at most.
-  uint8_t buf[2 + 3 * 8 + 2 * kNonceBytes + 2 * kPrefixBytes];
-  size_t n = 0;
-  buf[n++] = in.kind;
-  buf[n++] = static_cast<uint8_t>(in.dir);
-  put_le64(buf + n, in.offset);
-  put_le64(buf + n + 8, in.count[0]);
-  put_le64(buf + n + 16, in.count[1]);
-  n += 24;
-  memcpy(buf + n, nonce_c.b, kNonceBytes);
-  memcpy(buf + n + kNonceBytes, nonce_s.b, kNonceBytes);
-  n += 2 * kNonceBytes;
+size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
+                        uint8_t out[kPasswordMax]) {
+  put_le64(out, count[0]);
+  put_le64(out + 8, count[1]);
+  size_t n = 16;
   for (int d = 0; d < 2; ++d) {
-    const size_t take =
-        in.count[d] < kPrefixBytes ? static_cast<size_t>(in.count[d]) : kPrefixBytes;
-    if (take > 0) memcpy(buf + n, in.prefix[d], take);
+    const size_t take = count[d] < kPrefixBytes ? static_cast<size_t>(count[d]) : kPrefixBytes;
+    if (take > 0) memcpy(out + n, prefix[d], take);
     n += take;
   }
-  // Each end contributes its nonce to the key; the key is no secret (both
-  // nonces crossed the channel): the secret is the connection's bytes.
-  uint8_t key[kSipKeyBytes];
-  for (size_t i = 0; i < kSipKeyBytes; ++i)
-    key[i] = nonce_c.b[i] ^ nonce_s.b[i];
-  siphash24_128(key, buf, n, out);
+  return n;
+}
+
+void binding_channel_id(const TcpTuple& t, uint32_t stream, uint8_t out[kChannelIdBytes]) {
+  out[0] = t.family;
+  memcpy(out + 1, t.client_addr, 16);
+  memcpy(out + 17, t.server_addr, 16);
+  out[33] = static_cast<uint8_t>(t.client_port >> 8);
+  out[34] = static_cast<uint8_t>(t.client_port);
+  out[35] = static_cast<uint8_t>(t.server_port >> 8);
+  out[36] = static_cast<uint8_t>(t.server_port);
+  for (int i = 0; i < 4; ++i)
+    out[37 + i] = static_cast<uint8_t>(stream >> (8 * i));
+}
+
+void confirm_tag(const uint8_t key[kTagBytes], const ConfirmInput& in, uint8_t out[kTagBytes]) {
+  uint8_t buf[2 + 3 * 8];
+  buf[0] = in.kind;
+  buf[1] = static_cast<uint8_t>(in.dir);
+  put_le64(buf + 2, in.offset);
+  put_le64(buf + 10, in.count[0]);
+  put_le64(buf + 18, in.count[1]);
+  static_assert(kTagBytes == kSipKeyBytes);
+  siphash24_128(key, buf, sizeof buf, out);
+}
+
+void encode_share(const uint64_t count[2], const uint8_t point[kPointBytes],
+                  uint8_t out[kShareBytes]) {
+  put_le64(out, count[0]);
+  put_le64(out + 8, count[1]);
+  memcpy(out + 16, point, kPointBytes);
+}
+
+void decode_share(const uint8_t p[kShareBytes], uint64_t count[2], uint8_t point[kPointBytes]) {
+  count[0] = get_le64(p);
+  count[1] = get_le64(p + 8);
+  memcpy(point, p + 16, kPointBytes);
 }
 
 void encode_proof(const uint8_t tag[kTagBytes], const uint64_t count[2], uint8_t out[kProofBytes]) {

@@ -22,34 +22,45 @@ constexpr uint8_t attach_ack = 7;
 constexpr uint8_t attach_nak = 8;
 constexpr uint8_t switch_ = 9;
 constexpr uint8_t keepalive = 10;
-// The binding proof of an end that has not switched (yet).
+// Key confirmation of an end that has not switched (yet).
 constexpr uint8_t proof = 11;
+// The binding's key exchange share (docs/protocol.md §2).
+constexpr uint8_t share = 15;
 } // namespace msg
 
 // flow::kMaxControlPayload: no control payload may be larger.
 constexpr size_t kMaxControlPayload = 128;
-// 2: the proof covers a protocol-fixed number of bytes (kCoverBytes).
-constexpr uint8_t kProtocolVersion = 2;
+// 3: the binding is a password-authenticated key exchange over the covered
+// bytes (CPace, recover/pake.h); 2 sent tags over them.
+constexpr uint8_t kProtocolVersion = 3;
 
 constexpr size_t kNonceBytes = 16;
 constexpr size_t kAttachBytes = 56;    // see encode_attach
 constexpr size_t kAttachAckBytes = 16; // nonce_s
 constexpr size_t kProofBytes = 32;     // tag(16) | count c->s (8) | count s->c (8)
+constexpr size_t kShareBytes = 48;     // count c->s (8) | count s->c (8) | CPace share (32)
+constexpr size_t kPointBytes = 32;
 constexpr size_t kTagBytes = 16;
 constexpr size_t kPrefixBytes = 64; // first bytes of each direction kept for the proof
-// docs/protocol.md §2: a proof covers exactly kCoverBytes of each direction
-// (the "both" form), or, on a one-way connection (a direction that carried
-// at least kOneWayBytes), exactly kCoverBytes of that direction and none of
-// the other.  No other count is accepted: the prover does not choose how
-// little it proves.
+// docs/protocol.md §2: the binding covers exactly kCoverBytes of each
+// direction (the "both" form), or, on a one-way connection (a direction that
+// carried at least kOneWayBytes while the other carried fewer than
+// kCoverBytes), kCoverBytes of that direction and every byte of the other.
+// No other count is accepted: the prover does not choose how little it
+// proves.
 constexpr uint64_t kCoverBytes = kPrefixBytes;
 constexpr uint64_t kOneWayBytes = 16 * 1024;
 // Whether count[] (indexed by Dir) is one of the protocol's coverage forms.
 inline bool coverage_form(const uint64_t count[2]) {
-  return (count[0] == kCoverBytes && count[1] == kCoverBytes) ||
-         (count[0] == kCoverBytes && count[1] == 0) || (count[0] == 0 && count[1] == kCoverBytes);
+  return (count[0] == kCoverBytes && count[1] <= kCoverBytes) ||
+         (count[1] == kCoverBytes && count[0] < kCoverBytes);
 }
-static_assert(kAttachBytes <= kMaxControlPayload && kProofBytes <= kMaxControlPayload);
+// The one-way form over direction d: d covered in full, the other short.
+inline bool one_way_over(const uint64_t count[2], int d) {
+  return count[d] == kCoverBytes && count[1 - d] < kCoverBytes;
+}
+static_assert(kAttachBytes <= kMaxControlPayload && kProofBytes <= kMaxControlPayload &&
+              kShareBytes <= kMaxControlPayload);
 
 struct Nonce {
   uint8_t b[kNonceBytes];
@@ -105,25 +116,37 @@ void encode_attach(const TcpTuple& t, const Nonce& nonce_c, uint8_t out[kAttachB
 // invalid with *nak set (version or failed) when it is rejected.
 Status parse_attach(const uint8_t* p, size_t len, TcpTuple* t, Nonce* nonce_c, NakCode* nak);
 
-// Everything a binding proof covers, from the prover's point of view.
-struct ProofInput {
+// The CPace inputs of a binding (recover/pake.h): the password is what the
+// coverage form covers, the channel identifier the 4-tuple and stream id.
+// password = count c->s | count s->c (8 bytes LE each) | the first
+//   count c->s bytes of c->s | the first count s->c bytes of s->c
+constexpr size_t kPasswordMax = 16 + 2 * kPrefixBytes;
+size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
+                        uint8_t out[kPasswordMax]);
+// channel id = family | client address (16) | server address (16) | client
+//   port | server port (2 bytes each, network order) | stream id (4, LE)
+constexpr size_t kChannelIdBytes = 1 + 32 + 4 + 4;
+void binding_channel_id(const TcpTuple& t, uint32_t stream, uint8_t out[kChannelIdBytes]);
+
+// A key confirmation (PROOF, SWITCH) under the exchanged key.
+struct ConfirmInput {
   uint8_t kind;      // kProofKindProof or kProofKindSwitch
   Dir dir;           // the prover's sending direction
   uint64_t offset;   // SWITCH: S; PROOF: 0
-  uint64_t count[2]; // bytes that crossed each direction (indexed by Dir), as the prover saw them
-  const uint8_t* prefix[2]; // the first min(count, 64) bytes of each direction
+  uint64_t count[2]; // the coverage form the key exchange used
 };
 constexpr uint8_t kProofKindProof = 1;
 constexpr uint8_t kProofKindSwitch = 2;
 
-// tag = SipHash-2-4-128(key = nonce_c XOR nonce_s, kind | dir | offset |
-//   count c->s | count s->c | nonce_c | nonce_s | prefix c->s | prefix s->c)
-// with 8-byte little-endian integers and each prefix min(count, 64) bytes.
-void proof_tag(const Nonce& nonce_c, const Nonce& nonce_s, const ProofInput& in,
-               uint8_t out[kTagBytes]);
+// tag = SipHash-2-4-128(key = the exchange's confirmation key,
+//   kind | dir | offset | count c->s | count s->c), 8-byte little-endian
+void confirm_tag(const uint8_t key[kTagBytes], const ConfirmInput& in, uint8_t out[kTagBytes]);
 
 void encode_proof(const uint8_t tag[kTagBytes], const uint64_t count[2], uint8_t out[kProofBytes]);
 void decode_proof(const uint8_t p[kProofBytes], uint8_t tag[kTagBytes], uint64_t count[2]);
+void encode_share(const uint64_t count[2], const uint8_t point[kPointBytes],
+                  uint8_t out[kShareBytes]);
+void decode_share(const uint8_t p[kShareBytes], uint64_t count[2], uint8_t point[kPointBytes]);
 
 // One control record to send: the stream layer hands it to
 // RecordChannel::send_control(type, stream, seq, payload, len).
@@ -134,7 +157,8 @@ struct Message {
   uint64_t seq = 0;
   uint8_t payload[kAttachBytes] = {};
 };
-static_assert(sizeof(Message::payload) >= kProofBytes && sizeof(Message::payload) >= kAttachBytes);
+static_assert(sizeof(Message::payload) >= kProofBytes && sizeof(Message::payload) >= kAttachBytes &&
+              sizeof(Message::payload) >= kShareBytes);
 
 // A NAK the stream layer sends itself, e.g. for an ATTACH whose 4-tuple no
 // session of this process holds (unknown_stream) or whose id is taken (busy).

@@ -281,13 +281,17 @@ void* engine_main(void*) {
 }
 
 // False when the kernel gives no randomness: no upgrade then (a guessable
-// nonce would weaken the proof, docs/protocol.md §3).
-bool make_nonce(recover::Nonce* n) {
+// nonce or key exchange secret would weaken the binding, docs/protocol.md §2).
+bool make_secrets(recover::SessionParams* p) {
+  uint8_t b[sizeof p->nonce.b + sizeof p->seed];
   ssize_t r;
   do {
-    r = getrandom(n->b, sizeof n->b, 0);
+    r = getrandom(b, sizeof b, 0);
   } while (r < 0 && errno == EINTR);
-  return r == static_cast<ssize_t>(sizeof n->b);
+  if (r != static_cast<ssize_t>(sizeof b)) return false;
+  memcpy(p->nonce.b, b, sizeof p->nonce.b);
+  memcpy(p->seed, b + sizeof p->nonce.b, sizeof p->seed);
+  return true;
 }
 
 Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockaddr* peer,
@@ -302,8 +306,12 @@ Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockadd
     *why = Reason::handshake_failed; // IPv6 rendezvous is not built yet
     return nullptr;
   }
-  if (!make_nonce(&p.nonce)) {
+  if (!make_secrets(&p)) {
     XP_SLOG(XP_SLOG_WARN, "getrandom failed (%s): connection stays on TCP", strerror(errno));
+    *why = Reason::handshake_failed;
+    return nullptr;
+  }
+  if (!recover::pake::available()) { // said once, where libsodium was looked for
     *why = Reason::handshake_failed;
     return nullptr;
   }

@@ -61,6 +61,11 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
     return true;
   }
+  // Its address used up its failed bindings for now (stream/bind_failures.h).
+  if (g().bind_failures.blocked(ch->peer_addr, now_ms())) {
+    send_msg(ch, recover::make_nak(h.stream, recover::NakCode::busy));
+    return true;
+  }
   uint8_t key[12];
   recover::tuple_key(t, key);
   Conn* c = find_by_key(key);
@@ -318,6 +323,8 @@ void fail(Conn* c, Reason why, const char* detail) {
   // The session may have failed on its own (a timeout in tick, a proof that
   // does not verify): its NAK still waits in the outbox.
   if (c->sess.state() != recover::State::failed) c->sess.fail(why);
+  if (c->sess.binding_refused() && c->ch && !c->ch->client_side)
+    g().bind_failures.note(c->ch->peer_addr, now_ms()); // docs/protocol.md §8
   bool resume = c->tx_rdma.load() || c->rx_rdma.load() || c->sess.needs_resume();
   if (!resume && c->phase.load() == Phase::upgrading && c->ch) {
     // The peer may have switched its direction already (it may have had our

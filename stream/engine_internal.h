@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "stream/bind_failures.h"
 #include "stream/channel.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
@@ -146,7 +147,8 @@ struct State {
   // way (each will be a server channel).
   std::unordered_map<TupleKey, Conn*, TupleKeyHash> servers;
   std::vector<CmUser*> accepting;
-  NegativeCache negative; // servers without xpress (stream/negative_cache.h)
+  NegativeCache negative;     // servers without xpress (stream/negative_cache.h)
+  BindFailures bind_failures; // requesters whose bindings failed (stream/bind_failures.h)
   std::vector<OwnedListener> listeners;
   std::mutex qmu;                 // the two queues (a leaf lock: taken under any other)
   std::vector<Conn*> start_queue; // client connections to start (ref'd)

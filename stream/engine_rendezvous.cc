@@ -20,8 +20,9 @@
 namespace xp::stream::engine {
 namespace {
 
-// 2: binding proofs cover protocol-fixed counts (docs/protocol.md §2).
-constexpr uint8_t kWireVersion = 2;
+// 3: the binding is a key exchange over protocol-fixed counts
+// (docs/protocol.md §2).
+constexpr uint8_t kWireVersion = 3;
 // kKindReattach: a channel for a resumed stream of this 4-tuple (nonce
 // zero); the stream binds over it with an authenticated REATTACH.
 constexpr uint8_t kKindRequest = 1, kKindAccept = 2, kKindReattach = 3;
@@ -519,6 +520,10 @@ void on_cm_event(const verbs::CmEvent& ev) {
       inet_ntop(AF_INET, from, a, sizeof a);
       XP_SLOG(XP_SLOG_INFO, "rdma_cm request from %s names another client address: refused", a);
       return send_reject(ev.req, rej_unknown);
+    }
+    if (g().bind_failures.blocked(from, now_ms())) { // stream/bind_failures.h
+      XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: too many failed bindings from its address");
+      return send_reject(ev.req, rej_busy);
     }
     recover::Nonce n;
     memcpy(n.b, w.nonce, 16);

@@ -20,6 +20,7 @@ static_assert(static_cast<uint8_t>(flow::RecordType::attach_nak) == recover::msg
 static_assert(static_cast<uint8_t>(flow::RecordType::switch_) == recover::msg::switch_);
 static_assert(static_cast<uint8_t>(flow::RecordType::keepalive) == recover::msg::keepalive);
 static_assert(static_cast<uint8_t>(flow::RecordType::proof) == recover::msg::proof);
+static_assert(static_cast<uint8_t>(flow::RecordType::share) == recover::msg::share);
 static_assert(flow::kMaxControlPayload == recover::kMaxControlPayload);
 
 using flow::RecordType;

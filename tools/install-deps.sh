@@ -6,6 +6,8 @@ PKGS=(
   # build
   build-essential pkg-config clang-format
   libibverbs-dev librdmacm-dev libboost-dev doctest-dev
+  # the binding's key exchange (recover/pake.h): headers to build, dlopen'd at run time
+  libsodium-dev libsodium23
   # dlopen'd at run time: libunwind for XPRESS_BACKTRACE (tests/unit/tools.sh)
   libunwind8
   # RDMA user space (also used inside the Soft-RoCE VM through the 9p root share)

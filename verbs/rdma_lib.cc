@@ -1,11 +1,8 @@
 #include "verbs/rdma_lib.h"
 
-#include <atomic>
 #include <dlfcn.h>
-#include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "common/load_once.h"
 #include "common/logsink.h"
 
 namespace xp::verbs::detail {
@@ -14,12 +11,7 @@ namespace {
 Ibv g_ibv;
 RdmaCm g_rdmacm;
 
-// 0 not tried, kLoaded or kMissing when decided; while a thread loads, the
-// pid of its process.  A fork child whose parent was loading at the fork
-// sees another process's pid there: no thread of its own will finish that
-// load, so it starts over rather than wait forever.
-constexpr long kLoaded = -1, kMissing = -2;
-std::atomic<long> g_state{0};
+LoadOnce g_load;
 
 // One entry by name and version; false (and says which) when missing.
 template <typename Fn> bool resolve(void* lib, const char* symbol, const char* version, Fn* out) {
@@ -57,22 +49,7 @@ bool load() {
 } // namespace
 
 bool rdma_loaded() {
-  while (true) {
-    long s = g_state.load(std::memory_order_acquire);
-    if (__builtin_expect(s == kLoaded, 1)) return true;
-    if (s == kMissing) return false;
-    long self = ::syscall(SYS_getpid);
-    if (s == 0) {
-      if (!g_state.compare_exchange_strong(s, self, std::memory_order_acq_rel)) continue;
-      bool ok = load();
-      g_state.store(ok ? kLoaded : kMissing, std::memory_order_release);
-      return ok;
-    }
-    if (s == self)
-      sched_yield(); // another thread of ours is loading: it does not block for long
-    else
-      g_state.compare_exchange_strong(s, 0, std::memory_order_acq_rel);
-  }
+  return g_load.get(load);
 }
 
 const Ibv& ibv() {

@@ -6,16 +6,18 @@
 FUZZ_CXX ?= clang++
 FUZZ_FLAGS := -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
               -pthread -I. -Wall -Wextra -Werror
-FUZZ_TARGETS := wire_ring records settings
+FUZZ_TARGETS := wire_ring records settings upgrade
 # The library code each target reaches, compiled again with the sanitizers.
 FUZZ_SRCS_wire_ring :=
 FUZZ_SRCS_records := flow/record_channel.cc flow/record_channel_cork.cc \
   flow/record_channel_replay.cc stream/mux.cc stream/fault.cc common/bulk_copy.cc \
   common/logsink.cc common/status.cc
 FUZZ_SRCS_settings := common/settings.cc
+FUZZ_SRCS_upgrade := recover/upgrade.cc recover/upgrade_wire.cc recover/pake.cc recover/siphash.cc \
+  recover/resume_wire.cc recover/reattach_wire.cc common/logsink.cc common/status.cc -ldl
 FUZZ_SECONDS ?= 60
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cc $(wildcard flow/*.h stream/mux.h verbs/wire_ring.h common/settings.*)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cc $(wildcard flow/*.h stream/mux.h verbs/wire_ring.h common/settings.* recover/*)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRCS_$*)
 

@@ -61,6 +61,8 @@ inline recover::SessionParams rparams(recover::Role r, uint8_t seed) {
                                         reinterpret_cast<sockaddr*>(&s), &p.tuple) == Status::ok);
   for (size_t i = 0; i < recover::kNonceBytes; ++i)
     p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
+  for (size_t i = 0; i < sizeof p.seed; ++i) // the key exchange secret
+    p.seed[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
   p.timeout_ms = 1000;
   return p;
 }

@@ -1,7 +1,9 @@
-// What a binding proof covers is fixed by the protocol (docs/protocol.md
-// §2): kCoverBytes of each direction, or of a one-way direction that
-// carried kOneWayBytes; a prover cannot choose to prove less.  And no byte
-// but a recovery frame may follow a switched direction's S on TCP (§7).
+// What a binding covers is fixed by the protocol (docs/protocol.md §2):
+// kCoverBytes of each direction, or of a one-way direction that carried
+// kOneWayBytes and all of the other; a prover cannot choose to prove less.
+// The binding is a key exchange: a forger gets one online guess per
+// attempt.  And no byte but a recovery frame may follow a switched
+// direction's S on TCP (§7).
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -60,25 +62,22 @@ struct Two {
   }
 };
 
-// A PROOF as a forger that knows both nonces (they crossed the channel)
-// builds it: counts of its choice, the bytes it guesses.
-Message forged_proof(const Nonce& nc, const Nonce& ns, uint64_t c2s, uint64_t s2c,
-                     const std::string& guess_c2s, const std::string& guess_s2c) {
-  ProofInput in;
-  in.kind = kProofKindProof;
-  in.dir = Dir::c2s;
-  in.offset = 0;
-  in.count[0] = c2s;
-  in.count[1] = s2c;
-  in.prefix[0] = reinterpret_cast<const uint8_t*>(guess_c2s.data());
-  in.prefix[1] = reinterpret_cast<const uint8_t*>(guess_s2c.data());
-  uint8_t tag[kTagBytes];
-  proof_tag(nc, ns, in, tag);
+// A SHARE with the counts of the forger's choice (its point is a valid
+// share: the counts are what is checked first).
+Message forged_share(const SessionParams& fp, uint64_t c2s, uint64_t s2c) {
+  UpgradeSession f(fp);
+  REQUIRE(f.adopt(5, Nonce{}) == Status::ok);
+  const std::string many(kOneWayBytes, 'x');
+  f.on_tcp_sent(many.data(), many.size());
+  f.on_tcp_received(many.data(), many.size());
   Message m;
-  m.type = msg::proof;
-  m.stream = 5;
-  m.len = static_cast<uint8_t>(kProofBytes);
-  encode_proof(tag, in.count, m.payload);
+  REQUIRE(f.pop_output(&m));
+  REQUIRE(m.type == msg::share);
+  const uint64_t count[2] = {c2s, s2c};
+  uint64_t ignored[2];
+  uint8_t point[kPointBytes];
+  decode_share(m.payload, ignored, point);
+  encode_share(count, point, m.payload);
   return m;
 }
 
@@ -90,29 +89,54 @@ const std::string kReply = "HTTP/1.1 200 OK\r\nServer: x\r\nDate: secret date\r\
 
 } // namespace
 
-TEST_CASE("coverage: a proof over one predictable byte is refused (the forger's PROOF)") {
-  // The server's connection carried a whole request and reply; the forger
-  // (bound by a forged ATTACH naming this 4-tuple) knows only that HTTP
-  // requests start with 'G'.
-  const SessionParams fp = sparams(Role::client, 7), sp = sparams(Role::server, 2);
-  UpgradeSession victim(sp);
-  victim.on_tcp_received(kRequest.data(), kRequest.size());
-  victim.on_tcp_sent(kReply.data(), kReply.size());
-  UpgradeSession forger(fp);
-  Message a, r;
-  REQUIRE(forger.start_attach(5, &a) == Status::ok);
-  REQUIRE(victim.on_attach(a.stream, a.seq, a.payload, a.len, &r) == Status::ok);
+// The victim: a server whose connection carried a whole request and reply,
+// bound by a forged ATTACH that names its 4-tuple.
+struct Victim {
+  SessionParams fp = sparams(Role::client, 7), sp = sparams(Role::server, 2);
+  UpgradeSession v{sp};
+  Victim(const std::string& req, const std::string& reply) {
+    v.on_tcp_received(req.data(), req.size());
+    v.on_tcp_sent(reply.data(), reply.size());
+    UpgradeSession forger(fp);
+    Message a, r;
+    REQUIRE(forger.start_attach(5, &a) == Status::ok);
+    REQUIRE(v.on_attach(a.stream, a.seq, a.payload, a.len, &r) == Status::ok);
+  }
+};
+
+TEST_CASE("coverage: a key exchange over one predictable byte is refused") {
+  // The forger knows only that HTTP requests start with 'G': no count of
+  // its choice below what crossed gets an answer.
+  Victim base(kRequest, kReply);
   for (const auto& counts : {std::pair<uint64_t, uint64_t>{1, 0}, {0, 1}, {1, 1}, {63, 64}}) {
     CAPTURE(counts.first);
     CAPTURE(counts.second);
-    UpgradeSession v = victim;
-    const Message m =
-        forged_proof(fp.nonce, sp.nonce, counts.first, counts.second, kRequest, kReply);
-    CHECK(deliver(v, m) == Status::invalid);
-    CHECK_FALSE(v.peer_proven());
+    UpgradeSession v = base.v;
+    CHECK(deliver(v, forged_share(base.fp, counts.first, counts.second)) == Status::invalid);
+    Message out;
+    bool answered = false;
+    while (v.pop_output(&out))
+      answered = answered || out.type == msg::share || out.type == msg::proof;
+    CHECK_FALSE(answered);
     CHECK(v.state() == State::failed);
     CHECK(v.try_switch_tx() == Status::unsupported);
   }
+}
+
+TEST_CASE("coverage: a one-way form over the server's predictable replies is refused") {
+  // The hostile review's case: the server sent 16 KiB of replies that start
+  // with a fixed header; the request that held the secret came first.  A
+  // one-way form must cover every byte the other direction carried (here
+  // the whole request, short of 64 bytes): (0, 64) is refused.
+  const std::string secret_req = "AUTH hunter2-secret\r\n";
+  std::string reply = "HTTP/1.1 200 OK\r\n" + std::string(kOneWayBytes, 'r');
+  Victim base(secret_req, reply);
+  UpgradeSession v = base.v;
+  CHECK(deliver(v, forged_share(base.fp, 0, kCoverBytes)) == Status::invalid);
+  CHECK(v.state() == State::failed);
+  // The one-way form that covers the whole request is the protocol's form.
+  UpgradeSession w = base.v;
+  CHECK(deliver(w, forged_share(base.fp, secret_req.size(), kCoverBytes)) == Status::ok);
 }
 
 TEST_CASE("coverage: fewer than 64 bytes each way: no proof, no switch, no timeout") {
@@ -128,7 +152,7 @@ TEST_CASE("coverage: fewer than 64 bytes each way: no proof, no switch, no timeo
     p.c.tick(t), p.s.tick(t);
   CHECK((p.c.state() == State::bound && p.s.state() == State::bound)); // it just waits
   p.c2s("x");                                                          // the 64th byte
-  CHECK(p.pump() == 2);
+  CHECK(p.pump() == 4); // SHARE, SHARE and PROOF, PROOF
   CHECK((p.c.peer_proven() && p.s.peer_proven()));
   CHECK_FALSE(p.c.coverage_short());
   REQUIRE(p.c.try_switch_tx() == Status::ok);
@@ -145,27 +169,27 @@ TEST_CASE("coverage: a one-way connection proves once 16 KiB went one way") {
   p.c2s(chunk.substr(0, 4095));
   CHECK(p.pump() == 0); // one byte short of 16 KiB, nothing back
   p.c2s("!");
-  CHECK(p.pump() == 2);
+  CHECK(p.pump() == 4); // SHARE, SHARE and PROOF, PROOF
   REQUIRE(p.c.try_switch_tx() == Status::ok);
   p.pump();
   CHECK((p.s.rx_mode() == Mode::rdma && p.s.rx_offset() == 16384));
 }
 
-TEST_CASE("coverage: a one-way proof over a direction that did not carry 16 KiB") {
-  // The server sent 100 bytes: a one-way proof over them is a lie.
-  const SessionParams cp = sparams(Role::client, 1), sp = sparams(Role::server, 2);
+TEST_CASE("coverage: a one-way form over a direction that did not carry 16 KiB") {
+  // The server sent 100 bytes: a one-way form over them is a lie.
+  const SessionParams fp = sparams(Role::client, 7);
   Two p;
   p.c2s(std::string(20, 'r'));
   p.s2c(std::string(100, 's'));
-  Message m = forged_proof(cp.nonce, sp.nonce, 0, kCoverBytes, "", std::string(100, 's'));
-  CHECK(deliver(p.s, m) == Status::invalid);
+  CHECK(deliver(p.s, forged_share(fp, 20, kCoverBytes)) == Status::invalid);
   CHECK_FALSE(p.s.peer_proven());
-  // Over the direction the verifier receives: it waits for 16 KiB that an
-  // honest prover would have sent first, and is never proven meanwhile.
+  // Over the direction the server receives: it waits for the 16 KiB an
+  // honest client would have sent first, and answers nothing meanwhile.
   Two q;
   q.c2s(std::string(100, 'r'));
-  m = forged_proof(cp.nonce, sp.nonce, kCoverBytes, 0, std::string(100, 'r'), "");
-  CHECK(deliver(q.s, m) == Status::ok);
+  CHECK(deliver(q.s, forged_share(fp, kCoverBytes, 0)) == Status::ok);
+  Message out;
+  CHECK_FALSE(q.s.pop_output(&out));
   CHECK_FALSE(q.s.peer_proven());
   CHECK(q.s.try_switch_tx() == Status::would_block);
 }
@@ -189,34 +213,81 @@ TEST_CASE("coverage: bytes on TCP after the peer's switch that are no frame rese
   CHECK(p.b.bad == 0);
 }
 
-TEST_CASE("coverage: a squatter on the server's rdma_cm port gets no byte and no hang") {
-  // The squatter accepted the client's rdma_cm request (adopt) but does
-  // not hold the TCP connection: it cannot prove, its SWITCH does not
-  // verify, and the client's wait ends at the handshake timeout.
-  const SessionParams cp = sparams(Role::client, 1), sq = sparams(Role::server, 9);
-  UpgradeSession c(cp);
-  REQUIRE(c.adopt(0, sq.nonce) == Status::ok);
-  c.on_tcp_sent(kRequest.data(), kRequest.size());
-  c.on_tcp_received(kReply.data(), kReply.size());
+// A squatter on the server's rdma_cm port (it accepted the client's
+// request, adopt) that does not hold the TCP connection: it answers the
+// client's share with a guess of the bytes.
+struct Squatter {
+  SessionParams cp = sparams(Role::client, 1), sq = sparams(Role::server, 9);
+  UpgradeSession c{cp}, s{sq};
+  Message client_share;
+  Squatter() {
+    REQUIRE(c.adopt(0, sq.nonce) == Status::ok);
+    REQUIRE(s.adopt(0, cp.nonce) == Status::ok);
+    c.on_tcp_sent(kRequest.data(), kRequest.size());
+    c.on_tcp_received(kReply.data(), kReply.size());
+    REQUIRE(c.pop_output(&client_share)); // all the squatter gets unasked
+    CHECK(client_share.type == msg::share);
+    Message more;
+    CHECK_FALSE(c.pop_output(&more)); // no tag before the peer's share
+  }
+  // The squatter's view of the connection: its guess.
+  void guess(const std::string& req, const std::string& reply) {
+    s.on_tcp_received(req.data(), req.size());
+    s.on_tcp_sent(reply.data(), reply.size());
+  }
+};
+
+int exchange(UpgradeSession& a, UpgradeSession& b) {
+  int n = 0;
   Message m;
-  REQUIRE(c.pop_output(&m)); // the client's PROOF: all the squatter gets
-  CHECK(m.type == msg::proof);
-  // A SWITCH built on guesses (the squatter saw neither direction).
-  Message sw = forged_proof(cp.nonce, sq.nonce, kCoverBytes, kCoverBytes, std::string(64, 'G'),
-                            std::string(64, 'H'));
-  sw.type = msg::switch_;
-  sw.stream = 0;
-  sw.seq = kReply.size();
-  UpgradeSession c2 = c;
-  CHECK(deliver(c2, sw) == Status::invalid);
-  CHECK(c2.rx_mode() == Mode::tcp);
-  CHECK(c2.try_switch_tx() == Status::unsupported);
-  // Silence: the client gives up at the timeout and stays on TCP.
-  CHECK(c.try_switch_tx() == Status::would_block);
-  c.tick(0);
-  c.tick(999);
-  CHECK(c.state() == State::bound);
-  c.tick(1000);
-  CHECK((c.state() == State::failed && c.fallback_reason() == Reason::handshake_timeout));
-  CHECK((c.tx_mode() == Mode::tcp && c.rx_mode() == Mode::tcp && !c.needs_resume()));
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (; a.pop_output(&m); moved = true, ++n)
+      deliver(b, m);
+    for (; b.pop_output(&m); moved = true, ++n)
+      deliver(a, m);
+  }
+  return n;
+}
+
+TEST_CASE("coverage: a squatter gets one online guess, no offline oracle, no byte, no hang") {
+  SUBCASE("a wrong guess: both fail, nothing switches") {
+    Squatter q;
+    q.guess("GET /index.html HTTP/1.1\r\nHost: example\r\nUser-Agent: curl/7.87" +
+                std::string(20, '*'),
+            kReply);
+    REQUIRE(deliver(q.s, q.client_share) == Status::ok);
+    exchange(q.c, q.s);
+    CHECK((q.c.state() == State::failed && q.c.fallback_reason() == Reason::handshake_failed));
+    CHECK_FALSE(q.c.peer_proven());
+    CHECK_FALSE(q.s.peer_proven()); // the client's PROOF does not verify under its guess
+    CHECK((q.c.tx_mode() == Mode::tcp && q.c.rx_mode() == Mode::tcp && !q.c.needs_resume()));
+  }
+  SUBCASE("the one right guess is a binding (what one attempt can win)") {
+    Squatter q;
+    q.guess(kRequest, kReply);
+    REQUIRE(deliver(q.s, q.client_share) == Status::ok);
+    exchange(q.c, q.s);
+    CHECK((q.c.peer_proven() && q.s.peer_proven()));
+  }
+  SUBCASE("silence: the client gives up at the timeout and stays on TCP") {
+    Squatter q;
+    CHECK(q.c.try_switch_tx() == Status::would_block);
+    q.c.tick(0);
+    q.c.tick(999);
+    CHECK(q.c.state() == State::bound);
+    q.c.tick(1000);
+    CHECK((q.c.state() == State::failed && q.c.fallback_reason() == Reason::handshake_timeout));
+    CHECK((q.c.tx_mode() == Mode::tcp && q.c.rx_mode() == Mode::tcp && !q.c.needs_resume()));
+  }
+  SUBCASE("a SWITCH without the key exchange is refused") {
+    Squatter q;
+    Message sw;
+    sw.type = msg::switch_;
+    sw.stream = 0;
+    sw.seq = kReply.size();
+    sw.len = static_cast<uint8_t>(kProofBytes);
+    CHECK(deliver(q.c, sw) == Status::invalid);
+    CHECK(q.c.rx_mode() == Mode::tcp);
+  }
 }

@@ -55,6 +55,8 @@ SessionParams params(Role r, const TcpTuple& t, uint8_t seed) {
   p.tuple = t;
   for (size_t i = 0; i < kNonceBytes; ++i)
     p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
+  for (size_t i = 0; i < sizeof p.seed; ++i) // the key exchange secret
+    p.seed[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
   p.timeout_ms = 1000;
   return p;
 }
@@ -124,8 +126,10 @@ TEST_CASE("upgrade: happy path, bytes on TCP first, both directions switch at th
   p.s2c(kResp);
   p.pump(); // both ends proved
   CHECK((p.c.peer_proven() && p.s.peer_proven()));
-  CHECK((p.c_sent.size() == 1 && p.c_sent[0].type == msg::proof));
-  CHECK((p.s_sent.size() == 1 && p.s_sent[0].type == msg::proof));
+  // The client opens the key exchange; the server answers with its share
+  // and key confirmation; the client confirms (docs/protocol.md §2).
+  CHECK((p.c_sent.size() == 2 && p.c_sent[0].type == msg::share && p.c_sent[1].type == msg::proof));
+  CHECK((p.s_sent.size() == 2 && p.s_sent[0].type == msg::share && p.s_sent[1].type == msg::proof));
   REQUIRE(p.c.try_switch_tx() == Status::ok);
   CHECK((p.c.tx_mode() == Mode::rdma && p.c.tx_offset() == kReq.size()));
   p.pump();
@@ -190,8 +194,8 @@ TEST_CASE("upgrade: the directions switch independently, either first, S may be 
     CHECK((p.s.rx_mode() == Mode::tcp && p.c.state() == State::bound));
   }
   SUBCASE("a direction switches only after the peer's proof verified") {
-    // Only the server received bytes: its PROOF reaches the client, but the
-    // client's PROOF waits for the server to read them.
+    // The client's SHARE covers its request; the server answers only once
+    // it read those bytes, so nobody is proven before that.
     Pair p;
     p.attach();
     p.s2c(kResp);
@@ -199,11 +203,11 @@ TEST_CASE("upgrade: the directions switch independently, either first, S may be 
     p.pump();
     CHECK(!p.c.peer_proven());
     CHECK(p.c.try_switch_tx() == Status::would_block);
-    CHECK(p.s.try_switch_tx() == Status::would_block); // the client's proof is pending here
+    CHECK(p.s.try_switch_tx() == Status::would_block); // the client's share is pending here
     p.s.on_tcp_received(kReq.data(), kReq.size());
-    CHECK(p.s.peer_proven());
+    CHECK(!p.s.peer_proven());
     p.pump();
-    CHECK(p.c.peer_proven());
+    CHECK((p.c.peer_proven() && p.s.peer_proven()));
     CHECK(p.c.try_switch_tx() == Status::ok);
   }
 }
@@ -229,10 +233,13 @@ TEST_CASE("upgrade: NAKs for the attach") {
     s2.on_tcp_sent(kResp.data(), kResp.size());
     REQUIRE(p.c.adopt(11, params(Role::server, tuple4(), 7).nonce) == Status::ok);
     REQUIRE(s2.adopt(11, params(Role::client, tuple4(), 1).nonce) == Status::ok);
-    REQUIRE(p.c.pop_output(&m));
-    CHECK(deliver(s2, m) == Status::ok);
-    REQUIRE(s2.pop_output(&m));
-    CHECK(deliver(p.c, m) == Status::ok);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (; p.c.pop_output(&m); moved = true)
+        CHECK(deliver(s2, m) == Status::ok);
+      for (; s2.pop_output(&m); moved = true)
+        CHECK(deliver(p.c, m) == Status::ok);
+    }
     CHECK((p.c.peer_proven() && s2.peer_proven()));
   }
   SUBCASE("busy from the stream layer, then the same client attaches elsewhere") {
@@ -285,7 +292,17 @@ TEST_CASE("upgrade: a forged attach never makes the server send or accept RDMA b
   deliver(forger, r);
   CHECK(victim.try_switch_tx() == Status::would_block); // bound, but nobody proved anything
   REQUIRE(forger.pop_output(&m));
-  CHECK(deliver(victim, m) == Status::invalid);
+  REQUIRE(m.type == msg::share);
+  CHECK(deliver(victim, m) == Status::ok); // the victim answers: the forger's one guess
+  CHECK(victim.try_switch_tx() == Status::would_block);
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (; victim.pop_output(&m); moved = true)
+      deliver(forger, m);
+    for (; forger.pop_output(&m); moved = true)
+      deliver(victim, m);
+  }
+  CHECK_FALSE(forger.peer_proven());
   CHECK((victim.state() == State::failed && victim.fallback_reason() == Reason::handshake_failed));
   CHECK(victim.try_switch_tx() == Status::unsupported);
   CHECK(victim.rx_mode() == Mode::tcp);

@@ -16,16 +16,17 @@ using namespace xp::test;
 
 namespace {
 
-// a wrote `first` bytes on TCP and b read them; a then had b's PROOF and
-// switched; b polled nothing of a's since.
+// a wrote `first` bytes on TCP and b read them; a then had b's SHARE and
+// PROOF and switched; b polled nothing of a's since its SHARE.
 void a_switched_b_unaware(RPair& p, size_t first) {
   REQUIRE(rput(p.b, 64) == 64); // b's part of what the proofs cover
   while (p.a.got < 64)
     REQUIRE(rtake(p.a, 65536, 1) > 0);
   REQUIRE(rput(p.a, first) == first);
   while (p.b.got < first)
-    REQUIRE(rtake(p.b, 65536, 0) > 0); // b's PROOF leaves with these reads
-  stream::engine::progress(p.a.ch);    // a verifies it
+    REQUIRE(rtake(p.b, 65536, 0) > 0); // b has the bytes a's SHARE covers
+  stream::engine::progress(p.b.ch);    // b answers a's SHARE: SHARE and PROOF
+  stream::engine::progress(p.a.ch);    // a keys, sends its PROOF, verifies b's
   {
     std::lock_guard<std::mutex> l(p.a.c->mu);
     stream::engine::advance(p.a.c);

@@ -196,6 +196,7 @@ int server(const char* ip, int port) {
   recover::SessionParams p;
   p.role = recover::Role::server;
   p.nonce = nonce();
+  if (getrandom(p.seed, sizeof p.seed, 0) != sizeof p.seed) abort();
   p.timeout_ms = 10000;
   recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&peer),
                                 reinterpret_cast<sockaddr*>(&me), &p.tuple);
@@ -226,6 +227,7 @@ int client(const char* src, const char* dst, int port) {
   recover::SessionParams p;
   p.role = recover::Role::client;
   p.nonce = nonce();
+  if (getrandom(p.seed, sizeof p.seed, 0) != sizeof p.seed) abort();
   p.timeout_ms = 10000;
   recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&me),
                                 reinterpret_cast<sockaddr*>(&peer), &p.tuple);

@@ -1,0 +1,24 @@
+// Failed bindings per requester address (stream/bind_failures.h,
+// docs/protocol.md §8): an address gets kLimit failed bindings per window,
+// then its requests are refused until the window ends; others are not.
+#include <doctest/doctest.h>
+
+#include "stream/bind_failures.h"
+
+using xp::stream::BindFailures;
+
+TEST_CASE("bind failures: an address is blocked after its limit, for the window only") {
+  static BindFailures f;
+  const uint8_t forger[4] = {10, 77, 0, 9}, other[4] = {10, 77, 0, 1};
+  for (uint32_t i = 0; i + 1 < BindFailures::kLimit; ++i)
+    f.note(forger, 1000 + i);
+  CHECK_FALSE(f.blocked(forger, 2000));
+  f.note(forger, 2000);
+  CHECK(f.blocked(forger, 2000));
+  CHECK(f.blocked(forger, 1000 + BindFailures::kWindowMs - 1));
+  CHECK_FALSE(f.blocked(other, 2000));
+  CHECK_FALSE(f.blocked(forger, 1000 + BindFailures::kWindowMs));
+  // A new window starts from nothing.
+  f.note(forger, 1000 + BindFailures::kWindowMs);
+  CHECK_FALSE(f.blocked(forger, 1000 + BindFailures::kWindowMs));
+}
