@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/logsink.h"
+#include "recover/rendezvous_wire.h"
 #include "stream/engine_internal.h"
 #include "stream/reattach.h"
 #include "stream/wake.h"
@@ -20,30 +21,19 @@
 namespace xp::stream::engine {
 namespace {
 
-// 3: the binding is a key exchange over protocol-fixed counts
-// (docs/protocol.md §2).
-constexpr uint8_t kWireVersion = 3;
-// kKindReattach: a channel for a resumed stream of this 4-tuple (nonce
-// zero); the stream binds over it with an authenticated REATTACH.
-constexpr uint8_t kKindRequest = 1, kKindAccept = 2, kKindReattach = 3;
-enum RejectCode : uint8_t { rej_redirect = 1, rej_unknown = 2, rej_busy = 3, rej_version = 4 };
-
-// rdma_cm private data of a request: exactly verbs::kAppPrivateMax bytes.
-struct ReqWire {
-  uint8_t kind, version;
-  uint16_t sid;
-  uint8_t key[12];
-  uint8_t nonce[16];
-};
+// The rdma_cm private data (recover/rendezvous_wire.h).
+using ReqWire = recover::CmRequestWire;
+using AcceptWire = recover::CmAcceptWire;
+using RejectWire = recover::CmRejectWire;
+using recover::rej_busy;
+using recover::rej_redirect;
+using recover::rej_unknown;
+using recover::rej_version;
+using recover::RejectCode;
+constexpr uint8_t kWireVersion = recover::kRendezvousVersion;
+constexpr uint8_t kKindRequest = recover::kCmRequest, kKindAccept = recover::kCmAccept,
+                  kKindReattach = recover::kCmReattach;
 static_assert(sizeof(ReqWire) == verbs::kAppPrivateMax);
-struct AcceptWire {
-  uint8_t kind, version, pad[2];
-  uint8_t nonce[16];
-};
-struct RejectWire {
-  uint8_t code, pad;
-  uint16_t port; // redirect: network order
-};
 
 verbs::RcLinkParams link_params() {
   verbs::RcLinkParams lp;
@@ -508,9 +498,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
       return send_reject(ev.req, rej_version);
     }
     ReqWire w{};
-    if (ev.priv_len != sizeof w) return send_reject(ev.req, rej_version);
-    memcpy(&w, ev.priv, sizeof w);
-    if ((w.kind != kKindRequest && w.kind != kKindReattach) || w.version != kWireVersion)
+    if (recover::parse_cm_request(ev.priv, ev.priv_len, &w) != Status::ok)
       return send_reject(ev.req, rej_version);
     // The requester must be the TCP client it names (docs/protocol.md §2):
     // anyone else is refused before anything is looked up.
@@ -574,11 +562,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else if (u->kind == CmUser::Kind::client) {
       memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
       ch->peer_port = u->conn->tuple.server_port;
-      AcceptWire a{};
-      if (ev.priv_len >= sizeof a) memcpy(&a, ev.priv, sizeof a);
       recover::Nonce n;
-      memcpy(n.b, a.nonce, 16);
-      if (a.kind == kKindAccept && a.version == kWireVersion) bind_new_channel(u->conn, ch, 0, n);
+      if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(u->conn, ch, 0, n);
     } else {
       Conn* c = u->conn;
       {
@@ -602,9 +587,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
       }
       if (u->kind == CmUser::Kind::client) {
         attempt_done(u);
-        RejectWire r{};
-        if (ev.kind == K::rejected && ev.consumer_reject && ev.priv_len >= sizeof r)
-          memcpy(&r, ev.priv, sizeof r);
+        const recover::CmReject r = recover::parse_cm_reject(
+            ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
         bool again = false;
         XP_SLOG(XP_SLOG_DEBUG, "back to RDMA: rdma_cm %s (status %d, %s, code %u)",
                 ev.kind == K::rejected ? "rejected" : "failed", ev.status,
@@ -615,7 +599,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
           if (r.code == rej_redirect && !c->reup.redirected && !c->closed.load() &&
               c->reup.state == reattach::connecting) {
             c->reup.redirected = true;
-            again = cm_reattach(c, ntohs(r.port));
+            again = cm_reattach(c, r.port);
           }
         }
         if (!again) reattach::over_channel(c, nullptr);
@@ -636,14 +620,13 @@ void on_cm_event(const verbs::CmEvent& ev) {
     if (u->kind == CmUser::Kind::client) attempt_done(u, !will_retry);
     {
       std::lock_guard<std::mutex> l(c->mu);
-      RejectWire r{};
-      if (ev.kind == K::rejected && ev.consumer_reject && ev.priv_len >= sizeof r)
-        memcpy(&r, ev.priv, sizeof r);
+      const recover::CmReject r = recover::parse_cm_reject(
+          ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
       if (u->kind == CmUser::Kind::server) {
         c->accepting = false;
       } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
         c->redirected = true;
-        cm_connect(c, ntohs(r.port));
+        cm_connect(c, r.port);
       } else if (ev.ring_refused) {
         // The server's ring descriptor is out of our bounds: it runs
         // xpress, but not one we can talk to.

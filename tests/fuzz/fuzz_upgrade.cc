@@ -1,14 +1,15 @@
 // libFuzzer target: the upgrade's peer-controlled bytes (docs/protocol.md
 // §1-3, §7): ATTACH payloads, the binding's SHARE/PROOF/SWITCH records
 // (with a hostile key exchange share), NAKs, and the recovery frames
-// (RESUME, REATTACH, SWITCHBACK).  Two honest sessions are bound to each
-// other; the input interleaves TCP bytes, the delivery (or mutation, or
-// loss) of each one's records to the other, and records of its own.
+// (RESUME, REATTACH, SWITCHBACK) and the rendezvous' rdma_cm private data.  Two honest sessions are
+// bound to each other; the input interleaves TCP bytes, the delivery (or mutation, or loss) of each
+// one's records to the other, and records of its own.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "recover/reattach_wire.h"
+#include "recover/rendezvous_wire.h"
 #include "recover/resume_wire.h"
 #include "recover/upgrade.h"
 
@@ -77,6 +78,11 @@ void frames(Input& in) {
   if (parse_reattach_tuple(buf, len, &t, &nak) == Status::ok)
     (void)check_reattach(key, buf, len, 7, 1);
   (void)check_reattach_ack(key, t, 7, 1, buf, len);
+  // The rendezvous' rdma_cm private data.
+  CmRequestWire req;
+  (void)parse_cm_request(buf, len, &req);
+  (void)parse_cm_accept(buf, len, &nc);
+  (void)parse_cm_reject(buf, len, true);
 }
 
 } // namespace
