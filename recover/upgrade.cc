@@ -29,10 +29,10 @@ UpgradeSession::UpgradeSession(const SessionParams& p)
 
 // Counting is all the data path pays once the first 64 bytes are copied.
 void UpgradeSession::record(int d, const void* data, size_t len) {
-  // What the peer had sent us when our direction reached kOneWayBytes: a
-  // peer that read that much of ours had sent at least this (on_share).
-  if (d == tx_dir() && count_[d] < kOneWayBytes && count_[d] + len >= kOneWayBytes)
-    rx_at_one_way_ = count_[rx_dir()] < kCoverBytes ? count_[rx_dir()] : kCoverBytes;
+  // What crossed the other way when this direction reached kOneWayBytes
+  // (on_share, answer_share: which one-way forms the connection allows).
+  if (count_[d] < kOneWayBytes && count_[d] + len >= kOneWayBytes)
+    other_at_one_way_[d] = count_[1 - d] < kCoverBytes ? count_[1 - d] : kCoverBytes;
   if (count_[d] < kPrefixBytes) {
     const size_t room = kPrefixBytes - static_cast<size_t>(count_[d]);
     memcpy(prefix_[d] + count_[d], data, room < len ? room : len);
@@ -199,6 +199,7 @@ bool UpgradeSession::reach(uint64_t cover[2]) const {
     cover[0] = cover[1] = kCoverBytes;
     return true;
   }
+  if (reformed_) return false; // the server asked for the "both" form
   for (int d = 0; d < 2; ++d) {
     if (count_[d] >= kOneWayBytes) {
       cover[d] = kCoverBytes;
@@ -297,6 +298,16 @@ Status UpgradeSession::on_share(const uint8_t* payload, size_t len) {
   p.present = true;
   decode_share(payload, p.count, p.point);
   if (role_ == Role::client) {
+    // The server asks once for the "both" form instead of our one-way form
+    // over our direction (answer_share).
+    if (share_sent_ && !reformed_ && p.count[0] == 0 && p.count[1] == 0 &&
+        one_way_over(cover_, tx_dir())) {
+      reformed_ = true;
+      share_sent_ = false;
+      peer_share_seen_ = false;
+      maybe_share();
+      return state_ == State::failed ? Status::invalid : Status::ok;
+    }
     // The server answers our form; nothing else is an answer.
     if (!share_sent_ || p.count[0] != cover_[0] || p.count[1] != cover_[1])
       return reject(Reason::handshake_failed, "SHARE answers another coverage form");
@@ -317,7 +328,7 @@ Status UpgradeSession::on_share(const uint8_t* payload, size_t len) {
     // came before the replies is never left out).
     if (count_[tx] < kOneWayBytes)
       return refuse_binding("one-way form over a direction that is not");
-    if (p.count[rx] < rx_at_one_way_)
+    if (p.count[rx] < other_at_one_way_[tx])
       return refuse_binding("one-way form leaves out bytes sent before");
   }
   peer_share_ = p;
@@ -330,9 +341,33 @@ Status UpgradeSession::on_share(const uint8_t* payload, size_t len) {
 void UpgradeSession::answer_share() {
   if (!peer_share_.present || state_ != State::bound) return;
   const int rx = rx_dir();
-  const uint64_t need = one_way_over(peer_share_.count, rx) ? kOneWayBytes : peer_share_.count[rx];
+  const bool one_way_rx = one_way_over(peer_share_.count, rx);
+  const uint64_t need = one_way_rx ? kOneWayBytes : peer_share_.count[rx];
   if (count_[rx] < need) return;
   peer_share_.present = false;
+  // One-way over the client's direction: only on a connection that had
+  // not carried kCoverBytes our way when the client's 16 KiB arrived here
+  // (an upload).  A request/response connection whose requests add up to
+  // 16 KiB binds on both directions, not on its first request alone: the
+  // client is asked once for the "both" form (a SHARE with counts (0, 0)),
+  // which it sends when it has read kCoverBytes of ours.
+  if (one_way_rx && other_at_one_way_[rx] >= kCoverBytes) {
+    if (reformed_) {
+      refuse_binding("one-way form over a connection that answered");
+      return;
+    }
+    reformed_ = true;
+    peer_share_seen_ = false;
+    Message m;
+    m.type = msg::share;
+    m.stream = stream_id_;
+    m.len = static_cast<uint8_t>(kShareBytes);
+    const uint64_t none[2] = {0, 0};
+    const uint8_t zero[kPointBytes] = {};
+    encode_share(none, zero, m.payload);
+    if (!push(m)) fail_internal(Reason::handshake_failed, false, "SHARE not queued");
+    return;
+  }
   if (!make_share(peer_share_.count))
     return fail_internal(Reason::handshake_failed, true, "no key exchange share");
   if (!key_with(peer_share_.point))
@@ -411,12 +446,13 @@ Status UpgradeSession::try_switch_tx() {
 
 bool UpgradeSession::waiting_for_peer() const {
   if (state_ == State::attaching) return true;
-  // Our share left (the peer owes its answer), or the bytes we saw reach a
-  // coverage form (the client can open the exchange); a share that waits
-  // for our own reading is not the peer's delay.
+  // Our share left (the peer owes its answer), the bytes we saw reach a
+  // coverage form (the client can open the exchange), or a share waits for
+  // the bytes it covers: every wait of the binding ends at the timeout,
+  // whoever chose the form.
   uint64_t cover[2];
-  return state_ == State::bound && !peer_proven_ && !peer_share_.present &&
-         (share_sent_ || reach(cover));
+  return state_ == State::bound && !peer_proven_ &&
+         (share_sent_ || peer_share_.present || reach(cover));
 }
 
 void UpgradeSession::tick(uint64_t now_ms) {
@@ -449,6 +485,10 @@ Status UpgradeSession::reject(Reason why, const char* detail) {
 
 void UpgradeSession::fail_internal(Reason why, bool tell_peer, const char* detail) {
   if (state_ == State::failed) return;
+  // Our PROOF answered a share: the peer could test its guess against it,
+  // and whatever ends the binding now (silence, a malformed record) counts
+  // as a failed guess (stream/bind_failures.h).
+  if (proof_sent_ && !peer_proven_ && role_ == Role::server) binding_refused_ = true;
   detail_ = detail;
   const bool peer_knows = state_ == State::attaching || state_ == State::bound;
   state_ = State::failed;

@@ -123,8 +123,9 @@ public:
   // (docs/protocol.md §2): it stays on TCP until it does (Reason::too_few_bytes).
   bool coverage_short() const;
   // Failed because the peer's binding did not hold: a coverage form that is
-  // not the protocol's, or a key confirmation that does not verify (a
-  // wrong guess of the covered bytes).  Counted per peer address.
+  // not the protocol's, a key confirmation that does not verify (a wrong
+  // guess of the covered bytes), or (server) any end after our PROOF left
+  // unanswered.  Counted per peer address.
   bool binding_refused() const { return binding_refused_; }
   // The peer's NAK said it processed no SWITCH of ours (kNakReadsPlain).
   bool peer_reads_plain() const { return state_ == State::failed && peer_reads_plain_; }
@@ -177,9 +178,9 @@ private:
   uint32_t timeout_ms_;
   uint32_t stream_id_ = 0;
 
-  uint64_t count_[2] = {0, 0};        // bytes that crossed each direction (Dir index)
-  uint8_t prefix_[2][kPrefixBytes]{}; // their first bytes
-  uint64_t rx_at_one_way_ = 0;        // min(received, 64) when our direction reached 16 KiB
+  uint64_t count_[2] = {0, 0};            // bytes that crossed each direction (Dir index)
+  uint8_t prefix_[2][kPrefixBytes]{};     // their first bytes
+  uint64_t other_at_one_way_[2] = {0, 0}; // min(other direction, 64) when one reached 16 KiB
 
   uint8_t seed_[pake::kSeedBytes];
   bool share_sent_ = false, keyed_ = false, proof_sent_ = false;
@@ -188,6 +189,7 @@ private:
   uint8_t confirm_key_[kTagBytes] = {}, resume_key_[kNonceBytes] = {};
   PeerShare peer_share_;
   bool peer_share_seen_ = false, peer_proven_ = false;
+  bool reformed_ = false; // the "both" form was asked for (answer_share)
   bool peer_proof_seen_ = false, peer_switch_seen_ = false; // duplicates are violations
   bool peer_reads_plain_ = false;
   bool binding_refused_ = false;
@@ -199,7 +201,7 @@ private:
 
   // At most one SHARE, one PROOF, one SWITCH and one NAK are ever queued
   // (ATTACH and its answers are returned directly).
-  static constexpr int kOutboxSlots = 4;
+  static constexpr int kOutboxSlots = 6;
   Message outbox_[kOutboxSlots];
   int out_head_ = 0, out_count_ = 0;
 };

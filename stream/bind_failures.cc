@@ -1,28 +1,61 @@
 #include "stream/bind_failures.h"
 
 #include <cstring>
+#include <ctime>
+#include <sys/random.h>
+
+#include "recover/siphash.h"
 
 namespace xp::stream {
+
+BindFailures::BindFailures() {
+  if (getrandom(key_, sizeof key_, 0) != static_cast<ssize_t>(sizeof key_)) {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    memcpy(key_, &t, sizeof t < sizeof key_ ? sizeof t : sizeof key_);
+  }
+}
+
+uint32_t BindFailures::index(uint32_t addr) const {
+  return static_cast<uint32_t>(recover::siphash24_64(key_, &addr, sizeof addr)) % kSlots;
+}
+
+const BindFailures::Slot* BindFailures::find(uint32_t addr, uint64_t now_ms) const {
+  const uint32_t i = index(addr);
+  for (uint32_t j : {i, i ^ 1}) {
+    const Slot& s = slots_[j];
+    if (s.count > 0 && s.addr == addr && now_ms - s.start_ms < kWindowMs) return &s;
+  }
+  return nullptr;
+}
 
 void BindFailures::note(const uint8_t addr[4], uint64_t now_ms) {
   uint32_t a;
   memcpy(&a, addr, 4);
   std::lock_guard<std::mutex> l(mu_);
-  Slot& s = slots_[index(a)];
-  if (s.addr != a || now_ms - s.start_ms >= kWindowMs) {
-    s.addr = a;
-    s.count = 0;
-    s.start_ms = now_ms;
+  if (Slot* s = const_cast<Slot*>(find(a, now_ms))) {
+    ++s->count;
+    return;
   }
-  ++s.count;
+  // A free slot, or one whose window ended; never one that still counts.
+  const uint32_t i = index(a);
+  for (uint32_t j : {i, i ^ 1}) {
+    Slot& s = slots_[j];
+    if (s.count == 0 || now_ms - s.start_ms >= kWindowMs) {
+      s.addr = a;
+      s.count = 1;
+      s.start_ms = now_ms;
+      return;
+    }
+  }
 }
 
 bool BindFailures::blocked(const uint8_t addr[4], uint64_t now_ms) const {
   uint32_t a;
   memcpy(&a, addr, 4);
   std::lock_guard<std::mutex> l(mu_);
-  const Slot& s = slots_[index(a)];
-  return s.addr == a && s.count >= kLimit && now_ms - s.start_ms < kWindowMs;
+  const Slot* s = find(a, now_ms);
+  return s != nullptr && s->count >= kLimit;
 }
 
 } // namespace xp::stream

@@ -3,9 +3,14 @@
 // (§2); this bounds how many connections' worth of guesses one address
 // gets: past kLimit failed bindings within kWindowMs, its new binding
 // requests (rdma_cm requests and ATTACHes) are refused busy until the
-// window ends, so its clients stay on TCP meanwhile.  A fixed table: an
-// address that collides with another takes its slot (no allocation, no
-// growth under a flood).
+// window ends, so its clients stay on TCP meanwhile.  A fixed table (no
+// allocation, no growth under a flood), indexed by a keyed hash (the
+// addresses are the peers' choice): each address has two candidate slots,
+// and a slot that counts within its window is never taken over.
+//
+// The trade-off (docs/protocol.md §8): a process on a client host that
+// fails its own bindings on purpose keeps that host's address blocked,
+// and so the host's other clients on TCP, for as long as it goes on.
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -29,9 +34,15 @@ private:
     uint32_t count = 0;
     uint64_t start_ms = 0;
   };
-  static uint32_t index(uint32_t addr) { return (addr * 2654435761u) >> 24; }
+  // The slot that holds addr, or null.
+  const Slot* find(uint32_t addr, uint64_t now_ms) const;
+  uint32_t index(uint32_t addr) const;
   mutable std::mutex mu_; // a leaf: taken under the engine's or a connection's lock
+  uint8_t key_[16];
   Slot slots_[kSlots];
+
+public:
+  BindFailures();
 };
 
 } // namespace xp::stream

@@ -17,6 +17,12 @@ TEST_CASE("bind failures: an address is blocked after its limit, for the window 
   CHECK(f.blocked(forger, 2000));
   CHECK(f.blocked(forger, 1000 + BindFailures::kWindowMs - 1));
   CHECK_FALSE(f.blocked(other, 2000));
+  // Other addresses, however many, never take a counting address's slot.
+  for (uint32_t i = 0; i < 4000; ++i) {
+    const uint8_t a[4] = {10, static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i), 7};
+    f.note(a, 2000);
+  }
+  CHECK(f.blocked(forger, 2000));
   CHECK_FALSE(f.blocked(forger, 1000 + BindFailures::kWindowMs));
   // A new window starts from nothing.
   f.note(forger, 1000 + BindFailures::kWindowMs);

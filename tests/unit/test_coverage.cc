@@ -291,3 +291,54 @@ TEST_CASE("coverage: a squatter gets one online guess, no offline oracle, no byt
     CHECK(q.c.rx_mode() == Mode::tcp);
   }
 }
+
+TEST_CASE("coverage: a forger's one-way form over the requests of a connection that answered") {
+  // The hostile review's case: a request/response connection whose
+  // requests add up to 16 KiB.  A forger bound first sends (64, 0): the
+  // binding would cover only the first request.  The server asks for the
+  // "both" form instead, and binds on nothing less.
+  Victim base("GET /a HTTP/1.1\r\nHost: example\r\n\r\n", std::string(2048, 'r'));
+  UpgradeSession v = base.v;
+  CHECK(deliver(v, forged_share(base.fp, kCoverBytes, 0)) == Status::ok);
+  const std::string more(kOneWayBytes, 'q');
+  v.on_tcp_received(more.data(), more.size());
+  Message m;
+  REQUIRE(v.pop_output(&m));
+  uint64_t counts[2];
+  uint8_t point[kPointBytes];
+  decode_share(m.payload, counts, point);
+  CHECK((m.type == msg::share && counts[0] == 0 && counts[1] == 0)); // "both, please"
+  CHECK_FALSE(v.pop_output(&m));                                     // no PROOF
+  CHECK(v.state() == State::bound);
+  // The forger insists: refused.
+  CHECK(deliver(v, forged_share(base.fp, kCoverBytes, 0)) == Status::invalid);
+  CHECK(v.state() == State::failed);
+  CHECK(v.binding_refused());
+}
+
+TEST_CASE("coverage: a share that waits for its bytes ends at the handshake timeout") {
+  // A forger's one-way form over the client's direction on a connection
+  // whose client direction stays short: the server waited for 16 KiB with
+  // no deadline.
+  Victim base("GET /a HTTP/1.1\r\n\r\n", std::string(100, 'r'));
+  UpgradeSession v = base.v;
+  CHECK(deliver(v, forged_share(base.fp, kCoverBytes, 0)) == Status::ok);
+  v.tick(0);
+  v.tick(999);
+  CHECK(v.state() == State::bound);
+  v.tick(1000);
+  CHECK((v.state() == State::failed && v.fallback_reason() == Reason::handshake_timeout));
+}
+
+TEST_CASE("coverage: an honest pipelining client is asked for the both form and binds") {
+  // The client wrote 16 KiB of requests before reading the server's first
+  // 64 bytes of answers.
+  Two p;
+  p.s.on_tcp_sent(std::string(200, 'a').data(), 200); // on its way to the client
+  p.c2s(std::string(kOneWayBytes, 'w'));
+  CHECK(p.pump() == 2);                               // (64, 0), then "both, please"
+  CHECK_FALSE(p.c.peer_proven());
+  p.c.on_tcp_received(std::string(200, 'a').data(), 200);
+  CHECK(p.pump() == 4);
+  CHECK((p.c.peer_proven() && p.s.peer_proven()));
+}
