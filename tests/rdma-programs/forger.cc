@@ -329,7 +329,7 @@ int hold(const sockaddr_in& src, const sockaddr_in& dst, long n, int secs) {
     fds.push_back(fd);
     tuples.push_back(t);
   }
-  usleep(300 * 1000); // the server's accept loop takes them
+  usleep(1000 * 1000); // the server's accept loop takes them
   Outcome o;
   std::vector<rdma_cm_id*> held;
   double t0 = now_s();
