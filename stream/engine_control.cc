@@ -446,6 +446,26 @@ void set_record_handler_for_tests(RecordHandler h) {
   g_record_handler.store(h, std::memory_order_release);
 }
 
+namespace {
+// Control records one handled record may make us send: its answer (ATTACH_ACK
+// or NAK), then a PROOF and a SWITCH of the stream it binds.
+constexpr uint32_t kAnswerRecords = 4;
+
+// Whether the channel can take the answers to one more record of the peer.
+// A record is handled only then: its answers would otherwise find the send
+// queue and the control backlog full and be dropped (a burst of ATTACHes
+// answered at once lost every answer past the backlog).  The peer cannot
+// make us hold more than this: what waits stays in the inbox, whose own cap
+// fails the channel (on_control_record).
+bool answer_room(Channel* ch) {
+  std::lock_guard<std::mutex> l(ch->mu);
+  if (ch->mux == nullptr) return true;
+  const flow::RecordChannel& rc = ch->mux->channel();
+  return ch->failed.load() || rc.failed() ||
+         rc.deferred() + kAnswerRecords <= flow::RecordChannel::kDeferredMax;
+}
+} // namespace
+
 void drain_inbox(Channel* ch) {
   // Several threads poll a channel (the engine, callers that spin); each
   // took the records it polled into the inbox in arrival order.  Were two
@@ -466,8 +486,17 @@ void drain_inbox(Channel* ch) {
         batch.swap(ch->inbox);
       }
       RecordHandler test_handler = g_record_handler.load(std::memory_order_acquire);
-      for (const ControlRecord& r : batch)
-        test_handler ? test_handler(ch, r) : handle_record(ch, r);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (!answer_room(ch)) {
+          // The rest waits, in order, ahead of anything polled meanwhile;
+          // the next poll (its completions free the room) drains it again.
+          std::lock_guard<std::mutex> l(ch->mu);
+          ch->inbox.insert(ch->inbox.begin(), batch.begin() + static_cast<long>(i), batch.end());
+          ch->inbox_pending.store(true, std::memory_order_release);
+          return;
+        }
+        test_handler ? test_handler(ch, batch[i]) : handle_record(ch, batch[i]);
+      }
     }
   }
 }

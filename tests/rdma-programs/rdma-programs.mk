@@ -25,7 +25,14 @@ $(KFEAT): tests/rdma-programs/kfeat.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -Wall -Wextra -Werror -DHAVE_LIBURING -o $@ $< -luring -pthread
 
-test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) $(KFEAT) softroce-kernel
+# The hostile rdma_cm peer (cases/forger.sh): xpress's own wire formats and
+# record channel, librdmacm directly for the requests it forges.
+FORGER := $(BUILD)/tests/rdma-programs/forger
+$(FORGER): $(BUILD)/tests/rdma-programs/forger.o $(CORE)
+	$(CXX) -o $@ $< $(CORE) $(LDLIBS) -lrdmacm -libverbs
+-include $(BUILD)/tests/rdma-programs/forger.d
+
+test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) $(KFEAT) $(FORGER) softroce-kernel
 	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
 	  bash tests/rdma-programs/run.sh $(RDMA_CASES)
 

@@ -55,11 +55,12 @@ recover::TcpTuple tuple(uint16_t client_port, uint8_t host = 1) {
 // whose tuples it attaches: a channel from any other address binds nothing
 // (docs/protocol.md §1, tests/unit/test_binding.cc).
 struct ServerChannel {
-  test::LinkPair links{64 * 1024};
+  test::LinkPair links;
   flow::RecordChannel client{&links.la};
   Channel* ch = nullptr;
   uint8_t host;
-  explicit ServerChannel(uint8_t h = 1) : host(h) {
+  explicit ServerChannel(uint8_t h = 1, uint32_t sq_depth = 128)
+      : links(64 * 1024, sq_depth), host(h) {
     std::lock_guard<std::mutex> g(engine::g().mu);
     ch = engine::make_channel(&links.lb, false);
     memcpy(ch->peer_addr, tuple(0, host).client_addr, 4);
@@ -323,4 +324,48 @@ TEST_CASE("engine: an idle server channel is torn down") {
   CHECK(s.ch->dying_since_ms == 0);
   engine::reap_channels(now + engine::kServerIdleMs + 1);
   CHECK(s.ch->dying_since_ms != 0);
+}
+
+// Found by the VM forger (tests/rdma-programs/cases/forger.sh): a peer that
+// sends a burst of ATTACHes (2000, 512 in flight) got no answer for 190 of
+// them.  The server answered a whole batch at once; once its send queue
+// and the 64-record control backlog were full, the remaining answers were
+// dropped (a genuine client's stream then waits for the handshake timeout,
+// and a dropped PROOF or SWITCH likewise).  Records are now handled only
+// while the channel has room for their answers; the rest wait in the inbox
+// for the next poll.
+TEST_CASE("engine: every ATTACH of a burst is answered, however large the burst") {
+  Timeout t(5000);
+  Listening l(7000);
+  ServerChannel s(1, 64); // a small send queue: the backlog fills sooner
+  constexpr int kBurst = 300;
+  uint8_t p[recover::kAttachBytes];
+  recover::Nonce n{};
+  // Tuples of another client address: each is refused at once.
+  for (int i = 0; i < kBurst; ++i) {
+    recover::encode_attach(tuple(static_cast<uint16_t>(42000 + i), 3), n, p);
+    // The client end's own send queue is as small: its completions free it
+    // (nothing from the server yet: it has not polled).
+    Status st;
+    for (int k = 0; k < 100 && (st = s.client.send_control(flow::RecordType::attach,
+                                                           static_cast<uint32_t>(1 + i), 0, p,
+                                                           sizeof p)) == Status::no_resource;
+         ++k) {
+      flow::Record r[8];
+      int got = 0;
+      REQUIRE(s.client.poll(r, 8, &got) == Status::ok);
+      REQUIRE(got == 0);
+    }
+    REQUIRE(st == Status::ok);
+  }
+  size_t answered = 0;
+  for (int round = 0; round < 200 && answered < kBurst; ++round) {
+    engine::progress(s.ch);
+    for (uint64_t c : naks(s)) {
+      CHECK(c == static_cast<uint64_t>(recover::NakCode::unknown_stream));
+      ++answered;
+    }
+  }
+  CHECK(answered == kBurst);
+  CHECK(s.ch->mux->channel().deferred() == 0);
 }
