@@ -27,7 +27,7 @@ $(KFEAT): tests/rdma-programs/kfeat.c
 
 # The hostile rdma_cm peer (cases/forger.sh): xpress's own wire formats and
 # record channel, librdmacm directly for the requests it forges.
-FORGER := $(BUILD)/tests/rdma-programs/forger
+FORGER := $(BUILD)/tests/rdma-programs/xp-forger
 $(FORGER): $(BUILD)/tests/rdma-programs/forger.o $(CORE)
 	$(CXX) -o $@ $< $(CORE) $(LDLIBS) -lrdmacm -libverbs
 -include $(BUILD)/tests/rdma-programs/forger.d

@@ -77,8 +77,8 @@ field() {
 
 run_case() {
   local port=19500 n=${FORGER_N:-2000} srv spid ok=1 bytes=$((32 * 1024 * 1024))
-  [ -x "$REPO/build/tests/rdma-programs/forger" ] || { fail "build/tests/rdma-programs/forger not built"; return 1; }
-  local F=$REPO/build/tests/rdma-programs/forger FP=$HERE/forge_pair.py
+  [ -x "$REPO/build/tests/rdma-programs/xp-forger" ] || { fail "build/tests/rdma-programs/xp-forger not built"; return 1; }
+  local F=$REPO/build/tests/rdma-programs/xp-forger FP=$HERE/forge_pair.py
   add_forger_address 2>"$CD/addr.err" || { fail "cannot add $A2: $(cat "$CD/addr.err")"; return 1; }
   start_server forge-srv 400 xp "$PY" "$FP" server --bind "$A1" --port "$port"
   srv=$SERVER
