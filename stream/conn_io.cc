@@ -82,9 +82,6 @@ int64_t timeout_ms(Conn* c, int opt) {
       .load(std::memory_order_relaxed);
 }
 
-// Whether the kernel would restart a socket call a signal interrupted: we
-// cannot tell which signal it was, so only when every handler the program
-// installed asks for SA_RESTART (a call with a socket timeout never restarts).
 // The spin budget of one blocked call follows its connection's recent
 // waits (engine::spin_budget_ns).
 uint64_t spin_budget_ns(const Conn* c) {
@@ -163,14 +160,8 @@ struct Waiter {
       return 0; // check once more now that a change would wake us
     }
     int timeout = -1;
-    if (deadline_ms >= 0) {
-      int64_t left = deadline_ms - static_cast<int64_t>(engine::now_ms());
-      if (left <= 0) {
-        errno = EAGAIN;
-        return -1;
-      }
-      timeout = static_cast<int>(left);
-    }
+    if (!sleep_timeout(deadline_ms, static_cast<int64_t>(engine::now_ms()), -1, &timeout))
+      return -1;
     if (!registered && (timeout < 0 || timeout > 10)) timeout = 10; // no eventfd: poll slowly
     // Sleep on the channel's completion channel too: a record for us wakes
     // this thread directly, without a hop through the engine thread.
@@ -206,15 +197,15 @@ struct Waiter {
     long r;
     if (cfd >= 0) engine::sleep_enter(ch);
     if (left) engine::left_enter(left, idle);
-    r = gate.sleep(p, n, timeout);
+    r = gate.sleep_call(p, n, timeout, deadline_ms >= 0);
     int saved_errno = errno;
     if (left) engine::left_leave(left, idle);
     // The event first, then the engine's watch again: re-enabling a watch
     // on a readable fd would wake the engine for an event this thread takes.
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);
     if (cfd >= 0) engine::sleep_leave(ch);
-    if (r < 0 && saved_errno == EINTR && (deadline_ms >= 0 || !signals_restart())) {
-      errno = EINTR;
+    if (r < 0) {
+      errno = saved_errno; // EINTR
       return -1;
     }
     if (registered && r > 0 && (p[0].revents & POLLIN)) wake::drain(efd);
