@@ -25,8 +25,8 @@ $(KFEAT): tests/rdma-programs/kfeat.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -Wall -Wextra -Werror -DHAVE_LIBURING -o $@ $< -luring -pthread
 
-test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) $(KFEAT) softroce-kernel
-	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
+test-rdma-programs: $(LIB) $(TEST_LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) $(KFEAT) softroce-kernel
+	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) XPRESS_TEST_LIB=$(abspath $(TEST_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
 	  bash tests/rdma-programs/run.sh $(RDMA_CASES)
 
 TEST_TARGETS += test-rdma-programs
