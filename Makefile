@@ -14,8 +14,7 @@ CXXFLAGS += -std=c++20 -U_FORTIFY_SOURCE -fPIC -fno-exceptions -fno-rtti -fvisib
             -pthread $(WARN) -I. -I$(BUILD)/gen -MMD -MP
 # The library is linked with link-time optimisation: the data path crosses
 # per-concern files (conn_io -> mux -> record_channel -> rc_link), and LTO
-# inlines across them (64 B round trip: 8% fewer instructions, a spinning
-# receiver's empty round 18% fewer; bench/hotpath.sh).  Objects are fat, so
+# inlines across them (bench/hotpath.sh; docs/results/tuning.md).  Objects are fat, so
 # the unit tests and tools link their ordinary code without LTO.  LTO=0 off.
 LTO ?= 1
 ifeq ($(LTO),1)

@@ -103,8 +103,8 @@ struct Waiter {
   Conn* conn = nullptr;
   // The caller's attempt just polled the channel itself (recv_stream and
   // send_stream do before they say EAGAIN): the spin need not poll again
-  // before the next attempt.  Halves the work, and the time the channel's
-  // lock is held, per spin round (each round locked and polled twice).
+  // before the next attempt (otherwise each round would lock and poll the
+  // channel twice).
   bool polled = false;
   // From the first sleep on, signals are let in only while asleep
   // (signal_gate.h).  Calls that only spin pay nothing.
@@ -118,8 +118,8 @@ struct Waiter {
   ~Waiter() {
     if (registered) wake::remove(efd);
     // A call that was still spinning (a request/response loop's usual
-    // return) had the clock read by spin_leave: one read less (57 ns
-    // under TCG) between the record's arrival and the caller.
+    // return) had the clock read by spin_leave: no second read between the
+    // record's arrival and the caller.
     const bool spun = spinning != nullptr;
     stop_spinning();
     if (conn) note_wait(conn, (spun ? spin_left_ns : engine::mono_ns()) - began_ns);
