@@ -14,8 +14,7 @@ CXXFLAGS += -std=c++20 -U_FORTIFY_SOURCE -fPIC -fno-exceptions -fno-rtti -fvisib
             -pthread $(WARN) -I. -I$(BUILD)/gen -MMD -MP
 # The library is linked with link-time optimisation: the data path crosses
 # per-concern files (conn_io -> mux -> record_channel -> rc_link), and LTO
-# inlines across them (64 B round trip: 8% fewer instructions, a spinning
-# receiver's empty round 18% fewer; bench/hotpath.sh).  Objects are fat, so
+# inlines across them (bench/hotpath.sh; docs/results/tuning.md).  Objects are fat, so
 # the unit tests and tools link their ordinary code without LTO.  LTO=0 off.
 LTO ?= 1
 ifeq ($(LTO),1)
@@ -33,9 +32,14 @@ LDLIBS := -ldl -pthread
 # then loads and relocates no libstdc++.
 LIB_STATIC_RT := -static-libstdc++ -static-libgcc
 
+# Test-only code (fault injection, XPRESS_TEST_USER_MODE): compiled, with
+# -DXP_TESTING, only into the test library $(TEST_LIB); the release library
+# has neither the code nor its checks (tests/unit/symbols.sh proves it).
+TESTING_SRCS := stream/fault.cc preload/test_user_mode.cc
 # Layers below preload/ (no interposed symbols): linked into unit tests too.
-CORE_SRCS := $(wildcard common/*.cc stream/*.cc verbs/*.cc alloc/*.cc flow/*.cc recover/*.cc) \
-             $(filter-out preload/wrap_%.cc preload/cxxrt.cc,$(wildcard preload/*.cc))
+CORE_SRCS := $(filter-out $(TESTING_SRCS), \
+               $(wildcard common/*.cc stream/*.cc verbs/*.cc alloc/*.cc flow/*.cc recover/*.cc) \
+               $(filter-out preload/wrap_%.cc preload/cxxrt.cc,$(wildcard preload/*.cc)))
 # The wrappers and the library's own C++ run time (preload/cxxrt.cc): in the
 # library only.
 WRAP_SRCS := $(wildcard preload/wrap_*.cc) preload/cxxrt.cc
@@ -70,6 +74,24 @@ $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
 	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LIB_STATIC_RT) $(LDLIBS)
 
 -include $(CORE_OBJS:.o=.d) $(WRAP_OBJS:.o=.d)
+
+# The test library: the same sources plus $(TESTING_SRCS), built with
+# -DXP_TESTING into $(TEST_DIR).  Only the tests that inject faults or use
+# XPRESS_TEST_USER_MODE preload it (test-semantics' user-mode run, the VM
+# recovery case); everything else tests the release library.
+TEST_DIR := $(BUILD)/test
+TEST_LIB := $(TEST_DIR)/libxpress.so
+TEST_OBJS := $(addprefix $(TEST_DIR)/,$(CORE_SRCS:.cc=.o) $(TESTING_SRCS:.cc=.o) $(WRAP_SRCS:.cc=.o))
+$(TEST_OBJS): $(TEST_DIR)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -DXP_TESTING -c $< -o $@
+$(TEST_DIR)/preload/lifecycle.o: $(BUILD)/gen/xp_version.h
+$(TEST_LIB): $(TEST_OBJS) $(ASM_SRCS:%.S=$(BUILD)/%.o) $(BUILD)/exports.map
+	$(CXX) $(LIB_LTO) -shared -o $@ $(TEST_OBJS) $(ASM_SRCS:%.S=$(BUILD)/%.o) \
+	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LIB_STATIC_RT) $(LDLIBS)
+-include $(TEST_OBJS:.o=.d)
+.PHONY: test-lib
+test-lib: $(TEST_LIB)
 
 # The version and git revision for the start-up line (preload/lifecycle.cc):
 # rewritten only when they change, so nothing else rebuilds.

@@ -11,10 +11,10 @@
 // holding a buffer (cold, local access only: arena memory is never remotely
 // writable), after which lookup_local() finds its key without a lock or a
 // system call for as long as the unit stays committed.  Registering at
-// attach time instead (every committed chunk with every new PD) made link
-// set-up take seconds on Soft-RoCE and broke upgrades (measured with
-// make test-rdma-programs); on demand, only memory that is sent from gets
-// pinned, once per domain.
+// attach time instead (every committed chunk with every new PD) would make
+// link set-up as slow as pinning all of the arenas, longer than an upgrade
+// may take (docs/results/tuning.md); on demand, only memory that is sent
+// from gets pinned, once per domain.
 //
 // The data path (stream/, flow/), for a send of [p, p+len) on a link with
 // slot = link->mem_domain():

@@ -5,9 +5,9 @@
 //
 // Why: glibc picks `rep movsb` for copies from a few KiB up, which is the
 // fastest on CPUs with ERMS; under an emulating hypervisor (qemu TCG, our
-// Soft-RoCE test bed) the same instruction runs at about 0.55 GB/s against
-// 2-4 GB/s for 16/32-byte vector moves, and a 64 KiB stream spent ~6% of the
-// sending CPU in it.  A real CPU keeps memcpy (it wins or ties the timing).
+// Soft-RoCE test bed) the same instruction runs several times slower than
+// 16/32-byte vector moves (docs/results/tuning.md).  A real CPU keeps
+// memcpy (it wins or ties the timing).
 #pragma once
 #include <atomic>
 #include <cstddef>

@@ -114,8 +114,8 @@ void consume_wake(EpollState* e);
 // Under e->mu, before a sleep: a user-mode member whose source still reads
 // the kernel socket (an upgrade before its switch) gets a one-shot stand-in
 // for its input, so that TCP bytes wake the set's sleepers directly rather
-// than through the engine, which may be busy creating the channel (20-50 ms
-// under TCG, on each end).  Fired, it is dropped as xpress's own entry.
+// than through the engine, which may be busy creating the channel (tens of
+// ms under TCG, on each end).  Fired, it is dropped as xpress's own entry.
 void watch_kernel_members(EpollState* e);
 
 } // namespace xp::epoll

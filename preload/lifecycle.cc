@@ -92,6 +92,14 @@ void do_init() {
   if (src.secure) apply_secure_execution(&g_config);
   log::g_level.store(g_config.log_level);
   log::open_destination(g_config.log_file);
+#ifndef XP_TESTING
+  // Fault injection and the user-mode test hooks exist only in the test
+  // library (build/test/libxpress.so): say so rather than ignore them mutely.
+  if (g_config.test_user_mode || g_config.test_relay_delay_ms != 0 ||
+      g_config.engine.fault_qp_error_at != 0)
+    XP_LOG(warn, "XPRESS_TEST_USER_MODE, XPRESS_TEST_RELAY_DELAY_MS and "
+                 "XPRESS_FAULT_QP_ERROR_AT act only in the test library: ignored");
+#endif
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   if (g_config.backtrace) install_backtrace_handlers();
   XP_LOG(debug, "initialised: enabled=%d stats=%d rules=%zu", g_config.enabled,

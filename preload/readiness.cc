@@ -378,7 +378,7 @@ public:
   // kernel socket's for some direction (an upgrade before its switch) is
   // shown to the kernel with those bits, so that TCP bytes wake this thread
   // directly rather than through the engine, which may be busy creating
-  // the channel (20-50 ms under TCG, on each end).  The entry lent to the
+  // the channel (tens of ms under TCG, on each end).  The entry lent to the
   // thread's eventfd gets its watch in *extra (fd -1: none).  The bits are
   // a subset of what answer() reports from the source, so a watch that
   // fires is answered at once.  unwatch() hides them again.

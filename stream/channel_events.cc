@@ -166,9 +166,7 @@ bool may_stay_unarmed(Channel* ch, uint64_t now) {
   // arms ch itself (both seq_cst).  Without this order, or with the
   // flag published only after the decision, a poll/epoll sleeper that
   // armed just before the engine took ch's event slept with ch unarmed
-  // until the engine's next tick, up to kBusyUnarmedTickMs (4 threads of
-  // 64 B request/response over one channel on Soft-RoCE: p99 16-27 ms,
-  // max 100 ms).
+  // until the engine's next tick, up to kBusyUnarmedTickMs.
   note_unarmed();
   if (ch->spinners.load(std::memory_order_seq_cst) > 0) return true;
   // Nobody polls ch right now: "spun or sent lately" bets that its thread
@@ -290,14 +288,12 @@ void arm_before_sleep() {
 
 uint64_t spin_budget_ns(uint32_t avg) {
   // The whole ceiling while waits average within it: a wait that outlasts
-  // the spin pays a sleep and a wake-up (hundreds of us under TCG, tens
-  // natively), so a budget cut close to the typical wait (it was twice the
-  // average) turns the slower answers of a request/response loop into its
-  // tail.  Measured on Soft-RoCE, 64 B ping-pong: mean 220 -> 160 us, p99
-  // 1150 -> 780 us against twice the average.  The spin ends when the data
-  // comes, so only waits that end in a sleep cost the whole budget, and
-  // once they dominate the average exceeds the ceiling: the minimum then
-  // (an idle server sleeps at once and uses no CPU).
+  // the spin pays a sleep and a wake-up, so a budget cut close to the
+  // typical wait turns the slower answers of a request/response loop into
+  // its tail (docs/results/tuning.md).  The spin ends when the data comes,
+  // so only waits that end in a sleep cost the whole budget, and once they
+  // dominate the average exceeds the ceiling: the minimum then (an idle
+  // server sleeps at once and uses no CPU).
   constexpr uint32_t kMinSpinUs = 20;
   uint32_t max = params().spin_us;
   uint32_t lo = max < kMinSpinUs ? max : kMinSpinUs;
@@ -308,10 +304,9 @@ uint32_t wait_avg(uint32_t avg, uint64_t waited_ns) {
   uint64_t us = waited_ns / 1000;
   // Weight 1/4, each wait counted as at most twice the ceiling: it takes
   // three long waits in a row to end the spinning, however long each was.
-  // Uncapped, one stall of a few ms (a descheduled vCPU) lifted a 64 B
-  // ping-pong's average over the ceiling for the next 3-4 round trips,
-  // and each of those slept and paid a wake-up: one stall became several
-  // slow answers, the p99 of the loop.
+  // Uncapped, one stall (a descheduled vCPU) would lift the average over
+  // the ceiling for the next few round trips, each of which would then
+  // sleep and pay a wake-up: one stall would become several slow answers.
   const uint64_t cap = 2ull * params().spin_us;
   if (us > cap) us = cap;
   return static_cast<uint32_t>((3ull * avg + us) / 4);

@@ -82,9 +82,6 @@ int64_t timeout_ms(Conn* c, int opt) {
       .load(std::memory_order_relaxed);
 }
 
-// Whether the kernel would restart a socket call a signal interrupted: we
-// cannot tell which signal it was, so only when every handler the program
-// installed asks for SA_RESTART (a call with a socket timeout never restarts).
 // The spin budget of one blocked call follows its connection's recent
 // waits (engine::spin_budget_ns).
 uint64_t spin_budget_ns(const Conn* c) {
@@ -106,8 +103,8 @@ struct Waiter {
   Conn* conn = nullptr;
   // The caller's attempt just polled the channel itself (recv_stream and
   // send_stream do before they say EAGAIN): the spin need not poll again
-  // before the next attempt.  Halves the work, and the time the channel's
-  // lock is held, per spin round (each round locked and polled twice).
+  // before the next attempt (otherwise each round would lock and poll the
+  // channel twice).
   bool polled = false;
   // From the first sleep on, signals are let in only while asleep
   // (signal_gate.h).  Calls that only spin pay nothing.
@@ -121,8 +118,8 @@ struct Waiter {
   ~Waiter() {
     if (registered) wake::remove(efd);
     // A call that was still spinning (a request/response loop's usual
-    // return) had the clock read by spin_leave: one read less (57 ns
-    // under TCG) between the record's arrival and the caller.
+    // return) had the clock read by spin_leave: no second read between the
+    // record's arrival and the caller.
     const bool spun = spinning != nullptr;
     stop_spinning();
     if (conn) note_wait(conn, (spun ? spin_left_ns : engine::mono_ns()) - began_ns);
@@ -163,14 +160,8 @@ struct Waiter {
       return 0; // check once more now that a change would wake us
     }
     int timeout = -1;
-    if (deadline_ms >= 0) {
-      int64_t left = deadline_ms - static_cast<int64_t>(engine::now_ms());
-      if (left <= 0) {
-        errno = EAGAIN;
-        return -1;
-      }
-      timeout = static_cast<int>(left);
-    }
+    if (!sleep_timeout(deadline_ms, static_cast<int64_t>(engine::now_ms()), -1, &timeout))
+      return -1;
     if (!registered && (timeout < 0 || timeout > 10)) timeout = 10; // no eventfd: poll slowly
     // Sleep on the channel's completion channel too: a record for us wakes
     // this thread directly, without a hop through the engine thread.
@@ -206,15 +197,15 @@ struct Waiter {
     long r;
     if (cfd >= 0) engine::sleep_enter(ch);
     if (left) engine::left_enter(left, idle);
-    r = gate.sleep(p, n, timeout);
+    r = gate.sleep_call(p, n, timeout, deadline_ms >= 0);
     int saved_errno = errno;
     if (left) engine::left_leave(left, idle);
     // The event first, then the engine's watch again: re-enabling a watch
     // on a readable fd would wake the engine for an event this thread takes.
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);
     if (cfd >= 0) engine::sleep_leave(ch);
-    if (r < 0 && saved_errno == EINTR && (deadline_ms >= 0 || !signals_restart())) {
-      errno = EINTR;
+    if (r < 0) {
+      errno = saved_errno; // EINTR
       return -1;
     }
     if (registered && r > 0 && (p[0].revents & POLLIN)) wake::drain(efd);

@@ -789,8 +789,7 @@ void keepalive(uint64_t now) {
       // Nor does the look that is due wait for the lock: a data call holds
       // it (a spinner, most of the time), and the engine blocked in the
       // futex costs that call a wake-up system call and puts the engine on
-      // a CPU the loop wants (VM, xpress-bench ping-pong: the engine's
-      // remaining waits for a channel lock were all here).  The look comes
+      // a CPU the loop wants.  The look comes
       // at a later tick that finds the lock free; a spinner lets go of it
       // between rounds, one that sleeps for good.
       std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
@@ -804,8 +803,8 @@ void keepalive(uint64_t now) {
       // A check that comes long after the previous one (this thread did
       // not run: the process was stopped, or the host was loaded) cannot
       // tell the peer's silence from its own: what the peer sent meanwhile
-      // is still unpolled.  The period starts again now.  (The unit test
-      // keepalive of 30 ms expired after a 30 ms stall of the test process.)
+      // is still unpolled.  The period starts again now (a stall of this
+      // process as long as the timeout must not expire the keepalive).
       if (ch->ka_heard_ms == 0 || cur != ch->ka_cursor || since_check > ka / 2) {
         ch->ka_heard_ms = now;
         ch->ka_cursor = cur;

@@ -261,47 +261,48 @@ void report(Conn* c, Mode m, Reason why);
 void report_switch(Conn* c, bool tx, uint64_t at);
 
 // ---- channel_events.cc: who takes completion events (no lock held)
-// Re-arm a channel nobody spun on for 10 ms, checked every 10 ms: each
-// check wakes the engine thread, which then competes with the spinners for
-// a CPU; what waits for the re-arm is only work nobody is blocked on (an
-// ATTACH, credit for the peer; every sleeper arms before it sleeps).
+// The engine's ticks while a channel's completion queue is unarmed (nobody
+// gets an event for it).  Problem: a spinner keeps its channel unarmed, and
+// every tick of the engine is a wake-up on a CPU that spinner wants; but a
+// channel whose spinner left without arming hears of nothing until a tick
+// re-arms and polls it.  Mechanism: tick fast only when something may wait
+// on an unarmed channel, slowly while the channel is in use anyway
+// (docs/results/tuning.md has the latencies behind each period).
+//
+// A channel nobody spun on for kIdleRearmNs is re-armed, checked every
+// kUnarmedTickMs.  What waits for that re-arm is only work nobody is
+// blocked on (an ATTACH, credit for the peer): every sleeper arms before
+// it sleeps.
 constexpr uint64_t kIdleRearmNs = 10000000;
 constexpr int kUnarmedTickMs = 10;
 // While every unarmed channel is still in use (spun on or sent on within
-// kIdleRearmNs at the last check), the engine looks every
-// kBusyUnarmedTickMs instead: each tick is a wake-up on a CPU a spinner
-// wants, and a request/response loop keeps its channel in use for good
-// (64 B ping-pong on Soft-RoCE, both engines ticking every 10 ms: p99
-// ~480 us; every 100 ms: ~445 us, and ~340 us when the blocked calls that
-// leave their channel to a spinner look every 200 ms as well, see
-// kLeftToSpinnerMs).  A channel whose spinner left without arming is then
-// re-armed within about kBusyUnarmedTickMs.
+// kIdleRearmNs at the last check), the engine looks only every
+// kBusyUnarmedTickMs: a request/response loop keeps its channel in use for
+// good, and a faster tick only takes CPU from its spinner.  A channel whose
+// spinner left without arming is then re-armed within about this period.
 constexpr int kBusyUnarmedTickMs = 100;
 // A blocked call that left the channel to its spinner (conn_io.cc) counts
 // itself in Channel::left_sleepers while it sleeps on its eventfd, and looks
-// again after kLeftToSpinnerMs at most, a safety net only: each look is a
-// wake-up on a CPU the spinner wants (64 B ping-pong p99 ~480 us with
-// 10 ms looks, ~390 us with 100 ms).  What wakes it is whoever polls the
+// again after kLeftToSpinnerMs at most: a safety net only, as each look is a
+// wake-up on a CPU the spinner wants.  What wakes it is whoever polls the
 // channel: the spinner, or, once the channel is uncovered (left sleepers,
 // nobody spinning or sending for kLeftUncoveredNs), the engine, which
 // re-arms and polls it and, while left sleepers wait on an unarmed
-// channel, ticks every kLeftTickMs instead of kBusyUnarmedTickMs.  (Found
-// in the parameter-server scenario: its threads all left their channel
-// to each other, and nobody polled it until the engine's 100 ms tick:
-// fetch p99 69 -> 115 ms.)
+// channel, ticks every kLeftTickMs instead of kBusyUnarmedTickMs: threads
+// that all left their channel to each other (a parameter server's) would
+// otherwise wait for the slow tick.
 constexpr int kLeftToSpinnerMs = 200;
 constexpr uint64_t kLeftUncoveredNs = 2000000;
 constexpr int kLeftTickMs = 10;
-// A left call that has waited kLeftIdleNs already (an idle connection:
-// xpress-bench's control connection beside a ping-pong) makes the engine
-// look only every kIdleLeftTickMs: each look is a wake-up on the CPU the
-// ping-pong's spinner wants, 100 a second at kLeftTickMs on both ends.
-// The same period as the busy unarmed channel's tick, which the engine
-// keeps anyway while the spinner is there, so an idle call adds no
-// wake-up of its own (at 50 ms the server's engine woke about 33 times a
-// second during a ping-pong, 20 of them for this look); once the channel
-// is uncovered, that tick re-arms and polls it (arm_idle_channels), so
-// such a call learns of its bytes within about 100 ms.
+// A left call that has waited kLeftIdleNs already (an idle connection
+// beside a ping-pong, e.g. xpress-bench's control connection) makes the
+// engine look only every kIdleLeftTickMs: at kLeftTickMs each end would
+// wake 100 times a second on the CPU the ping-pong's spinner wants.  The
+// same period as the busy unarmed channel's tick, which the engine keeps
+// anyway while the spinner is there, so an idle call adds no wake-up of its
+// own; once the channel is uncovered, that tick re-arms and polls it
+// (arm_idle_channels), so such a call learns of its bytes within one
+// period.
 constexpr uint64_t kLeftIdleNs = 1000000000;
 constexpr int kIdleLeftTickMs = kBusyUnarmedTickMs;
 // A blocked call sleeps on its eventfd only, leaving ch to its spinner /

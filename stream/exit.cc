@@ -4,7 +4,7 @@
 // process is gone.  A channel cannot outlive the process (its QP goes with
 // it), and a peer that sees it disconnect before a stream's end resumes the
 // stream on a TCP connection with nobody behind it: the peer's program read
-// an error after all the bytes (found on Soft-RoCE).  So each stream ends
+// an error after all the bytes.  So each stream ends
 // here as its close() would end it, and the process waits, within a bound,
 // until the NIC took everything posted.  Cold path: once per process.
 #include <algorithm>

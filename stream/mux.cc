@@ -88,8 +88,7 @@ Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_take
       return *done > 0 ? Status::ok : Status::io_error;
     }
     *done += allowed;
-    if (__builtin_expect(fault::g_armed.load(std::memory_order_relaxed), false))
-      fault::on_sent(mux_->link_, allowed);
+    if (fault::armed()) fault::on_sent(mux_->link_, allowed);
   }
   // A held record that went with these bytes (send without hold) may have
   // found the link failed: the bytes are staged, so recovery re-sends them,
@@ -127,8 +126,7 @@ Status Stream::write_zero_copy(const void* buf, size_t len, uint32_t lkey, size_
     zc_hi_ += allowed;
     zc_last_wr_ = wr;
     *done += allowed;
-    if (__builtin_expect(fault::g_armed.load(std::memory_order_relaxed), false))
-      fault::on_sent(mux_->link_, allowed);
+    if (fault::armed()) fault::on_sent(mux_->link_, allowed);
   }
   return *done > 0 || len == 0 ? Status::ok : Status::no_resource;
 }

@@ -302,9 +302,9 @@ void start(Conn* c) {
   emit(Event::attempt);
   c->reup.state = connecting;
   // rdma_cm reports every outcome itself; this only bounds a lost one.  Not
-  // shorter: right after a link comes back the first request may be lost
-  // and its retry comes after ~4 s (CM response timeout) - measured on the
-  // test bed: a 4 s bound abandoned every such attempt.
+  // shorter: right after a link comes back the first request may be lost,
+  // and rdma_cm retries it only after its CM response timeout (about 4 s):
+  // a bound near that would abandon every such attempt.
   c->reup.deadline_ms = now + kConnectMs;
   if (!engine::cm_reattach(c, c->tuple.server_port)) failed_attempt(c);
 }

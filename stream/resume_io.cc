@@ -86,25 +86,18 @@ int wait(Conn* c, short ev, int64_t deadline_ms, SignalGate* gate) {
     return 0;
   }
   int timeout = 100;
-  if (deadline_ms >= 0) {
-    int64_t left = deadline_ms - static_cast<int64_t>(engine::now_ms());
-    if (left <= 0) {
-      errno = EAGAIN;
-      return -1;
-    }
-    if (left < timeout) timeout = static_cast<int>(left);
-  }
+  if (!sleep_timeout(deadline_ms, static_cast<int64_t>(engine::now_ms()), 100, &timeout)) return -1;
   int efd = wake::thread_fd();
   bool reg = efd >= 0 && wake::add(efd, c);
   pollfd p[2] = {{reg ? efd : -1, POLLIN, 0}, {ev ? c->sock() : -1, ev, 0}};
-  long n = gate->sleep(p, 2, timeout);
+  long n = gate->sleep_call(p, 2, timeout, deadline_ms >= 0);
   int saved = errno;
   if (reg) {
     wake::drain(efd);
     wake::remove(efd);
   }
-  if (n < 0 && saved == EINTR && (deadline_ms >= 0 || !signals_restart())) {
-    errno = EINTR;
+  if (n < 0) {
+    errno = saved; // EINTR
     return -1;
   }
   return 0;

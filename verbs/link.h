@@ -74,9 +74,10 @@ public:
   // has more bytes in flight than this.
   virtual size_t peer_stream_window() const { return 0; }
   // Move the connection into the error state, as a failed link would: every
-  // outstanding work request completes (flushed).  Used by XPRESS_FAULT_QP_ERROR_AT
-  // (tests) and by a zero-copy sender whose channel failed (it must know
-  // the NIC no longer reads its buffer before send() returns).
+  // outstanding work request completes (flushed).  Used by a zero-copy
+  // sender whose channel failed (it must know the NIC no longer reads its
+  // buffer before send() returns), and in the test library by
+  // XPRESS_FAULT_QP_ERROR_AT (stream/fault.h).
   virtual Status force_error() { return Status::unsupported; }
 };
 

@@ -97,7 +97,8 @@ status() {
   if [ "$1" -gt 128 ] && [ "$1" -lt 160 ]; then echo "killed by SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo $(($1 - 128)))"; else echo "status $1"; fi
 }
 
-# prefix MODE NAME: PRE=(env ...) for starting NAME in MODE (xp|plain)
+# prefix MODE NAME: PRE=(env ...) for starting NAME in MODE (xp|xptest|plain);
+# xptest preloads the test library ($TEST_LIB: fault injection, Makefile)
 # log_at LEVEL: LEVEL, or the caller's RDMA_LOG_LEVEL when that says more
 # (a case that asks for info lines still gets debug ones when debugging).
 log_at() {
@@ -108,7 +109,7 @@ log_at() {
 }
 prefix() {
   case $1 in
-    xp) PRE=(env "LD_PRELOAD=$LIB" XPRESS_STATS=json "XPRESS_STATS_FILE=$CD/stats/$2.%p.json" XPRESS_STATS_LIVE=1 "XPRESS_LOG_LEVEL=${RDMA_LOG_LEVEL:-warn}" "XPRESS_LOG_FILE=$CD/xpress.$2.%p.log") ;;
+    xp | xptest) PRE=(env "LD_PRELOAD=$([ "$1" = xp ] && echo "$LIB" || echo "$TEST_LIB")" XPRESS_STATS=json "XPRESS_STATS_FILE=$CD/stats/$2.%p.json" XPRESS_STATS_LIVE=1 "XPRESS_LOG_LEVEL=${RDMA_LOG_LEVEL:-warn}" "XPRESS_LOG_FILE=$CD/xpress.$2.%p.log") ;;
     plain) PRE=(env -u LD_PRELOAD) ;;
     *) echo "rdma-programs: bad mode $1" >&2; exit 2 ;;
   esac
@@ -321,7 +322,7 @@ run_client() {
   echo "$w" >>"$CD/pids"
   # A client about to time out leaves no exit statistics: take live ones
   # (xpress-stat) a second before its deadline, for the failure report.
-  if [ "$mode" = xp ] && [ "$secs" -gt 2 ]; then
+  if [ "$mode" != plain ] && [ "$secs" -gt 2 ]; then
     (
       trap 'kill $sp 2>/dev/null; exit 0' TERM
       sleep $((secs - 1)) &

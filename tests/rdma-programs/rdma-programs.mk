@@ -32,8 +32,8 @@ $(FORGER): $(BUILD)/tests/rdma-programs/forger.o $(CORE)
 	$(CXX) -o $@ $< $(CORE) $(LDLIBS) -lrdmacm -libverbs
 -include $(BUILD)/tests/rdma-programs/forger.d
 
-test-rdma-programs: $(LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) $(KFEAT) $(FORGER) softroce-kernel
-	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
+test-rdma-programs: $(LIB) $(TEST_LIB) $(XPRESS_STAT) $(ZC_STALE) $(EXIT_UNCLOSED) $(KFEAT) $(FORGER) softroce-kernel
+	@XPRESS_LIB=$(abspath $(XPRESS_LIB)) XPRESS_TEST_LIB=$(abspath $(TEST_LIB)) RDMA_PROGRAMS_LOG=$(abspath $(BUILD))/tests/rdma-programs \
 	  bash tests/rdma-programs/run.sh $(RDMA_CASES)
 
 TEST_TARGETS += test-rdma-programs

@@ -15,7 +15,8 @@
 #   On the host it boots the VM once (tools/softroce/vm) and runs itself
 #   inside; inside the VM it runs the cases.  Prints PASS/FAIL per check and
 #   ends with "N passed, M failed"; exits 1 on any failure.
-# Env: XPRESS_LIB (default build/libxpress.so), XPRESS_STAT (default
+# Env: XPRESS_LIB (default build/libxpress.so), XPRESS_TEST_LIB (the test
+#   library, for fault injection: default build/test/libxpress.so), XPRESS_STAT (default
 #   build/xpress-stat), RDMA_PROGRAMS_LOG (logs, default
 #   build/tests/rdma-programs), RDMA_PROGRAMS_VM_TIMEOUT (whole VM, 1560 s),
 #   RDMA_PROGRAMS_BUDGET (the cases together, 1440 s: a case's deadline is
@@ -37,11 +38,13 @@ declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memca
 
 LIB=${XPRESS_LIB:-$REPO/build/libxpress.so}
 case $LIB in /*) ;; *) LIB=$REPO/$LIB ;; esac
+TEST_LIB=${XPRESS_TEST_LIB:-$REPO/build/test/libxpress.so}
+case $TEST_LIB in /*) ;; *) TEST_LIB=$REPO/$TEST_LIB ;; esac
 XSTAT=${XPRESS_STAT:-$REPO/build/xpress-stat}
 case $XSTAT in /*) ;; *) XSTAT=$REPO/$XSTAT ;; esac
 LOG=${RDMA_PROGRAMS_LOG:-$REPO/build/tests/rdma-programs}
 case $LOG in /*) ;; *) LOG=$REPO/$LOG ;; esac
-export XPRESS_LIB=$LIB XPRESS_STAT=$XSTAT RDMA_PROGRAMS_LOG=$LOG
+export XPRESS_LIB=$LIB XPRESS_TEST_LIB=$TEST_LIB XPRESS_STAT=$XSTAT RDMA_PROGRAMS_LOG=$LOG
 
 for c in "$@"; do
   case $c in __case) break ;; esac

@@ -1,10 +1,11 @@
 # Socket semantics suite ("tests that prove invisibility"): plain POSIX socket
 # programs print a deterministic transcript per case; run.sh runs them without
 # and with LD_PRELOAD=$(LIB) and requires identical transcripts and exit codes.
-# test-semantics does it twice: as is, and with XPRESS_TEST_USER_MODE=1 (every
-# connected socket's readiness answered by xpress's user-mode layer instead
-# of the kernel: poll/select/epoll must still be indistinguishable; its
-# relay of the kernel's events 150 ms late, as a busy engine's).
+# test-semantics does it twice: as is, and with the test library (build/test/,
+# Makefile) and XPRESS_TEST_USER_MODE=1 (every connected socket's readiness
+# answered by xpress's user-mode layer instead of the kernel: poll/select/epoll
+# must still be indistinguishable; its relay of the kernel's events 150 ms
+# late, as a busy engine's).
 # Built with their own rules and flags (C, exceptions irrelevant, no library
 # CXXFLAGS); the fortified binary is built with -D_FORTIFY_SOURCE=3 -O2.
 SEM_DIR := tests/semantics
@@ -26,14 +27,16 @@ $(SEM_FORT): $(SEM_COMMON) $(SEM_DIR)/sem_fortify.c $(SEM_HDRS)
 
 # `make test-semantics SEM_LIB=/other.so` preloads another library;
 # `SEMANTICS="case ..."` runs a subset (names: build/tests/semantics/semantics --list).
+# SEM_TEST_LIB: the library of the user-mode run.
 SEM_LIB ?= $(abspath $(LIB))
+SEM_TEST_LIB ?= $(abspath $(TEST_LIB))
 SEMANTICS ?=
 
 .PHONY: test-semantics
-test-semantics: $(SEM_BIN) $(SEM_FORT) $(LIB)
+test-semantics: $(SEM_BIN) $(SEM_FORT) $(LIB) $(TEST_LIB)
 	bash $(SEM_DIR)/run.sh $(SEM_OUT) $(SEM_LIB) $(SEMANTICS)
 	SEM_TAG=usermode SEM_XPRESS_ENV="XPRESS_TEST_USER_MODE=1 XPRESS_TEST_RELAY_DELAY_MS=150" \
-	  bash $(SEM_DIR)/run.sh $(SEM_OUT) $(SEM_LIB) $(SEMANTICS)
+	  bash $(SEM_DIR)/run.sh $(SEM_OUT) $(SEM_TEST_LIB) $(SEMANTICS)
 
 TEST_TARGETS += test-semantics
 

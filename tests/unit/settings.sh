@@ -102,6 +102,11 @@ if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
   chmod 0700 "$tmp"
 fi
 
+# The test-only settings act only in the test library: the release library
+# says it ignores them (Makefile TESTING_SRCS).
+out=$(XPRESS_CONFIG= XPRESS_FAULT_QP_ERROR_AT=1 LD_PRELOAD="$PWD/build/libxpress.so" /bin/true 2>&1)
+if grep -q "act only in the test library: ignored" <<<"$out"; then ok "release library: XPRESS_FAULT_QP_ERROR_AT ignored, with a warning"; else bad "release library and XPRESS_FAULT_QP_ERROR_AT: '$out'"; fi
+
 # The README's tables are the ones common/settings.def gives.
 if python3 tools/gen-settings.py common/settings.def README.md --check >/dev/null; then ok "README settings tables generated from common/settings.def"; else bad "README tables differ: run make settings-doc"; fi
 cp README.md "$tmp/README.md"

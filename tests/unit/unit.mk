@@ -21,8 +21,8 @@ $(SMALL_STACK): tests/unit/small_stack.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -Wall -Wextra -Werror -pthread -o $@ $<
 
-test-symbols: $(LIB) $(SMALL_STACK)
-	bash tests/unit/symbols.sh $(LIB) preload/interpose_table.def preload/alloc_table.def
+test-symbols: $(LIB) $(TEST_LIB) $(SMALL_STACK)
+	bash tests/unit/symbols.sh $(LIB) --test-lib $(TEST_LIB) preload/interpose_table.def preload/alloc_table.def
 	bash tests/unit/tls.sh $(LIB) $(SMALL_STACK)
 
 # What a preloaded process loads before its first connection (issue 31).

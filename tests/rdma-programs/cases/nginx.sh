@@ -73,11 +73,10 @@ CONF
   # ---- wrk
   snap=$T/snap-wrk
   net_snap "$snap"
-  # --timeout 6s: 20 connections share the VM's ~80 Mbit/s of Soft-RoCE
-  # (150 responses/s, 0.15 s each on average), and on a loaded 2-core host
-  # one of 1200 responses took over wrk's default 2 s (CI, 2026-12-03:
-  # "timeout 1", max latency 1.8 s).  A connection that stalls for good
-  # still shows as a timeout.
+  # --timeout 6s: 20 connections share the VM's Soft-RoCE bandwidth, so on
+  # a loaded 2-core host a response may take longer than wrk's default 2 s
+  # (docs/results/tuning.md).  A connection that stalls for good still
+  # shows as a timeout.
   if run_client wrk 40 xp wrk -t 2 -c 20 -d 8s --timeout 6s "$url/small.bin"; then
     local out=$CD/wrk.out reqs
     reqs=$(grep -o '^ *[0-9]* requests in' "$out" | grep -o '[0-9]*')

@@ -27,6 +27,9 @@
 #            ends as with TCP (EOF or ECONNRESET / EPIPE), never hangs
 #   redis    redis-benchmark with one injected fault: every reply arrives
 #            (the INCR counter matches)
+# The injected faults exist only in the test library: the clients that set
+# XPRESS_FAULT_QP_ERROR_AT run in mode xptest (lib.sh), their peers on the
+# release library.
 # The 100 MiB transfers report, from the receiver's progress log, the
 # throughput before the fault and after it (on TCP) and the longest pause.
 # No return to RDMA is asked after the 5 s link fault or the rxe removal:
@@ -136,7 +139,7 @@ bulk_fault() {
   local hold=()
   [ "${BACK:-0}" = 1 ] && hold=(--hold-at 60M --hold-file "$T/$label.hold")
   # shellcheck disable=SC2086 # SEND_ENV: NAME=VALUE words for the sender
-  (RDMA_LOG_LEVEL=$(log_at info) run_client "$label-send" 140 xp env ${SEND_ENV:-} "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+  (RDMA_LOG_LEVEL=$(log_at info) run_client "$label-send" 140 "${SEND_MODE:-xp}" env ${SEND_ENV:-} "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
     --bytes "${REC_MIB}M" --timeout 60 "${hold[@]}") &
   local cl=$! t b=0
   t=$(deadline 40)
@@ -319,7 +322,7 @@ inject_runs() {
     off=$((256 * 1024 + (RANDOM * 32768 + RANDOM) % (total - 512 * 1024)))
     echo "$off" >>"$T/inj.offsets"
     piece=$((i % 2 ? 0 : 4096))
-    if run_client "inj$i" 30 xp env "XPRESS_FAULT_QP_ERROR_AT=$off" XPRESS_AUTOCORK_KB=64 XPRESS_LOG_LEVEL=debug "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
+    if run_client "inj$i" 30 xptest env "XPRESS_FAULT_QP_ERROR_AT=$off" XPRESS_AUTOCORK_KB=64 XPRESS_LOG_LEVEL=debug "$PY" "$HERE/bulk.py" send --host "$A1" --port "$port" \
       --bytes "${INJ_MIB}M" --timeout 20 --settle 0.5 --piece "$piece"; then
       cat "$CD/inj$i.out" >>"$T/inj.sent"
     else
@@ -418,7 +421,7 @@ redis_fault() {
     --protected-mode no --logfile '' --daemonize no
   local srv=$SERVER
   wait_listen rec-redis "$port" "$srv" || return 1
-  if RDMA_LOG_LEVEL=$(log_at info) run_client rec-bench 60 xp env XPRESS_FAULT_QP_ERROR_AT=1500000 redis-benchmark -h "$A1" -p "$port" \
+  if RDMA_LOG_LEVEL=$(log_at info) run_client rec-bench 60 xptest env XPRESS_FAULT_QP_ERROR_AT=1500000 redis-benchmark -h "$A1" -p "$port" \
     -c 20 -P 16 -n "$n" -d 256 -q --csv -t set,get,incr; then
     run_client rec-counter 10 xp redis-cli -h "$A1" -p "$port" GET 'counter:__rand_int__'
     local c r
@@ -438,7 +441,7 @@ run_case() {
   q0=$(rdma resource show qp 2>/dev/null | grep -c 'type RC' || true)
   # Back to RDMA on a healthy device: the QP forced into error at 20 MiB,
   # the stream resumes on TCP, then returns over a new channel.
-  NEED_RESUME=1 BACK=1 SEND_ENV=XPRESS_FAULT_QP_ERROR_AT=$((20 << 20)) bulk_fault qpback 19407 qp_fault_wait qpback
+  NEED_RESUME=1 BACK=1 SEND_MODE=xptest SEND_ENV=XPRESS_FAULT_QP_ERROR_AT=$((20 << 20)) bulk_fault qpback 19407 qp_fault_wait qpback
   # No return is asked after the link fault: the device that lost its link
   # hears nothing more until it is re-created (rxe_refresh).
   NEED_RESUME=1 bulk_fault link 19400 link_flap
