@@ -222,7 +222,7 @@ bool UpgradeSession::make_share(const uint64_t cover[2]) {
   pake::Inputs in;
   in.password = password;
   in.password_len = binding_password(cover, prefix, password);
-  binding_channel_id(tuple_, stream_id_, cid);
+  binding_channel_id(tuple_, stream_id_, channel_port_, cid);
   in.channel_id = cid;
   in.channel_id_len = sizeof cid;
   memcpy(sid, nonce_c().b, kNonceBytes);

@@ -73,6 +73,10 @@ public:
   // the stream id; bind directly.  From idle (or refused, client).
   Status adopt(uint32_t stream_id, const Nonce& peer_nonce);
 
+  // The rdma_cm port of the channel the binding runs over (stream/channel.h
+  // cm_port); set before start_attach, on_attach or adopt.
+  void set_channel_port(uint16_t port) { channel_port_ = port; }
+
   // ---- Control records of this stream from the bound channel.
   // ok: accepted.  invalid: rejected, the session failed (a protocol error;
   // the channel may stay up for other streams).  closed: the session had
@@ -177,6 +181,7 @@ private:
   Nonce nonce_, peer_nonce_{};
   uint32_t timeout_ms_;
   uint32_t stream_id_ = 0;
+  uint16_t channel_port_ = 0;
 
   uint64_t count_[2] = {0, 0};            // bytes that crossed each direction (Dir index)
   uint8_t prefix_[2][kPrefixBytes]{};     // their first bytes

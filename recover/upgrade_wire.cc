@@ -156,7 +156,8 @@ size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
   return n;
 }
 
-void binding_channel_id(const TcpTuple& t, uint32_t stream, uint8_t out[kChannelIdBytes]) {
+void binding_channel_id(const TcpTuple& t, uint32_t stream, uint16_t channel_port,
+                        uint8_t out[kChannelIdBytes]) {
   out[0] = t.family;
   memcpy(out + 1, t.client_addr, 16);
   memcpy(out + 17, t.server_addr, 16);
@@ -166,6 +167,8 @@ void binding_channel_id(const TcpTuple& t, uint32_t stream, uint8_t out[kChannel
   out[36] = static_cast<uint8_t>(t.server_port);
   for (int i = 0; i < 4; ++i)
     out[37 + i] = static_cast<uint8_t>(stream >> (8 * i));
+  out[41] = static_cast<uint8_t>(channel_port >> 8);
+  out[42] = static_cast<uint8_t>(channel_port);
 }
 
 void confirm_tag(const uint8_t key[kTagBytes], const ConfirmInput& in, uint8_t out[kTagBytes]) {

@@ -124,9 +124,11 @@ constexpr size_t kPasswordMax = 16 + 2 * kPrefixBytes;
 size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
                         uint8_t out[kPasswordMax]);
 // channel id = family | client address (16) | server address (16) | client
-//   port | server port (2 bytes each, network order) | stream id (4, LE)
-constexpr size_t kChannelIdBytes = 1 + 32 + 4 + 4;
-void binding_channel_id(const TcpTuple& t, uint32_t stream, uint8_t out[kChannelIdBytes]);
+//   port | server port (2 bytes each, network order) | stream id (4, LE) |
+//   the rdma_cm port of the channel (2, network order)
+constexpr size_t kChannelIdBytes = 1 + 32 + 4 + 4 + 2;
+void binding_channel_id(const TcpTuple& t, uint32_t stream, uint16_t channel_port,
+                        uint8_t out[kChannelIdBytes]);
 
 // A key confirmation (PROOF, SWITCH) under the exchanged key.
 struct ConfirmInput {

@@ -35,6 +35,11 @@ struct Channel {
   // matches no connection.
   uint8_t peer_addr[4] = {};
   uint16_t peer_port = 0;
+  // The rdma_cm port this channel was set up on (client: the port it
+  // reached, after any redirect; server: its listener's).  A binding over
+  // the channel names it (docs/protocol.md §2), so that an exchange
+  // relayed from a channel to another port does not bind.
+  uint16_t cm_port = 0;
   std::vector<Conn*> conns; // streams' connections (each holds a ref)
   // Stream id -> connection, one per slot (id % size, as the mux keeps its
   // streams), sized at creation; ids are never reused on a channel, so a

@@ -112,7 +112,7 @@ struct CmUser {
   enum class Kind : uint8_t { client, server, listener_share, listener_private } kind;
   Conn* conn;
   ListenShare* share;
-  uint16_t port;         // client: the port this attempt went to
+  uint16_t port;         // client: the port this attempt went to; server: the listener's
   bool reattach = false; // a channel for a resumed stream going back (stream/reattach.cc)
   uint32_t from = 0;     // server: the requester's IPv4 address (network order)
 };

@@ -138,6 +138,7 @@ bool server_channel_room(uint32_t from) {
 // free then.
 bool server_accept(verbs::CmRequest* req, const AcceptWire& a, CmUser* u) {
   u->from = requester(req);
+  u->port = g().cm->request_local_port(req);
   if (!server_channel_room(u->from)) {
     XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: server channel cap reached");
     send_reject(req, rej_busy);
@@ -276,6 +277,7 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
   c->ch = ch;
   c->st = st;
   c->sid = sid;
+  c->sess.set_channel_port(ch->cm_port);
   if (c->sess.adopt(sid, peer_nonce) != Status::ok)
     return fail(c, Reason::handshake_failed, "session cannot adopt the stream");
   advance(c);
@@ -397,6 +399,7 @@ void start_client(Conn* c) {
     uint32_t id = 0;
     if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) continue;
     recover::Message m;
+    c->sess.set_channel_port(ch->cm_port);
     if (c->sess.start_attach(id, &m) == Status::ok) {
       ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
                                       m.payload, m.len);
@@ -540,6 +543,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     }
     if (u->kind == CmUser::Kind::server) server_accept_done(u);
     Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
+    if (ch) ch->cm_port = u->port; // the binding names it (docs/protocol.md §2)
     // A server channel records its requester (the per-peer cap counts it).
     if (ch && u->kind == CmUser::Kind::server) memcpy(ch->peer_addr, &u->from, 4);
     if (u->reattach) {

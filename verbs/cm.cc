@@ -41,6 +41,7 @@ struct CmRequest {
   rdma_cm_id* id = nullptr;
   WireRing peer{};
   sockaddr_storage peer_addr{};
+  uint16_t local_port = 0; // the listener's port the request reached
 };
 
 struct Cm::Impl {
@@ -201,6 +202,10 @@ const sockaddr* Cm::request_peer(const CmRequest* req) const {
   return reinterpret_cast<const sockaddr*>(&req->peer_addr);
 }
 
+uint16_t Cm::request_local_port(const CmRequest* req) const {
+  return req->local_port;
+}
+
 void Cm::destroy(Link* link) {
   auto* l = static_cast<RcLink*>(link);
   auto* c = static_cast<Ctx*>(l->cm_ctx_);
@@ -280,6 +285,7 @@ bool Cm::next(CmEvent* out) {
         continue;
       }
       req->id = id;
+      req->local_port = ntohs(rdmacm().get_src_port(id));
       const sockaddr* pa = rdma_get_peer_addr(id);
       if (pa)
         memcpy(&req->peer_addr, pa,

@@ -69,6 +69,8 @@ public:
   void reject(CmRequest* req, const void* app, size_t app_len);
   // The peer's address of a request (for logs and checks).
   const sockaddr* request_peer(const CmRequest* req) const;
+  // The rdma_cm port (host order) of the listener the request reached.
+  uint16_t request_local_port(const CmRequest* req) const;
 
   // The next event, if any (non-blocking).
   bool next(CmEvent* ev);

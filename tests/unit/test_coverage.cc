@@ -336,9 +336,34 @@ TEST_CASE("coverage: an honest pipelining client is asked for the both form and 
   Two p;
   p.s.on_tcp_sent(std::string(200, 'a').data(), 200); // on its way to the client
   p.c2s(std::string(kOneWayBytes, 'w'));
-  CHECK(p.pump() == 2);                               // (64, 0), then "both, please"
+  CHECK(p.pump() == 2); // (64, 0), then "both, please"
   CHECK_FALSE(p.c.peer_proven());
   p.c.on_tcp_received(std::string(200, 'a').data(), 200);
   CHECK(p.pump() == 4);
   CHECK((p.c.peer_proven() && p.s.peer_proven()));
+}
+
+TEST_CASE("coverage: an exchange relayed between channels to two rdma_cm ports does not bind") {
+  // The hostile review's relay: the client's channel reached a co-resident
+  // service on port 9000, which forwards every record unchanged to the real
+  // server over a channel of its own to port 8080.  The two ends name
+  // different channels in the exchange: no key, nothing switches.
+  const SessionParams cp = sparams(Role::client, 1), sp = sparams(Role::server, 2);
+  for (const uint16_t client_port : {uint16_t{9000}, uint16_t{8080}}) {
+    CAPTURE(client_port);
+    UpgradeSession c(cp), s(sp);
+    c.set_channel_port(client_port);
+    s.set_channel_port(8080);
+    REQUIRE(c.adopt(0, sp.nonce) == Status::ok);
+    REQUIRE(s.adopt(0, cp.nonce) == Status::ok);
+    c.on_tcp_sent(kRequest.data(), kRequest.size());
+    s.on_tcp_received(kRequest.data(), kRequest.size());
+    s.on_tcp_sent(kReply.data(), kReply.size());
+    c.on_tcp_received(kReply.data(), kReply.size());
+    exchange(c, s);
+    const bool same = client_port == 8080;
+    CHECK(c.peer_proven() == same);
+    CHECK(s.peer_proven() == same);
+    CHECK((c.try_switch_tx() == Status::ok) == same);
+  }
 }
