@@ -31,6 +31,20 @@ Status deliver(UpgradeSession& to, const Message& m) {
   return to.on_message(m.type, m.stream, m.seq, m.payload, m.len);
 }
 
+// Every record each end queued, to the other, until nothing moves.
+int exchange(UpgradeSession& a, UpgradeSession& b) {
+  int n = 0;
+  Message m;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (; a.pop_output(&m); moved = true, ++n)
+      deliver(b, m);
+    for (; b.pop_output(&m); moved = true, ++n)
+      deliver(a, m);
+  }
+  return n;
+}
+
 // A client and a server session bound to each other (as after the ATTACH).
 struct Two {
   UpgradeSession c{sparams(Role::client, 1)}, s{sparams(Role::server, 2)};
@@ -48,18 +62,7 @@ struct Two {
     s.on_tcp_sent(b.data(), b.size());
     c.on_tcp_received(b.data(), b.size());
   }
-  int pump() {
-    int n = 0;
-    Message m;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (; c.pop_output(&m); moved = true, ++n)
-        deliver(s, m);
-      for (; s.pop_output(&m); moved = true, ++n)
-        deliver(c, m);
-    }
-    return n;
-  }
+  int pump() { return exchange(c, s); }
 };
 
 // A SHARE with the counts of the forger's choice (its point is a valid
@@ -236,19 +239,6 @@ struct Squatter {
     s.on_tcp_sent(reply.data(), reply.size());
   }
 };
-
-int exchange(UpgradeSession& a, UpgradeSession& b) {
-  int n = 0;
-  Message m;
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (; a.pop_output(&m); moved = true, ++n)
-      deliver(b, m);
-    for (; b.pop_output(&m); moved = true, ++n)
-      deliver(a, m);
-  }
-  return n;
-}
 
 TEST_CASE("coverage: a squatter gets one online guess, no offline oracle, no byte, no hang") {
   SUBCASE("a wrong guess: both fail, nothing switches") {
