@@ -32,17 +32,6 @@ constexpr uint64_t kSettleMs = 500;
 constexpr uint64_t kAnswerMs = 1000;
 constexpr uint64_t kFlushMs = 500;
 
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i)
-    v = (v << 8) | p[i];
-  return v;
-}
-
 bool tx_switched(const Conn* c) {
   return c->tx_rdma.load() || c->sess.tx_mode() == Mode::rdma;
 }
@@ -80,10 +69,12 @@ bool consistent(const Conn* c, bool answer) {
 bool send_move(Channel* ch, Conn* c) {
   Stream* s = c->st;
   const bool sw = tx_switched(c);
-  uint8_t p[kPayloadBytes] = {};
-  p[0] = sw ? kTxSwitched : 0;
-  put64(p + 8, sw ? c->sess.tx_offset() : 0);
-  put64(p + 16, s->rx_started() ? s->received() : 0);
+  recover::MoveInfo mi;
+  mi.flags = sw ? kTxSwitched : 0;
+  mi.start = sw ? c->sess.tx_offset() : 0;
+  mi.received = s->rx_started() ? s->received() : 0;
+  uint8_t p[kPayloadBytes];
+  recover::encode_move(mi, p);
   // Sent, or queued behind the channel's other control records (and ahead
   // of any later data: flow::RecordChannel::send_control).
   if (ch->failed.load() ||
@@ -239,24 +230,26 @@ int on_record(Channel* ch, const flow::RecordHeader& h, const uint8_t* ring) {
   // peer-writable").
   uint8_t p[kPayloadBytes];
   memcpy(p, ring, sizeof p);
-  if ((p[0] & ~(kTxSwitched | kGone)) != 0) return -1;
-  for (int i = 1; i < 8; ++i)
-    if (p[i] != 0) return -1;
+  recover::MoveInfo mi;
+  if (recover::parse_move(p, sizeof p, &mi) != Status::ok) return -1;
   Stream* s = ch->mux->find(h.stream);
   if (s == nullptr) {
     // Closed here (its FIN or RST went before): the peer must not wait.
-    if (!(p[0] & kGone)) {
-      uint8_t g[kPayloadBytes] = {kGone};
+    if (!(mi.flags & kGone)) {
+      recover::MoveInfo gone;
+      gone.flags = kGone;
+      uint8_t g[kPayloadBytes];
+      recover::encode_move(gone, g);
       ch->mux->channel().send_control(RecordType::move_, h.stream, 0, g, sizeof g);
     }
     return 0;
   }
   if (s->peer_move.seen) return -1; // a second MOVE
   s->peer_move.seen = true;
-  s->peer_move.flags = p[0];
+  s->peer_move.flags = mi.flags;
   s->peer_move.end = h.seq;
-  s->peer_move.start = get64(p + 8);
-  s->peer_move.received = get64(p + 16);
+  s->peer_move.start = mi.start;
+  s->peer_move.received = mi.received;
   return 1;
 }
 

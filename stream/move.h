@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "flow/record_channel.h"
+#include "recover/move_wire.h"
 #include "stream/resume.h"
 
 namespace xp::stream {
@@ -23,9 +24,10 @@ struct Changes;
 
 namespace move {
 
-constexpr uint32_t kPayloadBytes = 24;
-constexpr uint8_t kTxSwitched = 1; // the sender's direction had switched (start, end valid)
-constexpr uint8_t kGone = 2;       // the sender holds no such stream (it closed): no reply
+// The payload's layout: recover/move_wire.h.
+constexpr uint32_t kPayloadBytes = recover::kMoveBytes;
+constexpr uint8_t kTxSwitched = recover::kMoveTxSwitched; // start, end valid
+constexpr uint8_t kGone = recover::kMoveGone; // the sender holds no such stream: no reply
 
 // on_control_record (ch->mu held): check a MOVE record and keep it in the
 // stream; a MOVE for a stream closed here is answered at once (kGone).

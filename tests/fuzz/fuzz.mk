@@ -14,7 +14,7 @@ FUZZ_SRCS_records := flow/record_channel.cc flow/record_channel_cork.cc \
   common/logsink.cc common/status.cc
 FUZZ_SRCS_settings := common/settings.cc
 FUZZ_SRCS_upgrade := recover/upgrade.cc recover/upgrade_wire.cc recover/pake.cc recover/siphash.cc \
-  recover/resume_wire.cc recover/reattach_wire.cc recover/rendezvous_wire.cc common/logsink.cc common/status.cc -ldl
+  recover/resume_wire.cc recover/reattach_wire.cc recover/rendezvous_wire.cc recover/move_wire.cc common/logsink.cc common/status.cc -ldl
 FUZZ_SECONDS ?= 60
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.cc $(wildcard flow/*.h stream/mux.h verbs/wire_ring.h common/settings.* recover/*)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "recover/move_wire.h"
 #include "recover/reattach_wire.h"
 #include "recover/rendezvous_wire.h"
 #include "recover/resume_wire.h"
@@ -83,6 +84,8 @@ void frames(Input& in) {
   (void)parse_cm_request(buf, len, &req);
   (void)parse_cm_accept(buf, len, &nc);
   (void)parse_cm_reject(buf, len, true);
+  MoveInfo mi;
+  (void)parse_move(buf, len, &mi);
 }
 
 } // namespace

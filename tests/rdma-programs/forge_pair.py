@@ -3,6 +3,10 @@
 
   forge_pair.py server --bind ADDR --port PORT
       echo server: one thread per connection, echoes until EOF
+  forge_pair.py victim --host ADDR --port PORT --secs S --secret TEXT
+      a plain client: sends TEXT, reads its echo, prints "victim port=P",
+      waits S seconds (the forger works on its connection meanwhile), sends
+      TEXT again and prints "victim ok" when both echoes are exact
   forge_pair.py bulk --host ADDR --port PORT --bytes N
       sends N pseudo-random bytes (one thread) while reading the echo
       (another), prints "sent N sha256 HEX got M sha256 HEX"
@@ -103,9 +107,32 @@ def probe(args):
           (len(lat), fails, q(0.5), q(0.99), lat[-1] if lat else -1))
 
 
+def victim(args):
+    c = socket.create_connection((args.host, args.port), timeout=args.timeout)
+    msg = args.secret.encode()
+
+    def exchange():
+        c.sendall(msg)
+        got = b""
+        while len(got) < len(msg):
+            b = c.recv(65536)
+            if not b:
+                break
+            got += b
+        return got == msg
+
+    first = exchange()
+    print("victim port=%d" % c.getsockname()[1], flush=True)
+    time.sleep(args.secs)
+    second = exchange()
+    print("victim %s" % ("ok" if first and second else "corrupt"), flush=True)
+    c.close()
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["server", "bulk", "probe"])
+    p.add_argument("mode", choices=["server", "bulk", "probe", "victim"])
+    p.add_argument("--secret", default="")
     p.add_argument("--bind", default="0.0.0.0")
     p.add_argument("--host")
     p.add_argument("--port", type=int, required=True)
@@ -116,7 +143,7 @@ def main():
     p.add_argument("--log")
     p.add_argument("--timeout", type=float, default=30)
     args = p.parse_args()
-    {"server": server, "bulk": bulk, "probe": probe}[args.mode](args)
+    {"server": server, "bulk": bulk, "probe": probe, "victim": victim}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@
 
 #include "flow/record_channel.h"
 #include "recover/rendezvous_wire.h"
+#include "recover/upgrade.h"
 #include "recover/upgrade_wire.h"
 #include "verbs/rc_link.h"
 #include "verbs/wire_ring.h"
@@ -340,10 +341,12 @@ int hold(const sockaddr_in& src, const sockaddr_in& dst, long n, int secs) {
 }
 
 // ------------------------------------------------------------ attach flood
-int attach_flood(const sockaddr_in& src, const sockaddr_in& dst, long n, const Namer& name) {
+// A TCP connection of the forger's own and a channel for it, set up the
+// protocol's way (its first upgrade request names its own 4-tuple).
+Status own_channel(const sockaddr_in& src, const sockaddr_in& dst, int* fd, verbs::Link** link) {
   recover::TcpTuple own;
-  int fd = own_connection(src, dst, &own);
-  if (fd < 0) return 1;
+  *fd = own_connection(src, dst, &own);
+  if (*fd < 0) return Status::io_error;
   usleep(300 * 1000);
   ReqWire r{};
   r.kind = kKindRequest;
@@ -356,10 +359,16 @@ int attach_flood(const sockaddr_in& src, const sockaddr_in& dst, long n, const N
   lp.stream_window = 256 * 1024;
   sockaddr_in s = src;
   s.sin_port = 0;
+  return verbs::rc_connect(reinterpret_cast<sockaddr*>(&s), reinterpret_cast<const sockaddr*>(&dst),
+                           lp, &r, sizeof r, link);
+}
+
+int attach_flood(const sockaddr_in& src, const sockaddr_in& dst, long n, const Namer& name) {
+  int fd = -1;
   verbs::Link* link = nullptr;
   double t0 = now_s();
-  Status st = verbs::rc_connect(reinterpret_cast<sockaddr*>(&s),
-                                reinterpret_cast<const sockaddr*>(&dst), lp, &r, sizeof r, &link);
+  Status st = own_channel(src, dst, &fd, &link);
+  if (fd < 0) return 1;
   if (st != Status::ok) {
     printf("forger attach-flood: sent=0 channel=refused (%s)\n", status_name(st));
     close(fd);
@@ -426,11 +435,99 @@ int attach_flood(const sockaddr_in& src, const sockaddr_in& dst, long n, const N
   return 0;
 }
 
+// ------------------------------------------------------------ guess
+// Items 1 and 4 of issue 24: bind a connection of the victim (a plain
+// client on src's address) by ATTACH, then run the binding with what the
+// forger can guess.  KIND short: a key exchange over one predictable byte
+// (SHARE counts (1, 0)); wrong: the protocol's form over a guess of the
+// covered bytes.  The server must answer short with nothing but a NAK, and
+// wrong with one exchange whose PROOF the forger cannot match: nothing
+// switches, no byte of the victim's comes to the forger.
+int guess(const sockaddr_in& src, const sockaddr_in& dst, int victim_port, const std::string& kind,
+          const std::string& guessed) {
+  int fd = -1;
+  verbs::Link* link = nullptr;
+  Status st = own_channel(src, dst, &fd, &link);
+  if (st != Status::ok) {
+    printf("forger guess %s: channel=refused (%s)\n", kind.c_str(), status_name(st));
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  recover::SessionParams sp;
+  sp.role = recover::Role::client;
+  sockaddr_in v = src;
+  v.sin_port = htons(static_cast<uint16_t>(victim_port));
+  recover::tuple_from_sockaddrs(reinterpret_cast<const sockaddr*>(&v),
+                                reinterpret_cast<const sockaddr*>(&dst), &sp.tuple);
+  random_bytes(sp.nonce.b, sizeof sp.nonce.b);
+  random_bytes(sp.seed, sizeof sp.seed);
+  sp.timeout_ms = 5000;
+  recover::UpgradeSession fs(sp);
+  fs.set_channel_port(static_cast<uint16_t>(ntohs(dst.sin_port)));
+  // The echo server returns what the victim sent: the guess covers both.
+  fs.on_tcp_sent(guessed.data(), guessed.size());
+  fs.on_tcp_received(guessed.data(), guessed.size());
+  flow::RecordChannel rc(link, 16);
+  std::map<std::string, long> got;
+  long data_bytes = 0;
+  auto send_out = [&] {
+    recover::Message m;
+    while (fs.pop_output(&m)) {
+      if (kind == "short" && m.type == recover::msg::share) {
+        const uint64_t one[2] = {1, 0};
+        uint64_t ignored[2];
+        uint8_t point[recover::kPointBytes];
+        recover::decode_share(m.payload, ignored, point);
+        recover::encode_share(one, point, m.payload);
+      }
+      rc.send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq, m.payload, m.len);
+    }
+  };
+  recover::Message a;
+  fs.start_attach(1, &a);
+  rc.send_control(flow::RecordType::attach, a.stream, 0, a.payload, a.len);
+  bool ended = false;
+  for (double t0 = now_s(); !ended && now_s() - t0 < 8 && !rc.failed();) {
+    flow::Record recs[16];
+    int k = 0;
+    if (rc.poll(recs, 16, &k) != Status::ok) break;
+    for (int i = 0; i < k; ++i) {
+      const flow::RecordHeader& h = recs[i].hdr;
+      if (h.type == static_cast<uint8_t>(flow::RecordType::data)) {
+        data_bytes += h.len;
+      } else if (h.stream == 1) {
+        uint8_t pl[recover::kMaxControlPayload];
+        const size_t len = h.len < sizeof pl ? h.len : sizeof pl;
+        memcpy(pl, recs[i].payload, len);
+        ++got[h.type == 6    ? "attach"
+              : h.type == 7  ? "attach_ack"
+              : h.type == 8  ? "nak"
+              : h.type == 11 ? "proof"
+              : h.type == 15 ? "share"
+                             : "type_" + std::to_string(h.type)];
+        fs.on_message(h.type, h.stream, h.seq, pl, len);
+        ended = h.type == static_cast<uint8_t>(flow::RecordType::attach_nak);
+      }
+      rc.release(recs[i].slot);
+    }
+    send_out();
+    if (k == 0) usleep(500);
+  }
+  printf("forger guess %s: proven=%d switched=%d data=%ld", kind.c_str(), fs.peer_proven() ? 1 : 0,
+         fs.tx_mode() == Mode::rdma ? 1 : 0, data_bytes);
+  for (auto& [key, val] : got)
+    printf(" %s=%ld", key.c_str(), val);
+  printf("\n");
+  close(fd);
+  return 0;
+}
+
 int usage() {
   fprintf(stderr, "usage: forger req-flood SRC DST PORT N NAME [WINDOW]\n"
                   "       forger big-ring SRC DST PORT NAME\n"
                   "       forger hold SRC DST PORT N SECS\n"
                   "       forger attach-flood SRC DST PORT N NAME\n"
+                  "       forger guess SRC DST PORT VICTIM_PORT short|wrong GUESS\n"
                   "NAME: random | victim:IP:PORT\n");
   return 64;
 }
@@ -447,5 +544,6 @@ int main(int argc, char** argv) {
   if (mode == "hold" && argc == 7) return hold(src, dst, atol(argv[5]), atoi(argv[6]));
   if (mode == "attach-flood" && argc == 7)
     return attach_flood(src, dst, atol(argv[5]), parse_name(argv[6]));
+  if (mode == "guess" && argc == 8) return guess(src, dst, atoi(argv[5]), argv[6], argv[7]);
   return usage();
 }

@@ -140,6 +140,26 @@ run_case() {
   : >"$T/flood-done"
   wait "$probe" 2>/dev/null
   wait "$bulk" || ok=0
+  # Items 1 and 4 of issue 24: a process on the client's host binds a plain
+  # client's connection before anyone else (ATTACH) and runs the binding
+  # with what it can guess: a key exchange over one predictable byte
+  # (short), and the protocol's form over a wrong guess of the secret
+  # request (wrong).  The victim's bytes are echoed intact meanwhile.
+  local kind vp vpid secret
+  for kind in short wrong; do
+    secret="AUTH $(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n') $(printf '%064d' 0)"
+    prefix plain "victim-$kind"
+    timeout -k 3 60 "${PRE[@]}" "$PY" "$FP" victim --host "$A1" --port "$port" --secs 6 --secret "$secret" >"$CD/victim-$kind.out" 2>"$CD/victim-$kind.err" &
+    vpid=$!
+    echo "$vpid" >>"$CD/pids"
+    t=$(deadline 10) vp=""
+    while [ -z "$vp" ] && until_t "$t"; do
+      vp=$(sed -n 's/^victim port=//p' "$CD/victim-$kind.out")
+      [ -n "$vp" ] || sleep 0.1
+    done
+    timeout -k 3 30 "$F" guess "$A0" "$A1" "$port" "${vp:-1}" "$kind" "AUTH $(printf '%048d' 7) $(printf '%064d' 0)" >"$CD/guess-$kind.out" 2>"$CD/guess-$kind.err"
+    wait "$vpid"
+  done
   local reg1 qp1 rss1 peak
   reg1=$(reg_bytes "$spid") qp1=$(qp_count "$spid")
   sleep 1
@@ -197,6 +217,19 @@ run_case() {
   held=$(field "$ho" accepted_held) busy=$(field "$ho" rej_busy) unk=$(field "$ho" rej_unknown)
   ok_if "40 half-open accepts from $A2: $held accepted (cap 32), $busy refused busy, $unk unknown" \
     "hold: $ho" [ "$held" -le 32 -a $((held + busy + unk)) = 40 ]
+
+  local gs gw
+  gs=$(cat "$CD/guess-short.out") gw=$(cat "$CD/guess-wrong.out")
+  note "$gs"; note "$gw"
+  ok_if "a key exchange over one predictable byte (1, 0): refused, no SHARE or PROOF back, no byte" \
+    "guess short: $gs" \
+    [ "$(field "$gs" attach_ack)" = 1 -a "$(field "$gs" nak)" = 1 -a "$(field "$gs" share)" = 0 -a "$(field "$gs" proof)" = 0 -a "$(field "$gs" proven)" = 0 -a "$(field "$gs" data)" = 0 ]
+  ok_if "a wrong guess of the covered bytes: one exchange, the server's PROOF does not verify at the forger, its own is refused, nothing switched, no byte" \
+    "guess wrong: $gw" \
+    [ "$(field "$gw" share)" = 1 -a "$(field "$gw" proof)" = 1 -a "$(field "$gw" nak)" = 1 -a "$(field "$gw" proven)" = 0 -a "$(field "$gw" switched)" = 0 -a "$(field "$gw" data)" = 0 ]
+  ok_if "the victims' bytes echoed intact on TCP while the forger worked on their connections" \
+    "victims: $(cat "$CD/victim-short.out" "$CD/victim-wrong.out" | tr '\n' ' ')" \
+    [ "$(grep -c '^victim ok' "$CD/victim-short.out" "$CD/victim-wrong.out" | awk -F: '{ s += $2 } END { print s }')" = 2 ]
 
   # (c) the server's state stayed bounded.  What one address can make it
   # hold at once is XPRESS_SERVER_CHANNELS_PER_PEER (32) server channels
