@@ -62,6 +62,14 @@ public:
   bool level = false; // the wake counter as xpress last left it
   bool kick = false;  // the first-activation wake-up, not consumed by a waiter yet
   uint32_t n_orphans = 0;
+  // Completion fds in the kernel set while waiters sleep on it
+  // (epoll_wait.cc, ChanWait), with how many waiters use each.  Under mu.
+  struct ChanReg {
+    int fd = -1;
+    uint32_t users = 0;
+  };
+  static constexpr int kChanRegs = 8;
+  ChanReg chan_regs[kChanRegs];
   EpollState* prev = nullptr; // g_list, under g_mu
   EpollState* next = nullptr;
 };

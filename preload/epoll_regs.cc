@@ -212,7 +212,7 @@ bool Regs::reportable() {
   return false;
 }
 
-int drop_reserved(epoll_event* ev, int n, bool* saw_wake) {
+int drop_reserved(epoll_event* ev, int n, bool* saw_wake, int* chan_fds, int* nchan) {
   int out = 0;
   for (int i = 0; i < n; ++i) {
     uint64_t d = ev[i].data.u64;
@@ -221,6 +221,10 @@ int drop_reserved(epoll_event* ev, int n, bool* saw_wake) {
       continue;
     }
     if (d == kShadowData) continue;
+    if (is_chan_data(d)) {
+      if (nchan && *nchan < kChanFds) chan_fds[(*nchan)++] = static_cast<int>(d & 0xffffffffu);
+      continue;
+    }
     if (out != i) ev[out] = ev[i];
     ++out;
   }

@@ -25,6 +25,12 @@ constexpr uint32_t kExclusiveOkBits =
 // application that stores pointers cannot collide with them.
 constexpr uint64_t kWakeData = 0x7870726573735f77ull;   // "xpress_w"
 constexpr uint64_t kShadowData = 0x7870726573735f73ull; // "xpress_s"
+// A channel's completion fd while a sleeper waits on the set (epoll_wait.cc,
+// ChanWait): this tag in the high half, the fd in the low half.
+constexpr uint64_t kChanTag = 0x78707263ull << 32; // "xprc"
+constexpr bool is_chan_data(uint64_t d) {
+  return (d >> 32) == (kChanTag >> 32);
+}
 
 // Bits a reported event may carry for a registration's mask: the requested
 // readiness bits plus EPOLLERR and EPOLLHUP, which the kernel always reports.
@@ -133,9 +139,13 @@ private:
   size_t cursor_ = 0;
 };
 
-// Drops xpress's own entries (kWakeData, kShadowData) from ev[0..n);
-// returns the new count; *saw_wake when the wake eventfd was among them.
-int drop_reserved(epoll_event* ev, int n, bool* saw_wake);
+// Drops xpress's own entries (kWakeData, kShadowData, channels) from
+// ev[0..n); returns the new count; *saw_wake when the wake eventfd was among
+// them; the fds of the channels among them in chan_fds (up to kChanFds),
+// their count in *nchan, when given.
+constexpr int kChanFds = 8;
+int drop_reserved(epoll_event* ev, int n, bool* saw_wake, int* chan_fds = nullptr,
+                  int* nchan = nullptr);
 // ev[0..na) and ev[na..na+nb) were reported by the two sides; an event of
 // the second range whose data equals one of the first is folded into it
 // (bits or-ed).  Returns the new total.

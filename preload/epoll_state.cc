@@ -118,6 +118,8 @@ void recycle(EpollState* e) {
   if (e->wake >= 0) readiness::close_internal(e->wake);
   e->wake = -1;
   e->wake_in_kernel = e->level = e->kick = false;
+  for (EpollState::ChanReg& c : e->chan_regs)
+    c = {};
   e->epfd = -1;
   e->kernel_first.store(false, std::memory_order_relaxed);
   // States are never freed: a lock-free reader may still load this pointer
@@ -540,8 +542,14 @@ namespace {
 void atfork_child() {
   new (&g_mu) std::mutex;
   claims().reset_lock();
-  for (EpollState* e = g_list; e; e = e->next)
+  for (EpollState* e = g_list; e; e = e->next) {
     new (&e->mu) std::mutex;
+    // The parent's sleepers' completion fds stay in the kernel set, which
+    // parent and child share: the parent takes them out.  Forgotten here,
+    // so the child never removes one a parent's sleeper waits on.
+    for (EpollState::ChanReg& c : e->chan_regs)
+      c = {};
+  }
 }
 
 // The stream layer's mode changes reach us through track's hook; installed

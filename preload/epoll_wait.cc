@@ -8,6 +8,7 @@
 #include "preload/boundary.h"
 #include "preload/epoll_internal.h"
 #include "preload/readiness.h"
+#include "stream/channel_sleep.h"
 #include "stream/ready_source.h"
 #include "stream/wake.h"
 
@@ -189,6 +190,90 @@ struct Sleepers {
   Sleepers& operator=(const Sleepers&) = delete;
 };
 
+// The channels of e's user-mode members, whose completion fds a sleeper
+// waits on itself (stream/channel_sleep.h): put into e's kernel set for the
+// sleep (shared by the set's sleepers, counted in e->chan_regs) and taken
+// out after it, so that nobody else sees them: an outer set, or a poll of
+// the set's fd.  Only for sets with at most kKeyedRegs members (a larger
+// one is left to the engine's relay: its members are not looked through).
+class ChanWait {
+public:
+  ChanWait(EpollState* e, int epfd) : e_(e), epfd_(epfd) {
+    std::lock_guard<std::mutex> l(e->mu);
+    if (e->regs.user_count() == 0 || e->regs.size() > WakeList::kKeyedRegs) return;
+    for (size_t i = 0; i < e->regs.size() && chans_.size() < stream::ChannelSleep::kMax; ++i)
+      if (const Reg& r = e->regs.at(i); r.src != nullptr) chans_.add(r.src);
+  }
+  ~ChanWait() { release(); }
+  ChanWait(const ChanWait&) = delete;
+  ChanWait& operator=(const ChanWait&) = delete;
+  // True when a channel was polled (look again); else the channels this
+  // thread sleeps on are in the kernel set.
+  bool begin() {
+    if (chans_.size() == 0) return false;
+    if (chans_.begin()) return true;
+    std::lock_guard<std::mutex> l(e_->mu);
+    for (int i = 0; i < chans_.size();) {
+      if (enroll(chans_.fd(i))) {
+        enrolled_[n_enrolled_++] = chans_.fd(i);
+        ++i;
+      } else {
+        chans_.drop(i);
+      }
+    }
+    return false;
+  }
+  // After the kernel wait: the completion fds drop_reserved saw fire.
+  void end(const int* fired, int nfired) {
+    uint32_t bits = 0;
+    for (int i = 0; i < chans_.size(); ++i)
+      for (int j = 0; j < nfired; ++j)
+        if (fired[j] == chans_.fd(i)) bits |= 1u << i;
+    chans_.end(bits);
+  }
+  void release() {
+    if (n_enrolled_ != 0) {
+      std::lock_guard<std::mutex> l(e_->mu);
+      for (int i = 0; i < n_enrolled_; ++i)
+        withdraw(enrolled_[i]);
+      n_enrolled_ = 0;
+    }
+    chans_.clear();
+  }
+
+private:
+  // Under e->mu.
+  bool enroll(int fd) {
+    EpollState::ChanReg* free_reg = nullptr;
+    for (EpollState::ChanReg& c : e_->chan_regs) {
+      if (c.users != 0 && c.fd == fd) {
+        ++c.users;
+        return true;
+      }
+      if (c.users == 0 && free_reg == nullptr) free_reg = &c;
+    }
+    if (free_reg == nullptr) return false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kChanTag | static_cast<uint32_t>(fd);
+    if (XP_REAL(epoll_ctl, epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
+    *free_reg = {fd, 1};
+    return true;
+  }
+  void withdraw(int fd) {
+    for (EpollState::ChanReg& c : e_->chan_regs) {
+      if (c.users == 0 || c.fd != fd) continue;
+      if (--c.users == 0) XP_REAL(epoll_ctl, epfd_, EPOLL_CTL_DEL, fd, nullptr);
+      return;
+    }
+  }
+  EpollState* e_;
+  int epfd_;
+  stream::ChannelSleep chans_;
+  int enrolled_[stream::ChannelSleep::kMax];
+  int n_enrolled_ = 0;
+};
+
 // ---- epoll_wait
 
 int64_t now_ns() {
@@ -347,22 +432,32 @@ int managed_wait(EpollState* e, int epfd, epoll_event* out, int max, const WaitC
     }
 
     // Nothing yet: sleep in the kernel, woken by stream::wake::notify()
-    // through the wake eventfds.  Registered first, then looked again.
+    // through the wake eventfds, or by a completion of a member's channel.
+    // Registered first, then looked again.
     Sleepers sl(e);
+    ChanWait cw(e, epfd);
     nu = harvest(e, out, max, &residual);
     if (nu > 0) {
       sl.remove();
+      cw.release();
       return finish(e, epfd, out, max, c, nu, residual);
     }
+    if (cw.begin()) continue; // a channel was polled: its news first
     int64_t left = dl.left();
     if (!sl.ok && (left < 0 || left > kSliceNs)) left = kSliceNs;
     int k = kernel_wait(epfd, out, max, c, left);
     int err = errno;
     sl.remove();
+    bool saw = false;
+    int fired[kChanFds];
+    int nfired = 0;
+    if (k > 0) k = drop_reserved(out, k, &saw, fired, &nfired);
+    // With the wake-ups unregistered: what this thread's poll changes is
+    // looked at next, not written to the set's eventfd.
+    cw.end(fired, nfired);
+    cw.release();
     errno = err;
     if (k < 0) return -1;
-    bool saw = false;
-    k = drop_reserved(out, k, &saw);
     k = validate_kids(e, out, k);
     if (saw) consume_wake(e);
     if (k > 0) {

@@ -16,6 +16,7 @@
 #include "preload/epoll_state.h"
 #include "preload/fd_slots.h"
 #include "preload/test_user_mode.h"
+#include "stream/channel_sleep.h"
 #include "stream/engine.h"
 #include "stream/ready_source.h"
 #include "stream/wake.h"
@@ -237,23 +238,32 @@ int kernel_poll(pollfd* fds, nfds_t n, int64_t ns, const sigset_t* mask, bool as
   return XP_REAL(poll, fds, n, ms);
 }
 
-// The kernel wait with one more entry after the program's (a watch, see
-// PollSet::watch); the count is of the program's entries only.  Beyond 63
-// entries the watch is left out: the engine's relay of the socket's
-// readiness wakes the sleeper then, as it did before watches.
-int kernel_poll_plus(pollfd* fds, nfds_t n, pollfd extra, int64_t ns, const sigset_t* mask,
-                     bool as_ppoll) {
-  constexpr nfds_t kMax = 64;
-  if (n >= kMax) return kernel_poll(fds, n, ns, mask, as_ppoll);
-  pollfd all[kMax];
+// The kernel wait with more entries after the program's (a watch, see
+// PollSet::watch; completion fds, stream/channel_sleep.h); the count is of
+// the program's entries only, the extras get their revents.  Beyond
+// kPlusMax entries in all the extras are left out (the caller checks
+// fits_plus first where it must know).
+constexpr nfds_t kPlusMax = 64;
+bool fits_plus(nfds_t n, int nextra) {
+  return n + static_cast<nfds_t>(nextra) <= kPlusMax;
+}
+int kernel_poll_plus(pollfd* fds, nfds_t n, pollfd* extra, int nextra, int64_t ns,
+                     const sigset_t* mask, bool as_ppoll) {
+  if (nextra == 0 || !fits_plus(n, nextra)) return kernel_poll(fds, n, ns, mask, as_ppoll);
+  pollfd all[kPlusMax];
   memcpy(all, fds, n * sizeof *fds);
-  all[n] = extra;
-  all[n].revents = 0;
-  int k = kernel_poll(all, n + 1, ns, mask, as_ppoll);
+  for (int i = 0; i < nextra; ++i) {
+    all[n + i] = extra[i];
+    all[n + i].revents = 0;
+  }
+  int k = kernel_poll(all, n + nextra, ns, mask, as_ppoll);
   if (k < 0) return k;
   for (nfds_t i = 0; i < n; ++i)
     fds[i].revents = all[i].revents;
-  if (all[n].revents) --k;
+  for (int i = 0; i < nextra; ++i) {
+    extra[i].revents = all[n + i].revents;
+    if (extra[i].revents) --k;
+  }
   return k;
 }
 
@@ -314,6 +324,14 @@ public:
   // user-mode fds, the wake eventfds of the epoll sets.
   bool register_sleep() {
     ok_ = true;
+    // The channels of the polled connections, whose completion fds this
+    // thread waits on itself (stream/channel_sleep.h), room permitting.
+    if (nu_ != 0 && fits_plus(n_, 1 + stream::ChannelSleep::kMax)) {
+      for (size_t i = 0; i < nu_ && chans_.size() < stream::ChannelSleep::kMax; ++i) {
+        SocketRef rec = track::lookup(users_[i].fd);
+        chans_.add(rec ? rec->ready.load(std::memory_order_acquire) : nullptr);
+      }
+    }
     if (nu_ != 0) {
       int tfd = stream::wake::thread_fd();
       if (tfd >= 0 && add_thread_fd(tfd))
@@ -351,9 +369,30 @@ public:
     return stream::wake::add(tfd);
   }
   void unregister_sleep() {
+    remove_wakes();
+    chans_.clear();
+  }
+  void remove_wakes() {
     for (int i = 0; i < nwakes_; ++i)
       stream::wake::remove(wakes_[i]);
     nwakes_ = 0;
+  }
+  // Before the kernel wait: true when a channel was polled (look again).
+  bool begin_chans() { return chans_.begin(); }
+  // The completion fds to wait on, after the extras already in out[0..n).
+  int add_chan_fds(pollfd* out, int n) {
+    for (int i = 0; i < chans_.size(); ++i)
+      out[n++] = {chans_.fd(i), POLLIN, 0};
+    return n;
+  }
+  // After the kernel wait, with the wake-ups unregistered (what this
+  // thread's poll changes is looked at next, not written to its eventfd):
+  // out[first..) are the completion fds' entries.
+  void end_chans(const pollfd* out, int first) {
+    uint32_t fired = 0;
+    for (int i = 0; i < chans_.size(); ++i)
+      if (out[first + i].revents) fired |= 1u << i;
+    chans_.end(fired);
   }
   // Lends a hidden slot to the thread's eventfd for the kernel wait; false
   // when user-mode fds need one and none is left.
@@ -478,6 +517,7 @@ private:
   static constexpr int kWatch = 16;
   Watched watched_[kWatch];
   int nwatch_ = 0;
+  stream::ChannelSleep chans_;
 };
 
 // poll/ppoll with user-mode fds or epoll sets with user-mode members.
@@ -518,14 +558,21 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
       if (settled()) return result;
       continue;
     }
+    if (set.begin_chans()) { // a channel was polled: its news first
+      set.unregister_sleep();
+      continue;
+    }
     if (!set.lend_slot()) ok = false;
     int64_t left = clock.left();
     if (!ok && (left < 0 || left > kSliceNs)) left = kSliceNs;
-    pollfd extra;
-    set.watch(&extra);
-    int k = extra.fd < 0 ? kernel_poll(fds, n, left, mask, as_ppoll)
-                         : kernel_poll_plus(fds, n, extra, left, mask, as_ppoll);
+    pollfd extra[1 + stream::ChannelSleep::kMax];
+    set.watch(&extra[0]);
+    const int first_chan = extra[0].fd < 0 ? 0 : 1;
+    const int nextra = set.add_chan_fds(extra, first_chan);
+    int k = kernel_poll_plus(fds, n, extra, nextra, left, mask, as_ppoll);
     int err = errno;
+    set.remove_wakes();
+    set.end_chans(extra, first_chan);
     set.unregister_sleep();
     const int watched = set.unwatch();
     bool woke = set.take_slot();
@@ -636,12 +683,20 @@ SpinPhase::~SpinPhase() {
 }
 
 bool SpinPhase::spin(int64_t left_ns) {
+  const int64_t now = now_ns();
   if (end_ < 0) {
     int64_t budget = static_cast<int64_t>(stream::engine::spin_budget_ns(t_wait_avg_us));
     if (left_ns >= 0 && left_ns < budget) budget = left_ns;
+    // No CPU to spare on this host: sleep at once.
+    if (budget > 0 && !ticket_.acquire(static_cast<uint64_t>(now))) budget = 0;
     end_ = began_ + budget;
+  } else if (now < end_ && !ticket_.keep(static_cast<uint64_t>(now))) {
+    end_ = now; // descheduled: the CPU is wanted elsewhere
   }
-  if (now_ns() >= end_) return false;
+  if (now >= end_) {
+    ticket_.release();
+    return false;
+  }
   ++rounds_;
   return stream::engine::spin_poll_channels();
 }

@@ -8,6 +8,8 @@
 #include <sys/select.h>
 #include <time.h>
 
+#include "stream/spin_gate.h"
+
 namespace xp::readiness {
 
 // Hooks for the fd wrappers (wrap_socket.cc, wrap_ctl.cc).  All cheap when
@@ -50,6 +52,7 @@ public:
 private:
   int64_t began_, end_ = -1;
   unsigned rounds_ = 0;
+  stream::spin_gate::Ticket ticket_; // spinning takes one (stream/spin_gate.h)
 };
 
 // xpress's own fds: close-on-exec, made with raw system calls (never

@@ -40,6 +40,9 @@ struct Channel {
   // the channel names it (docs/protocol.md §2), so that an exchange
   // relayed from a channel to another port does not bind.
   uint16_t cm_port = 0;
+  // Client side: the lane of the connection it was set up for (Conn::lane,
+  // modulo XPRESS_CHANNELS_PER_PEER).
+  uint32_t lane = 0;
   std::vector<Conn*> conns; // streams' connections (each holds a ref)
   // Stream id -> connection, one per slot (id % size, as the mux keeps its
   // streams), sized at creation; ids are never reused on a channel, so a
@@ -98,6 +101,9 @@ struct Channel {
   // the channel (and its link, whose completions they wait for) is not
   // freed before they are done, even after it failed.
   std::atomic<int> zc_users{0};
+  // Sleepers in poll, select or epoll_wait that hold the channel to wait on
+  // its completion fd (stream/channel_sleep.h): not freed before they let go.
+  std::atomic<int> sleep_refs{0};
   // A send() left a record held here (autocorking); the engine posts it
   // once no send() took bytes for a while (channel_events.cc,
   // post_idle_held): a writer retrying on EAGAIN does not count.

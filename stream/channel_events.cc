@@ -268,6 +268,14 @@ void sleep_enter(Channel* ch) {
   if (ch->sleepers++ == 0) engine_watch(ch, 0);
 }
 
+bool sleep_enter_alone(Channel* ch) {
+  std::lock_guard<std::mutex> l(ch->sleep_mu);
+  if (ch->sleepers != 0) return false;
+  ch->sleepers = 1;
+  engine_watch(ch, 0);
+  return true;
+}
+
 void sleep_leave(Channel* ch) {
   std::lock_guard<std::mutex> l(ch->sleep_mu);
   if (--ch->sleepers == 0) engine_watch(ch, EPOLLIN);

@@ -40,6 +40,7 @@ public:
 
   uint32_t ready_events() const override;
   int kernel_watch(short* events) const override;
+  Channel* sleep_channel() const override;
   uint32_t ready_gen(uint32_t events) const override {
     // gen: edges for every registration; gen_in / gen_out: for those that
     // ask for reading / writing.  The sum changes when any of its terms do.
@@ -159,8 +160,12 @@ public:
   // Bound, but too few bytes crossed for a proof (docs/protocol.md §2): only
   // the program's own data calls move it on, so the engine need not tick.
   std::atomic<bool> short_of_bytes{false};
-  bool attach_refused = false;   // client: an ATTACH was NAKed; use rdma_cm
-  bool parked_once = false;      // client: waited for another connection's channel set-up
+  bool attach_refused = false; // client: an ATTACH was NAKed; use rdma_cm
+  bool parked_once = false;    // client: waited for another connection's channel set-up
+  // Client: the connecting thread's lane (engine.cc, thread_lane): its
+  // streams go to the channel of that lane, so that a thread's answers
+  // raise completion events on a queue of its own (stream/channel_sleep.h).
+  uint32_t lane = 0;
   bool redirected = false;       // client: followed a redirect already
   bool switch_acked = false;     // the peer's verified SWITCH was acknowledged (engine_control.cc)
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?); 1: no more retries

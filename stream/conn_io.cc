@@ -25,6 +25,7 @@
 #include "stream/engine_internal.h"
 #include "stream/iov_slice.h"
 #include "stream/signal_gate.h"
+#include "stream/spin_gate.h"
 #include "stream/wake.h"
 
 namespace xp::stream::io {
@@ -109,6 +110,7 @@ struct Waiter {
   // From the first sleep on, signals are let in only while asleep
   // (signal_gate.h).  Calls that only spin pay nothing.
   SignalGate gate;
+  spin_gate::Ticket ticket; // spinning takes one (stream/spin_gate.h)
   // Once registered, whatever this thread changes while it runs (polling
   // the channel) is followed by the caller's re-check before the next
   // sleep: it need not write its own eventfd (and read it back after a
@@ -127,6 +129,7 @@ struct Waiter {
   void stop_spinning() {
     if (spinning) spin_left_ns = engine::spin_leave(spinning);
     spinning = nullptr;
+    ticket.release();
   }
   // 0: try again; -1: give up with errno (EINTR, EAGAIN on timeout).
   int step(Conn* c, int tcp_fd, short tcp_events) {
@@ -136,13 +139,18 @@ struct Waiter {
       conn = c;
       now = began_ns = engine::mono_ns();
       spin_until = began_ns + spin_budget_ns(c);
+      // No CPU to spare on this host: sleep at once.
+      if (spin_until > began_ns && !ticket.acquire(began_ns)) spin_until = began_ns;
       int64_t t = timeout_ms(c, opt);
       if (t >= 0) deadline_ms = static_cast<int64_t>(engine::now_ms()) + t;
     }
     Channel* ch = c->ch;
     const bool caller_polled = polled;
     polled = false;
-    if ((now ? now : engine::mono_ns()) < spin_until) {
+    if (now == 0) now = engine::mono_ns();
+    // Descheduled since the last round: the CPU is wanted elsewhere.
+    if (now < spin_until && spinning != nullptr && !ticket.keep(now)) spin_until = now;
+    if (now < spin_until) {
       if (ch && spinning == nullptr && !ch->failed.load()) {
         spinning = ch;
         engine::spin_enter(ch);

@@ -437,11 +437,24 @@ void engine::release_share(ListenShare*) {
   // The mapping stays: a sibling process may still accept from the socket.
 }
 
+namespace {
+// Threads get lanes in the order they first connect: a pool's threads
+// spread over the channels to a peer, one per thread while they suffice.
+uint32_t thread_lane() {
+  static std::atomic<uint32_t> next{0};
+  static thread_local uint32_t lane = ~0u;
+  if (lane == ~0u) lane = next.fetch_add(1, std::memory_order_relaxed);
+  return lane;
+}
+} // namespace
+
 Conn* engine::on_connect(int fd, const sockaddr* local, const sockaddr* peer, Reason* why) {
   State& s = g_state;
+  const uint32_t lane = thread_lane();
   std::lock_guard<std::mutex> l(s.mu);
   Conn* c = register_conn(fd, recover::Role::client, local, peer, why);
   if (c == nullptr) return nullptr;
+  c->lane = lane;
   XP_SLOG(XP_SLOG_TRACE, "fd %d: connected, upgrade queued", fd);
   c->ref(); // the start queue's
   {
@@ -684,6 +697,13 @@ void Conn::unref() {
     return;
   }
   delete this;
+}
+
+Channel* Conn::sleep_channel() const {
+  // A resumed stream's readiness comes from the engine's relay of its frames.
+  if (resumed.load(std::memory_order_acquire)) return nullptr;
+  Channel* c = ch;
+  return c != nullptr && !c->failed.load(std::memory_order_relaxed) ? c : nullptr;
 }
 
 int Conn::kernel_watch(short* events) const {

@@ -337,6 +337,9 @@ bool others_poll(Channel* ch, uint64_t mine);
 // stops / resumes watching that fd.
 void sleep_enter(Channel* ch);
 void sleep_leave(Channel* ch);
+// sleep_enter unless another thread sleeps on ch's completion fd already
+// (false then: that one passes ch's news on, stream/channel_sleep.h).
+bool sleep_enter_alone(Channel* ch);
 // Arm ch if it is unarmed; true if this call armed it (poll it then).
 bool rearm(Channel* ch);
 // ch, whose event was just taken (or found unarmed by the engine's tick),

@@ -2,6 +2,7 @@
 // the TCP 4-tuple; the process holding that accepted connection answers,
 // after a redirect when a sibling (fork child sharing the listening socket)
 // holds it.  Runs on the engine thread with State::mu held.
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <csignal>
@@ -384,32 +385,43 @@ void start_client(Conn* c) {
   // process that accepted this connection, and rdma_cm finds that one).
   // docs/protocol.md §8: a channel to another port may reach another
   // user's xpress service (open).
-  int to_this_peer = 0;
+  // With XPRESS_SLEEP_ON_CHANNEL, each thread's streams go to its lane's
+  // channel (Conn::lane): a new channel while the peer has fewer than
+  // XPRESS_CHANNELS_PER_PEER, then any, its own lane's first.
+  const uint32_t lanes = g().p.channels_per_peer;
+  const bool by_lane = g().p.sleep_on_channel; // else: any channel, a new one when none
+  const uint32_t lane = by_lane ? c->lane % lanes : 0;
   std::vector<Channel*> order;
+  bool have_lane = false;
   for (int pass = 0; pass < 2; ++pass)
     for (Channel* ch : g().channels)
       if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 &&
           memcmp(ch->peer_addr, c->tuple.server_addr, 4) == 0 &&
-          (ch->peer_port == c->tuple.server_port) == (pass == 0))
+          (ch->peer_port == c->tuple.server_port) == (pass == 0)) {
         order.push_back(ch);
-  for (Channel* ch : order) {
-    if (c->attach_refused) break;
-    ++to_this_peer;
-    std::lock_guard<std::mutex> chl(ch->mu);
-    uint32_t id = 0;
-    if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) continue;
-    recover::Message m;
-    c->sess.set_channel_port(ch->cm_port);
-    if (c->sess.start_attach(id, &m) == Status::ok) {
-      ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
-                                      m.payload, m.len);
-      XP_SLOG(XP_SLOG_TRACE, "fd %d: ATTACH as stream %u", c->sock(), id);
+        have_lane |= !by_lane || ch->lane == lane;
+      }
+  const bool own_channel = !have_lane && order.size() < lanes && !c->attach_refused;
+  if (!own_channel) {
+    std::stable_partition(order.begin(), order.end(),
+                          [&](const Channel* ch) { return ch->lane == lane; });
+    for (Channel* ch : order) {
+      if (c->attach_refused) break;
+      std::lock_guard<std::mutex> chl(ch->mu);
+      uint32_t id = 0;
+      if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) continue;
+      recover::Message m;
+      c->sess.set_channel_port(ch->cm_port);
+      if (c->sess.start_attach(id, &m) == Status::ok) {
+        ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
+                                        m.payload, m.len);
+        XP_SLOG(XP_SLOG_TRACE, "fd %d: ATTACH as stream %u", c->sock(), id);
+      }
+      c->deadline_ms = now + g().p.handshake_timeout_ms;
+      return;
     }
-    c->deadline_ms = now + g().p.handshake_timeout_ms;
-    return;
+    if (!c->attach_refused && order.size() >= lanes) return fail(c, Reason::resources_exhausted);
   }
-  if (to_this_peer >= static_cast<int>(g().p.channels_per_peer))
-    return fail(c, Reason::resources_exhausted);
   // Another connection found nobody listening there a moment ago: this
   // one's first attempt waits for that retry's time and counts as the retry
   // (stream/negative_cache.h).  It may wait behind an attempt once more then.
@@ -427,7 +439,7 @@ void start_client(Conn* c) {
   // (once), then attach over it.
   if (!c->parked_once && !c->attach_refused) {
     for (CmUser* u : g().inflight) {
-      if (!u->conn->closed.load() &&
+      if (!u->conn->closed.load() && (!by_lane || u->conn->lane % lanes == lane) &&
           memcmp(u->conn->tuple.server_addr, c->tuple.server_addr, 4) == 0) {
         c->parked_once = true;
         c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
@@ -554,6 +566,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
       } else if (u->kind == CmUser::Kind::client) {
         memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
         ch->peer_port = u->conn->tuple.server_port;
+        ch->lane = u->conn->lane % g().p.channels_per_peer;
       }
       if (u->kind == CmUser::Kind::client) {
         reattach::over_channel(u->conn, ch);
@@ -566,6 +579,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else if (u->kind == CmUser::Kind::client) {
       memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
       ch->peer_port = u->conn->tuple.server_port;
+      ch->lane = u->conn->lane % g().p.channels_per_peer;
       recover::Nonce n;
       if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(u->conn, ch, 0, n);
     } else {
@@ -742,7 +756,8 @@ void reap_channels(uint64_t now) {
   }
   auto& dy = g().dying;
   for (size_t i = 0; i < dy.size();) {
-    if (now - dy[i]->dying_since_ms < 2000 || dy[i]->zc_users.load() > 0) {
+    if (now - dy[i]->dying_since_ms < 2000 || dy[i]->zc_users.load() > 0 ||
+        dy[i]->sleep_refs.load() > 0) {
       ++i;
       continue;
     }

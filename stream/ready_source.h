@@ -8,6 +8,8 @@
 
 namespace xp::stream {
 
+struct Channel;
+
 class ReadySource {
 public:
   // Readiness now, as epoll bits (EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLHUP,
@@ -31,6 +33,10 @@ public:
     (void)events;
     return -1;
   }
+  // The channel whose completions change this source's readiness now, or
+  // null (none, or it failed): a sleeper waits on that channel's completion
+  // fd itself (stream/channel_sleep.h).
+  virtual Channel* sleep_channel() const { return nullptr; }
 
 protected:
   ~ReadySource() = default;

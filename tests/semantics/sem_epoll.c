@@ -480,6 +480,175 @@ static void epoll_libuv_keepalive_bulk(void) {
   free(body);
 }
 
+// ---- sleepers that wait on their connections' channels (an RDMA run:
+// stream/channel_sleep.h; the kernel's behaviour is the reference)
+
+// Bytes both ways, so that an accelerated pair has switched to RDMA by the
+// time the case sleeps on it (a pair that only connected still talks TCP).
+static void warm(int a, int b) {
+  char buf[4096];
+  memset(buf, 'w', sizeof buf);
+  for (int i = 0; i < 4; i++) {
+    send_all(a, buf, sizeof buf);
+    REQUIRE(recv_all(b, buf, sizeof buf) == sizeof buf);
+    send_all(b, buf, sizeof buf);
+    REQUIRE(recv_all(a, buf, sizeof buf) == sizeof buf);
+  }
+}
+
+static void wait_sleeping(volatile pid_t* tid) {
+  long end = now_ms() + 3000;
+  while (!(*tid && thread_sleeping(*tid))) {
+    REQUIRE(now_ms() < end);
+    msleep(1);
+  }
+}
+
+struct poller {
+  pthread_t thread;
+  int fd;
+  volatile pid_t tid;
+  volatile int result;
+  volatile short revents;
+  volatile int done;
+};
+
+static void* poller_main(void* arg) {
+  struct poller* p = arg;
+  p->tid = gettid();
+  struct pollfd pfd = {.fd = p->fd, .events = POLLIN};
+  p->result = poll(&pfd, 1, 5000);
+  p->revents = pfd.revents;
+  char c;
+  if (p->result == 1) REQUIRE(recv(p->fd, &c, 1, 0) == 1);
+  __atomic_store_n(&p->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+// One thread asleep in poll on one connection, another in epoll_wait on a
+// second one to the same server (one channel when accelerated): a byte for
+// either wakes that sleeper, and only it.  Whichever sleeper takes the
+// channel's completion event must pass the other's news on.
+static void wait_poll_and_epoll_one_channel(void) {
+  int a1, b1, a2, b2;
+  tcp_pair(&a1, &b1);
+  tcp_pair(&a2, &b2);
+  warm(a1, b1);
+  warm(a2, b2);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b2, EPOLLIN, TOKEN_SOCK));
+  int wrong = 0, late = 0;
+  for (int round = 0; round < 10; round++) {
+    struct poller p = {.fd = b1};
+    struct waiter w = {.ep = ep, .drain_fd = b2};
+    waiters_done = 0;
+    REQUIRE(pthread_create(&p.thread, NULL, poller_main, &p) == 0);
+    REQUIRE(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
+    wait_sleeping(&p.tid);
+    wait_sleeping(&w.tid);
+    msleep(20);
+    // Odd rounds wake the epoll sleeper first, even ones the poller.
+    int first = round & 1 ? a2 : a1;
+    int second = round & 1 ? a1 : a2;
+    REQUIRE(send(first, "!", 1, 0) == 1);
+    long t0 = now_ms();
+    while (!(round & 1 ? __atomic_load_n(&waiters_done, __ATOMIC_SEQ_CST)
+                       : __atomic_load_n(&p.done, __ATOMIC_SEQ_CST)) &&
+           now_ms() - t0 < 3000)
+      msleep(1);
+    if (now_ms() - t0 >= 2000) late++;
+    msleep(30);
+    if (round & 1 ? __atomic_load_n(&p.done, __ATOMIC_SEQ_CST)
+                  : __atomic_load_n(&waiters_done, __ATOMIC_SEQ_CST))
+      wrong++; // the other sleeper came back without its byte
+    REQUIRE(send(second, "!", 1, 0) == 1);
+    REQUIRE(pthread_join(p.thread, NULL) == 0);
+    REQUIRE(pthread_join(w.thread, NULL) == 0);
+    if (p.result != 1 || !(p.revents & POLLIN) || w.result != 1 || w.data != TOKEN_SOCK) wrong++;
+  }
+  EQ("rounds with a wrong wake-up or result", wrong, 0);
+  EQ("rounds where the sleeper woke after 2 s", late, 0);
+  RC(0, close(ep));
+  RC(0, close(a1));
+  RC(0, close(b1));
+  RC(0, close(a2));
+  RC(0, close(b2));
+}
+
+// A member taken out of the set (EPOLL_CTL_DEL) or closed while a thread
+// sleeps on the set: its bytes wake nobody; the remaining member's do.
+static void wait_member_removed_or_closed(void) {
+  for (int closing = 0; closing < 2; closing++) {
+    int a1, b1, a2, b2;
+    tcp_pair(&a1, &b1);
+    tcp_pair(&a2, &b2);
+    warm(a1, b1);
+    warm(a2, b2);
+    int ep = OK(epoll_create1(0));
+    RC(0, ep_add(ep, b1, EPOLLIN, 1));
+    RC(0, ep_add(ep, b2, EPOLLIN, TOKEN_SOCK));
+    struct waiter w = {.ep = ep, .drain_fd = b2};
+    waiters_done = 0;
+    REQUIRE(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
+    wait_sleeping(&w.tid);
+    msleep(20);
+    if (closing)
+      RC(0, close(b1));
+    else
+      RC(0, epoll_ctl(ep, EPOLL_CTL_DEL, b1, NULL));
+    if (!closing) RC(1, send(a1, "!", 1, 0));
+    msleep(200);
+    EQ("woken by the removed member", __atomic_load_n(&waiters_done, __ATOMIC_SEQ_CST), 0);
+    RC(1, send(a2, "!", 1, 0));
+    REQUIRE(pthread_join(w.thread, NULL) == 0);
+    EQ("waiter result", w.result, 1);
+    EQ("waiter data", w.data, TOKEN_SOCK);
+    RC(0, close(ep));
+    RC(0, close(a1));
+    if (!closing) RC(0, close(b1));
+    RC(0, close(a2));
+    RC(0, close(b2));
+  }
+}
+
+// A signal while asleep in poll and in epoll_wait on accelerated
+// connections: EINTR (readiness calls are never restarted), the handler ran.
+static volatile sig_atomic_t wait_usr1s;
+static void on_wait_usr1(int sig) {
+  (void)sig;
+  wait_usr1s++;
+}
+static void* signal_later(void* arg) {
+  msleep(100);
+  pthread_kill(*(pthread_t*)arg, SIGUSR1);
+  return NULL;
+}
+static void wait_signal_while_asleep(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  warm(a, b);
+  struct sigaction sa = {.sa_handler = on_wait_usr1, .sa_flags = SA_RESTART};
+  REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0);
+  int ep = OK(epoll_create1(0));
+  RC(0, ep_add(ep, b, EPOLLIN, 1));
+  pthread_t self = pthread_self(), k;
+  REQUIRE(pthread_create(&k, NULL, signal_later, &self) == 0);
+  struct pollfd p = {.fd = b, .events = POLLIN};
+  ERR(EINTR, poll(&p, 1, 5000));
+  REQUIRE(pthread_join(k, NULL) == 0);
+  REQUIRE(pthread_create(&k, NULL, signal_later, &self) == 0);
+  struct epoll_event ev;
+  ERR(EINTR, epoll_wait(ep, &ev, 1, 5000));
+  REQUIRE(pthread_join(k, NULL) == 0);
+  EQ("handler runs", wait_usr1s, 2);
+  // Still woken by bytes afterwards.
+  RC(1, send(a, "!", 1, 0));
+  ep_wait1(ep, 5000, 1, EPOLLIN, 1);
+  RC(0, close(ep));
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
 const struct sem_case sem_epoll_cases[] = {
     {"epoll_level_triggered", epoll_level_triggered},
     {"epoll_edge_triggered", epoll_edge_triggered},
@@ -493,5 +662,8 @@ const struct sem_case sem_epoll_cases[] = {
     {"epoll_registration_follows_file", epoll_registration_follows_file},
     {"epoll_pwait_variants", epoll_pwait_variants},
     {"epoll_libuv_keepalive_bulk", epoll_libuv_keepalive_bulk},
+    {"wait_poll_and_epoll_one_channel", wait_poll_and_epoll_one_channel},
+    {"wait_member_removed_or_closed", wait_member_removed_or_closed},
+    {"wait_signal_while_asleep", wait_signal_while_asleep},
     {NULL, NULL},
 };
