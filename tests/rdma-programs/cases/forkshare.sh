@@ -8,6 +8,8 @@
 #   parent-first  the parent writes 1 MiB, then the child 1 MiB
 #   split-read    the child reads the client's first 1 MiB and exits, the
 #                 parent the second
+# and split-read once more with a stream still on RDMA at the fork (it
+# moves: the peer's RESUME must be read before the fork, once).
 # Every byte must arrive once and in order (fixed pseudo-random blocks
 # compared at the reading end).  Before the fork the stream is turned back
 # into plain kernel TCP (a RAW frame each way), so both processes share a
@@ -24,11 +26,14 @@ resumed_by() {
   echo "$n"
 }
 
+# fork_share MODE PORT [moved]: moved: no fault, the stream is on RDMA at
+# the fork and moves (docs/protocol.md §7 "Moving a stream").
 fork_share() {
-  local mode=$1 port=$2 name=fshare-$1
-  local env=(XPRESS_REUPGRADE_MS=0)
-  RDMA_LOG_LEVEL=$(log_at info) start_server "$name-srv" 60 xptest env "XPRESS_FAULT_QP_ERROR_AT=$((4 << 20))" \
-    "${env[@]}" "$PY" "$HERE/forkshare.py" serve --bind "$A1" --port "$port" --mode "$mode" --timeout 20
+  local mode=$1 port=$2 moved=${3:-} name=fshare-$1${3:+-moved}
+  local env=(XPRESS_REUPGRADE_MS=0) fault=("XPRESS_FAULT_QP_ERROR_AT=$((4 << 20))") extra=()
+  [ -z "$moved" ] || { fault=(); extra=(--moved); }
+  RDMA_LOG_LEVEL=$(log_at info) start_server "$name-srv" 60 xptest env "${fault[@]}" \
+    "${env[@]}" "$PY" "$HERE/forkshare.py" serve --bind "$A1" --port "$port" --mode "$mode" --timeout 20 "${extra[@]}"
   local srv=$SERVER
   wait_listen "$name-srv" "$port" "$srv" || return 1
   local ok=1
@@ -39,11 +44,18 @@ fork_share() {
   c=$(cat "$CD/$name-cli.out" 2>/dev/null)
   s=$(cat "$CD/$name-srv.out" 2>/dev/null)
   if [ "$c" = "client ok" ] && [ "$s" = "server ok" ]; then
-    pass "fork ($mode, resumed stream shared by parent and child): every byte once, in order"
+    pass "fork ($mode, ${moved:+moved}${moved:-resumed} stream shared by parent and child): every byte once, in order"
   else
-    fail "fork ($mode, resumed stream shared): client '${c:-nothing} $(tail -c 200 "$CD/$name-cli.err" | tr '\n' ' ')', server '${s:-nothing} $(tail -c 300 "$CD/$name-srv.err" | tr '\n' ' ')'"
+    fail "fork ($mode, ${moved:+moved}${moved:-resumed} stream shared): client '${c:-nothing} $(tail -c 200 "$CD/$name-cli.err" | tr '\n' ' ')', server '${s:-nothing} $(tail -c 300 "$CD/$name-srv.err" | tr '\n' ' ')'"
   fi
   local rs rc
+  if [ -n "$moved" ]; then
+    rs=$(resumed_by "$name-srv" fork)
+    rc=$(resumed_by "$name-cli" peer_moved)
+    ok_if "fork ($mode, moved): the stream moved at the fork (server fork=$rs, client peer_moved=$rc)" \
+      "fork ($mode, moved): no move counted (server fork=$rs, client peer_moved=$rc)" test "$rs" -ge 1 -a "$rc" -ge 1
+    return 0
+  fi
   rs=$(resumed_by "$name-srv" completion_error)
   rc=$(resumed_by "$name-cli" peer_resumed)
   ok_if "fork ($mode): the stream had resumed on TCP before the fork (server completion_error=$rs, client peer_resumed=$rc)" \
@@ -61,4 +73,5 @@ run_case() {
   fork_share child-first 19520
   fork_share parent-first 19521
   fork_share split-read 19522
+  fork_share split-read 19523 moved
 }
