@@ -31,7 +31,8 @@ resumed_by() {
 fork_share() {
   local mode=$1 port=$2 moved=${3:-} name=fshare-$1${3:+-moved}
   local env=(XPRESS_REUPGRADE_MS=0) fault=("XPRESS_FAULT_QP_ERROR_AT=$((4 << 20))") extra=()
-  [ -z "$moved" ] || { fault=(); extra=(--moved); }
+  local kind=resumed
+  [ -z "$moved" ] || { fault=(); extra=(--moved); kind=moved; }
   RDMA_LOG_LEVEL=$(log_at info) start_server "$name-srv" 60 xptest env "${fault[@]}" \
     "${env[@]}" "$PY" "$HERE/forkshare.py" serve --bind "$A1" --port "$port" --mode "$mode" --timeout 20 "${extra[@]}"
   local srv=$SERVER
@@ -44,9 +45,9 @@ fork_share() {
   c=$(cat "$CD/$name-cli.out" 2>/dev/null)
   s=$(cat "$CD/$name-srv.out" 2>/dev/null)
   if [ "$c" = "client ok" ] && [ "$s" = "server ok" ]; then
-    pass "fork ($mode, ${moved:+moved}${moved:-resumed} stream shared by parent and child): every byte once, in order"
+    pass "fork ($mode, $kind stream shared by parent and child): every byte once, in order"
   else
-    fail "fork ($mode, ${moved:+moved}${moved:-resumed} stream shared): client '${c:-nothing} $(tail -c 200 "$CD/$name-cli.err" | tr '\n' ' ')', server '${s:-nothing} $(tail -c 300 "$CD/$name-srv.err" | tr '\n' ' ')'"
+    fail "fork ($mode, $kind stream shared): client '${c:-nothing} $(tail -c 200 "$CD/$name-cli.err" | tr '\n' ' ')', server '${s:-nothing} $(tail -c 300 "$CD/$name-srv.err" | tr '\n' ' ')'"
   fi
   local rs rc
   if [ -n "$moved" ]; then
