@@ -18,6 +18,15 @@ void resume_tag(const uint8_t key[kNonceBytes], Dir sender, uint8_t flags, uint6
   siphash24_128(key, in, sizeof in, out);
 }
 
+void raw_tag(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t received,
+             uint8_t out[kTagBytes]) {
+  uint8_t in[4 + 1 + 8 + 8] = {'X', 'P', 'R', 'W'};
+  in[4] = static_cast<uint8_t>(sender);
+  put_le(in + 5, at, 8);
+  put_le(in + 13, received, 8);
+  siphash24_128(key, in, sizeof in, out);
+}
+
 } // namespace
 
 void encode_frame_header(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]) {
@@ -41,6 +50,8 @@ Status parse_frame_header(const uint8_t in[kFrameHeaderBytes], FrameHeader* out)
       return Status::invalid;
   } else if (h.type == 3) { // SWITCHBACK (recover/reattach_wire.h)
     if (h.len != 32 || h.flags != 0) return Status::invalid;
+  } else if (h.type == kFrameRaw) {
+    if (h.len != kRawPayloadBytes || h.flags != 0) return Status::invalid;
   } else if (h.type == kFrameData) {
     if (h.len == 0 || h.len > kMaxFrameData || h.flags != 0) return Status::invalid;
     if (h.seq + h.len < h.seq) return Status::invalid; // wraps
@@ -85,6 +96,37 @@ Status parse_resume(const uint8_t key[kNonceBytes], Dir sender, const FrameHeade
     diff |= static_cast<uint8_t>(want[i] ^ payload[16 + i]);
   if (diff != 0) return Status::invalid;
   *out = r;
+  return Status::ok;
+}
+
+void encode_raw(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t received,
+                uint8_t out[kRawFrameBytes]) {
+  FrameHeader h;
+  h.type = kFrameRaw;
+  h.len = kRawPayloadBytes;
+  h.seq = at;
+  encode_frame_header(h, out);
+  uint8_t* p = out + kFrameHeaderBytes;
+  put_le(p, received, 8);
+  memset(p + 8, 0, 8);
+  raw_tag(key, sender, at, received, p + 16);
+}
+
+Status parse_raw(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
+                 const uint8_t payload[kRawPayloadBytes], uint64_t* received) {
+  if (h.type != kFrameRaw || h.len != kRawPayloadBytes || h.flags != 0) return Status::invalid;
+  uint8_t zero = 0;
+  for (int i = 8; i < 16; ++i)
+    zero |= payload[i];
+  if (zero != 0) return Status::invalid;
+  const uint64_t rec = get_le(payload, 8);
+  uint8_t want[kTagBytes];
+  raw_tag(key, sender, h.seq, rec, want);
+  uint8_t diff = 0;
+  for (size_t i = 0; i < kTagBytes; ++i)
+    diff |= static_cast<uint8_t>(want[i] ^ payload[16 + i]);
+  if (diff != 0) return Status::invalid;
+  *received = rec;
   return Status::ok;
 }
 

@@ -10,6 +10,10 @@
 //   DATA (type 2, len 1..kMaxFrameData, seq = sequence of its first byte)
 //   SWITCHBACK (type 3, len 32: the direction goes back to RDMA at seq;
 //     recover/reattach_wire.h)
+//   RAW (type 4, flags 0, len 32, seq = the sender's next sequence: its
+//     frames end here, its bytes from seq on follow raw; sent at fork,
+//     docs/protocol.md §7 "At the fork"): received (8, LE) | 8 zero |
+//     tag (16) = SipHash-2-4-128(key, "XPRW" | dir | seq | received)
 // tag = SipHash-2-4-128(key = the session key (§2), "XPRS" | dir | flags |
 //   seq | received), dir being the sender's direction (0 client->server).
 // Pure functions over bytes: every malformed input is rejected (invalid),
@@ -31,6 +35,11 @@ constexpr uint8_t kResumeKnowsStart = 1;
 // flags bit 1: the sender moved the stream over a working channel
 // (stream/move.cc): the bytes after this frame are raw, from `seq` on.
 constexpr uint8_t kResumeMoved = 2;
+
+// RAW: the direction turns back into plain TCP at `seq` (resume_fork.h).
+constexpr uint8_t kFrameRaw = 4;
+constexpr size_t kRawPayloadBytes = 32;
+constexpr size_t kRawFrameBytes = kFrameHeaderBytes + kRawPayloadBytes;
 
 struct FrameHeader {
   uint8_t type = 0;
@@ -57,5 +66,14 @@ void encode_resume(const uint8_t key[kNonceBytes], Dir sender, const ResumeInfo&
 // non-zero reserved bytes.
 Status parse_resume(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
                     const uint8_t payload[kResumePayloadBytes], ResumeInfo* out);
+
+// A whole RAW frame: our frames end at `at`, we hold `received` of the
+// other direction.
+void encode_raw(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t received,
+                uint8_t out[kRawFrameBytes]);
+// The payload of a RAW whose header parsed: *received on success; invalid
+// on a bad tag or non-zero reserved bytes.
+Status parse_raw(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
+                 const uint8_t payload[kRawPayloadBytes], uint64_t* received);
 
 } // namespace xp::recover

@@ -24,6 +24,7 @@
 #include "stream/move.h"
 #include "stream/ready_source.h"
 #include "stream/reattach.h"
+#include "stream/resume_fork.h"
 #include "stream/startup_checks.h"
 #include "stream/wake.h"
 #include "verbs/device.h"
@@ -582,6 +583,9 @@ void engine::before_fork() {
   // pairs, and whichever process uses the shared socket afterwards must
   // find the stream there (bounded wait: one round trip to each peer).
   move::for_fork();
+  // Resumed streams (framed on TCP) turn back into plain TCP: parent and
+  // child would each number frames from their own copy of the state.
+  resume::raw_for_fork();
   // Wait out a switch in progress (switches happen under Conn::mu).
   std::lock_guard<std::mutex> l(s.mu);
   for (Conn* c : s.conns) {

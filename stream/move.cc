@@ -413,6 +413,15 @@ void for_fork() {
         if (r->raw_left > 0 && (syscall(SYS_ioctl, c->sock(), FIONREAD, &avail) != 0 ||
                                 static_cast<uint64_t>(avail) < r->raw_left))
           clean = false;
+        // The peer's RESUME (written right after its MOVE) is read here,
+        // once: a copy in each process would be read by whichever reads
+        // first, and the other would take the raw bytes after it for a
+        // frame (a reset).  Nothing after it is read (fill_rx's limit).
+        if (r->raw_left == 0 && r->rx_framed && !r->peer_resumed && !r->rx_raw) {
+          bool got = resume::fill_rx(c, r);
+          resume::settle(c, r, got);
+          clean = clean && (r->peer_resumed || r->rx_raw || r->eof || r->broken);
+        }
       } else {
         resume::pump(c);
         c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;

@@ -19,6 +19,7 @@
 #include "recover/reattach_wire.h"
 #include "stream/engine_internal.h"
 #include "stream/reattach.h"
+#include "stream/resume_fork.h"
 #include "stream/resume_internal.h"
 #include "stream/wake.h"
 
@@ -242,6 +243,9 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
       } else if (r->frame.type == recover::kFrameSwitchback) {
         if (!r->peer_resumed) return give_up(c, r, "SWITCHBACK before RESUME");
         r->rpay_have = 0;
+      } else if (r->frame.type == recover::kFrameRaw) {
+        if (!r->peer_resumed) return give_up(c, r, "RAW before RESUME");
+        r->rpay_have = 0;
       } else {
         // DATA follows the RESUME, and starts at or before what we hold.
         if (!r->peer_resumed) return give_up(c, r, "DATA before RESUME");
@@ -259,6 +263,15 @@ void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
       if (!reattach::on_switchback(c, r)) return give_up(c, r, "SWITCHBACK does not verify");
       if (n > 0) return give_up(c, r, "bytes after SWITCHBACK");
       return;
+    }
+    if (r->frame.type == recover::kFrameRaw) {
+      static_assert(recover::kRawPayloadBytes == recover::kResumePayloadBytes);
+      if (!gather(r->rpay, &r->rpay_have, recover::kRawPayloadBytes, &p, &n)) return;
+      r->in_frame = false;
+      // The peer's frames end here (it forks): raw bytes follow, read at
+      // the top of the loop.
+      if (!on_peer_raw(c, r)) return give_up(c, r, "RAW does not verify");
+      continue;
     }
     if (r->frame.type == recover::kFrameResume) {
       if (!gather(r->rpay, &r->rpay_have, recover::kResumePayloadBytes, &p, &n)) return;
@@ -375,6 +388,7 @@ bool fill_rx(Conn* c, Resume* r) {
 
 // out -> kernel, without blocking; then a pending shutdown.
 void flush_out(Conn* c, Resume* r) {
+  write_owed_raw(c, r);
   while (r->out.size() > 0 && !r->tx_eof) {
     const uint8_t* p;
     size_t n = r->out.front(&p);

@@ -103,6 +103,9 @@ struct Resume {
   bool rx_cont = false; // the peer's direction had switched: pre, buf, then its frame
   bool rx_raw = false;  // the peer's moved RESUME was read: raw bytes follow
   uint64_t rx_skip = 0; // ... of which this many we hold already
+  // At fork a framed stream turns into a moved one (stream/resume_fork.h):
+  // the peer's RAW was read and ours waits for room in `out`.
+  bool raw_owed = false;
 
   // ---- back to RDMA (stream/reattach.cc).  The peer's SWITCHBACK ends
   // its frames on TCP: the bytes after it come over the new channel, or,

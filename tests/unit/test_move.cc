@@ -556,6 +556,42 @@ TEST_CASE("fork: for_fork moves the streams, the peer answering from its engine"
   stream::set_resume_hook(nullptr);
 }
 
+TEST_CASE("fork: the peer's moved RESUME is read before the fork: parent and child split reads") {
+  // Regression: the peer's RESUME (moved) was left in the kernel; the
+  // process that read the socket first consumed it, and the other, whose
+  // copy still expected it, took the raw bytes after it for a frame (reset).
+  stream::engine::g().p.keepalive_ms = 0;
+  RPair p;
+  rdrive(p, 60000, 87, -1, [] {});
+  settle_switches(p);
+  fork_move(p, true);
+  REQUIRE(p.a.c->resumed.load());
+  REQUIRE(p.a.c->rs->moved);
+  CHECK(p.a.c->rs->rx_raw); // read here, once, before the fork
+  // Both copies then read the socket in turns ("child": the kernel's
+  // bytes directly, "parent": its calls): every byte once, in order.
+  rtake(p.a, 1 << 20, 1); // what came over RDMA first
+  for (int i = 0; i < 60; ++i) {
+    rput(p.b, 3000);
+    for (int k = 0; k < 3; ++k)
+      engine_step(p);
+    if (i % 2) {
+      std::vector<uint8_t> buf(1 << 16);
+      ssize_t r = ::recv(p.a.c->fd, buf.data(), buf.size(), MSG_DONTWAIT);
+      for (ssize_t k = 0; k < r; ++k)
+        p.a.bad += buf[static_cast<size_t>(k)] != rpat(1, p.a.got + static_cast<uint64_t>(k));
+      if (r > 0) p.a.got += static_cast<uint64_t>(r);
+    } else {
+      rtake(p.a, 1 << 16, 1);
+    }
+  }
+  for (int i = 0; i < 50 && p.a.got < p.b.sent; ++i)
+    rtake(p.a, 1 << 16, 1);
+  CHECK(p.a.got == p.b.sent);
+  CHECK(p.a.bad == 0);
+  CHECK_FALSE(p.a.reset);
+}
+
 TEST_CASE("fork: a peer that handles the MOVE after the mover gave up follows it onto frames") {
   // Regression: the peer's engine stalled past the mover's 1 s wait; the
   // mover failed over (RESUME frames on TCP), then the peer handled the
