@@ -268,7 +268,7 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
     std::lock_guard<std::mutex> chl(ch->mu);
     st = ch->mux->open(sid, 0, 0);
     if (st) {
-      ch->by_id[ch->slot(sid)] = c;
+      st->owner = c;
       ch->conns.push_back(c);
       c->ref();
     }
@@ -340,7 +340,6 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
     return nullptr;
   }
   ch->mux->set_control_handler(on_control_record, ch);
-  ch->by_id.assign(mp.max_streams, nullptr);
   g().channels.push_back(ch);
   watch_channel(ch);
   return ch;
