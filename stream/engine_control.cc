@@ -110,7 +110,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     s = ch->mux->open(h.stream, 0, 0);
     if (s) {
       s->owner = c;
-      ch->conns.push_back(c);
+      conn_add<&Conn::pos_ch>(ch->conns, c);
       c->ref();
     }
   }
@@ -204,7 +204,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
 
 void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
   st->owner = c;
-  ch->conns.push_back(c);
+  conn_add<&Conn::pos_ch>(ch->conns, c);
   ch->idle_since_ms = 0;
   c->ref();
   c->ch = ch;
@@ -222,14 +222,7 @@ bool bind_stream(Conn* c, Channel* ch, uint32_t id) {
 void detach(Conn* c, Channel* ch) {
   if (c->st) ch->mux->close(c->st);
   c->st = nullptr;
-  for (size_t i = 0; i < ch->conns.size(); ++i) {
-    if (ch->conns[i] == c) {
-      ch->conns[i] = ch->conns.back();
-      ch->conns.pop_back();
-      c->unref();
-      break;
-    }
-  }
+  if (conn_remove<&Conn::pos_ch>(ch->conns, c)) c->unref();
 }
 
 void flush(Conn* c) {

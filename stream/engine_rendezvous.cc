@@ -269,7 +269,7 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
     st = ch->mux->open(sid, 0, 0);
     if (st) {
       st->owner = c;
-      ch->conns.push_back(c);
+      conn_add<&Conn::pos_ch>(ch->conns, c);
       c->ref();
     }
   }
