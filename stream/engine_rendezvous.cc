@@ -407,8 +407,22 @@ void start_client(Conn* c) {
     c->deadline_ms = now + g().p.handshake_timeout_ms;
     return;
   }
-  if (to_this_peer >= static_cast<int>(g().p.channels_per_peer))
-    return fail(c, Reason::resources_exhausted);
+  // Admission: attempts under way to this host count against
+  // XPRESS_CHANNELS_PER_PEER like its channels, so a burst of connects sets
+  // up at most that many; beyond it a connection waits for an attempt to
+  // end (then attaches over the channel it built), and stays on TCP only
+  // when the channels are full and nothing is under way.
+  int attempts = 0;
+  for (const CmUser* u : g().inflight)
+    attempts +=
+        !u->conn->closed.load() && memcmp(u->conn->tuple.server_addr, c->tuple.server_addr, 4) == 0;
+  if (to_this_peer + attempts >= static_cast<int>(g().p.channels_per_peer)) {
+    if (attempts == 0) return fail(c, Reason::resources_exhausted);
+    c->deadline_ms = now + g().p.handshake_timeout_ms;
+    c->ref();
+    g().parked.push_back(c);
+    return;
+  }
   // Another connection found nobody listening there a moment ago: this
   // one's first attempt waits for that retry's time and counts as the retry
   // (stream/negative_cache.h).  It may wait behind an attempt once more then.
