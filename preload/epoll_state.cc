@@ -419,26 +419,35 @@ void on_mode(int fd, stream::ReadySource* now) {
     FdSlot* s = g_slots.find(fd);
     if (s == nullptr || s->nregs.load(std::memory_order_acquire) == 0) return;
   }
+  auto apply = [now](EpollState* e, Reg* r) {
+    if (r->orphan) return;
+    if (now) {
+      if (!r->shadow && !kernel_swap(e->epfd, r, true)) return; // closed meanwhile
+      r->shadow = true;
+      set_src(e, r, now);
+      activate(e, e->epfd);
+      if (e->regs.check(*r, false)) raise_level(e);
+    } else if (r->src) {
+      set_src(e, r, nullptr);
+      // A disarmed EPOLLONESHOT registration keeps its stand-in until the
+      // application re-arms it: the kernel cannot hold it disarmed.
+      if (!r->armed) return;
+      if (kernel_swap(e->epfd, r, false)) r->shadow = false;
+    }
+  };
   std::lock_guard<std::mutex> g(g_mu);
   for (EpollState* e = g_list; e; e = e->next) {
     std::lock_guard<std::mutex> l(e->mu);
     if (e->regs.size() == 0 || e->names.load(std::memory_order_relaxed) == 0) continue;
+    if (!aliases) {
+      // One fd names the socket: its registration is found by the set's
+      // (fd, file) index, not by a scan of every registration.
+      if (Reg* r = e->regs.find(fd, rec.get())) apply(e, r);
+      continue;
+    }
     for (size_t i = 0; i < e->regs.size(); ++i) {
       Reg* r = &e->regs.at(i);
-      if (r->key != rec.get() || r->orphan || (!aliases && r->fd != fd)) continue;
-      if (now) {
-        if (!r->shadow && !kernel_swap(e->epfd, r, true)) continue; // closed meanwhile
-        r->shadow = true;
-        set_src(e, r, now);
-        activate(e, e->epfd);
-        if (e->regs.check(*r, false)) raise_level(e);
-      } else if (r->src) {
-        set_src(e, r, nullptr);
-        // A disarmed EPOLLONESHOT registration keeps its stand-in until the
-        // application re-arms it: the kernel cannot hold it disarmed.
-        if (!r->armed) continue;
-        if (kernel_swap(e->epfd, r, false)) r->shadow = false;
-      }
+      if (r->key == rec.get()) apply(e, r);
     }
   }
 }

@@ -14,7 +14,15 @@ public:
   explicit ByteRing(size_t capacity) : cap_(capacity) {
     void* p = mmap(nullptr, cap_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     buf_ = p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
-    if (buf_ == nullptr) cap_ = 0;
+    if (buf_ == nullptr) {
+      cap_ = 0;
+      return;
+    }
+    // Only the pages bytes went through become resident: without this a
+    // kernel with transparent huge pages "always" backs the rings (the
+    // kernel merges neighbouring ones into one mapping) with 2 MiB pages,
+    // so each stream that received a few bytes held its whole buffer.
+    madvise(buf_, cap_, MADV_NOHUGEPAGE);
   }
   ~ByteRing() {
     if (buf_) munmap(buf_, cap_);
@@ -23,6 +31,7 @@ public:
   ByteRing& operator=(const ByteRing&) = delete;
 
   bool ok() const { return buf_ != nullptr; }
+  const void* base() const { return buf_; }
   size_t size() const { return tail_ - head_; }
   size_t space() const { return cap_ - size(); }
 

@@ -44,12 +44,12 @@ struct Channel {
   // modulo XPRESS_CHANNELS_PER_PEER).
   uint32_t lane = 0;
   std::vector<Conn*> conns; // streams' connections (each holds a ref)
-  // Stream id -> connection, one per slot (id % size, as the mux keeps its
-  // streams), sized at creation; ids are never reused on a channel, so a
-  // slot names an id only while the mux holds that very stream.
-  std::vector<Conn*> by_id;
-  uint32_t slot(uint32_t id) const { return id % static_cast<uint32_t>(by_id.size()); }
-  Conn* conn_of(uint32_t id) const { return mux->find(id) ? by_id[slot(id)] : nullptr; }
+  // Stream id -> connection: the mux's table (hash-indexed), each stream
+  // naming its connection (Stream::owner).
+  Conn* conn_of(uint32_t id) const {
+    Stream* s = mux->find(id);
+    return s ? static_cast<Conn*>(s->owner) : nullptr;
+  }
   std::atomic<bool> failed{false};
   std::atomic<bool> inbox_pending{false};
   std::vector<ControlRecord> inbox; // guarded by mu

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "common/reasons.h"
 #include "recover/upgrade.h"
@@ -176,10 +177,36 @@ public:
   recover::Nonce nonce{};        // ours (the session has a copy)
   recover::Nonce peer_nonce{};   // server: the client's, from the request
 
+  // Positions in the engine's table of connections and in its channel's
+  // (conn_add / conn_remove): a close unlinks in O(1).
+  uint32_t pos_all = ~0u, pos_ch = ~0u;
+
   static constexpr uint32_t kIn = 1, kOut = 2, kFin = 4, kReset = 8, kWriteShut = 16;
 
 private:
   std::atomic<uint32_t> refs{1};
 };
+
+// An unordered table of connections in which each remembers its position
+// (Pos: Conn::pos_all or Conn::pos_ch), so removal swaps the last entry
+// into its place instead of searching.  A position that does not name the
+// connection (a table cleared or filled by hand) falls back to a search.
+template <uint32_t Conn::*Pos> void conn_add(std::vector<Conn*>& v, Conn* c) {
+  c->*Pos = static_cast<uint32_t>(v.size());
+  v.push_back(c);
+}
+template <uint32_t Conn::*Pos> bool conn_remove(std::vector<Conn*>& v, Conn* c) {
+  size_t i = c->*Pos;
+  if (i >= v.size() || v[i] != c) {
+    for (i = 0; i < v.size() && v[i] != c; ++i) {
+    }
+    if (i == v.size()) return false;
+  }
+  v[i] = v.back();
+  v[i]->*Pos = static_cast<uint32_t>(i);
+  v.pop_back();
+  c->*Pos = ~0u;
+  return true;
+}
 
 } // namespace xp::stream

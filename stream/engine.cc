@@ -336,7 +336,7 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
     return nullptr;
   }
   c->ref(); // the table's
-  g_state.conns.push_back(c);
+  conn_add<&Conn::pos_all>(g_state.conns, c);
   index_server(c);      // its pending requests and ATTACHes are answered
   c->note_ready(false); // edges are counted from here
   watch_tcp(c);
@@ -538,14 +538,7 @@ void engine::on_close(Conn* c) {
   } else {
     forget_attempts(c);
   }
-  for (size_t i = 0; i < s.conns.size(); ++i) {
-    if (s.conns[i] == c) {
-      s.conns[i] = s.conns.back();
-      s.conns.pop_back();
-      c->unref();
-      break;
-    }
-  }
+  if (conn_remove<&Conn::pos_all>(s.conns, c)) c->unref();
   wake::notify(); // a call blocked on this connection in another thread returns
 }
 

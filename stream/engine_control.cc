@@ -90,7 +90,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
   bool id_free;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
-    id_free = ch->by_id[ch->slot(h.stream)] == nullptr;
+    id_free = ch->mux->find(h.stream) == nullptr;
   }
   if (!id_free || c->ch != nullptr || c->accepting || c->closed.load()) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::busy));
@@ -109,8 +109,8 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     std::lock_guard<std::mutex> chl(ch->mu);
     s = ch->mux->open(h.stream, 0, 0);
     if (s) {
-      ch->by_id[ch->slot(h.stream)] = c;
-      ch->conns.push_back(c);
+      s->owner = c;
+      conn_add<&Conn::pos_ch>(ch->conns, c);
       c->ref();
     }
   }
@@ -203,8 +203,8 @@ void handle_record(Channel* ch, const ControlRecord& r) {
 } // namespace
 
 void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
-  ch->by_id[ch->slot(id)] = c;
-  ch->conns.push_back(c);
+  st->owner = c;
+  conn_add<&Conn::pos_ch>(ch->conns, c);
   ch->idle_since_ms = 0;
   c->ref();
   c->ch = ch;
@@ -213,7 +213,6 @@ void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
 }
 
 bool bind_stream(Conn* c, Channel* ch, uint32_t id) {
-  if (ch->by_id[ch->slot(id)] != nullptr) return false;
   Stream* st = ch->mux->open(id, 0, 0);
   if (st == nullptr) return false;
   link_stream(c, ch, st, id);
@@ -223,15 +222,7 @@ bool bind_stream(Conn* c, Channel* ch, uint32_t id) {
 void detach(Conn* c, Channel* ch) {
   if (c->st) ch->mux->close(c->st);
   c->st = nullptr;
-  if (ch->by_id[ch->slot(c->sid)] == c) ch->by_id[ch->slot(c->sid)] = nullptr;
-  for (size_t i = 0; i < ch->conns.size(); ++i) {
-    if (ch->conns[i] == c) {
-      ch->conns[i] = ch->conns.back();
-      ch->conns.pop_back();
-      c->unref();
-      break;
-    }
-  }
+  if (conn_remove<&Conn::pos_ch>(ch->conns, c)) c->unref();
 }
 
 void flush(Conn* c) {

@@ -269,8 +269,8 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
     std::lock_guard<std::mutex> chl(ch->mu);
     st = ch->mux->open(sid, 0, 0);
     if (st) {
-      ch->by_id[ch->slot(sid)] = c;
-      ch->conns.push_back(c);
+      st->owner = c;
+      conn_add<&Conn::pos_ch>(ch->conns, c);
       c->ref();
     }
   }
@@ -341,7 +341,6 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
     return nullptr;
   }
   ch->mux->set_control_handler(on_control_record, ch);
-  ch->by_id.assign(mp.max_streams, nullptr);
   g().channels.push_back(ch);
   watch_channel(ch);
   return ch;
@@ -420,7 +419,23 @@ void start_client(Conn* c) {
       c->deadline_ms = now + g().p.handshake_timeout_ms;
       return;
     }
-    if (!c->attach_refused && order.size() >= lanes) return fail(c, Reason::resources_exhausted);
+  }
+  // Admission: attempts under way to this host count against
+  // XPRESS_CHANNELS_PER_PEER like its channels, so a burst of connects sets
+  // up at most that many; beyond it a connection waits for an attempt to
+  // end (then attaches over the channel it built), and stays on TCP only
+  // when the channels are full and nothing is under way.
+  int attempts = 0;
+  for (const CmUser* u : g().inflight)
+    attempts +=
+        !u->conn->closed.load() && memcmp(u->conn->tuple.server_addr, c->tuple.server_addr, 4) == 0;
+  const size_t chans = c->attach_refused ? 0 : order.size(); // refused: rdma_cm, its own
+  if (chans + static_cast<size_t>(attempts) >= lanes) {
+    if (attempts == 0) return fail(c, Reason::resources_exhausted);
+    c->deadline_ms = now + g().p.handshake_timeout_ms;
+    c->ref();
+    g().parked.push_back(c);
+    return;
   }
   // Another connection found nobody listening there a moment ago: this
   // one's first attempt waits for that retry's time and counts as the retry

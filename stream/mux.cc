@@ -8,7 +8,7 @@
 
 #include <cstring>
 #include <new>
-#include <sys/mman.h>
+#include <sys/random.h>
 
 namespace xp::stream {
 
@@ -293,28 +293,28 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
   }
 }
 
+namespace {
+// The stream table's key (stream/id_table.h): the peer names the ids.
+uint32_t table_key() {
+  uint32_t k = 0;
+  if (getrandom(&k, sizeof k, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof k))
+    k = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&k) >> 4);
+  return k;
+}
+} // namespace
+
 Mux::Mux(verbs::Link* link, const MuxParams& p)
-    : channel_(link), link_(link), params_(p), budget_(p.channel_window) {
-  void* mem = mmap(nullptr, sizeof(Stream*) * p.max_streams, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) {
-    failed_ = true;
-    params_.max_streams = 0;
-  } else {
-    streams_ = static_cast<Stream**>(mem);
-  }
+    : channel_(link), link_(link), params_(p), budget_(p.channel_window), streams_(table_key()) {
   channel_.set_cork(p.cork_max);
 }
 
 Mux::~Mux() {
-  for (uint32_t i = 0; i < params_.max_streams; ++i)
-    delete streams_[i];
-  if (streams_) munmap(streams_, sizeof(Stream*) * params_.max_streams);
+  streams_.each([](uint32_t, Stream* s) { delete s; });
 }
 
 Stream* Mux::open(uint32_t id, uint64_t tx_start, uint64_t rx_start) {
-  if (failed_ || params_.max_streams == 0 || id > kMaxStreamId ||
-      streams_[id % params_.max_streams] != nullptr)
+  if (failed_ || id > kMaxStreamId || streams_.size() >= params_.max_streams ||
+      streams_.find(id) != nullptr)
     return nullptr;
   // We send at most what the peer's receive buffer holds (it told us its
   // window at set-up; the two ends may be configured differently).
@@ -328,21 +328,19 @@ Stream* Mux::open(uint32_t id, uint64_t tx_start, uint64_t rx_start) {
     return nullptr;
   }
   s->open_cursor_ = channel_.send_cursor();
-  streams_[id % params_.max_streams] = s;
+  if (!streams_.insert(id, s)) {
+    delete s;
+    return nullptr;
+  }
   if (id >= fresh_from_) fresh_from_ = id + 1;
   return s;
 }
 
 bool Mux::fresh_id(uint32_t* id) const {
-  for (uint32_t k = 0; k < params_.max_streams; ++k) {
-    const uint64_t cand = uint64_t{fresh_from_} + k;
-    if (cand > kMaxStreamId) return false;
-    if (streams_[cand % params_.max_streams] == nullptr) {
-      *id = static_cast<uint32_t>(cand);
-      return true;
-    }
-  }
-  return false;
+  // Ids at or above fresh_from_ were never opened here.
+  if (streams_.size() >= params_.max_streams || fresh_from_ > kMaxStreamId) return false;
+  *id = fresh_from_;
+  return true;
 }
 
 void Mux::close(Stream* s) {
@@ -350,14 +348,14 @@ void Mux::close(Stream* s) {
   if (!s->fin_sent_ && !s->reset_ && !failed_) s->shutdown_write();
   // Unacknowledged bytes leave the channel budget with the stream.
   budget_.give(s->window_.unacked());
-  streams_[s->id_ % params_.max_streams] = nullptr;
+  streams_.erase(s->id_);
   delete s;
 }
 
 void Mux::forget(Stream* s) {
   if (s == nullptr || find(s->id_) != s) return;
   budget_.give(s->window_.unacked());
-  streams_[s->id_ % params_.max_streams] = nullptr;
+  streams_.erase(s->id_);
   delete s;
 }
 
@@ -415,8 +413,9 @@ Status Mux::progress() {
   // Acks that found no credit earlier (rare: only then is the table scanned).
   if (acks_pending_) {
     acks_pending_ = false;
-    for (uint32_t i = 0; i < params_.max_streams; ++i)
-      if (streams_[i] && streams_[i]->ack_pending_) streams_[i]->maybe_ack();
+    streams_.each([](uint32_t, Stream* s) {
+      if (s->ack_pending_) s->maybe_ack();
+    });
   }
   return Status::ok;
 }

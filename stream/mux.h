@@ -17,11 +17,14 @@
 #include "flow/record_channel.h"
 #include "flow/send_window.h"
 #include "stream/byte_ring.h"
+#include "stream/id_table.h"
 
 namespace xp::stream {
 
 struct MuxParams {
-  uint32_t max_streams = 256; // XPRESS_STREAMS_PER_CHANNEL
+  // XPRESS_STREAMS_PER_CHANNEL: the most streams open at once; the table
+  // holding them grows with use (stream/id_table.h).
+  uint32_t max_streams = 16384;
   // XPRESS_STREAM_WINDOW_KB: each stream's receive buffer; its send window
   // is the smaller of this and the peer's (Link::peer_stream_window).
   size_t stream_window = 256 * 1024;
@@ -139,6 +142,9 @@ public:
     uint64_t end = 0, start = 0, received = 0;
   };
   void freeze_tx() { frozen_ = true; }
+  // Whose stream this is (the engine's connection), for the channel's
+  // lookups by stream id.
+  void* owner = nullptr;
   bool frozen() const { return frozen_; }
   PeerMove peer_move;
 
@@ -199,16 +205,16 @@ public:
   Mux& operator=(const Mux&) = delete;
 
   // Both ends open the same id (the attach handshake assigns it) with the
-  // switch offsets of each direction.  null: the id's slot in use (slot =
-  // id % max_streams), or no memory for the receive buffer.
+  // switch offsets of each direction.  null: the id in use, max_streams
+  // open already, or no memory for the receive buffer or the table.
   Stream* open(uint32_t id, uint64_t tx_start, uint64_t rx_start);
   // The channel's client proposes stream ids (docs/protocol.md §4 "Stream
   // ids"): 0 is the first stream's (named in the rdma_cm request), then 1,
   // 2, ... and never one that was opened here before, so a record the peer
   // sent for an earlier stream can never be taken for a later one (the
   // peer may still hold a stream this end closed, and its records cross our
-  // ATTACH).  False when every slot is taken or the ids ran out (then a new
-  // channel serves).
+  // ATTACH).  False when max_streams are open or the ids ran out (then a
+  // new channel serves).
   bool fresh_id(uint32_t* id) const;
   static constexpr uint32_t kMaxStreamId = 0x7fffffffu;
   // Forget a stream (after close()); later records for it are dropped.
@@ -227,10 +233,8 @@ public:
     control_ = fn;
     control_ctx_ = ctx;
   }
-  Stream* find(uint32_t id) const {
-    Stream* s = params_.max_streams ? streams_[id % params_.max_streams] : nullptr;
-    return s && s->id_ == id ? s : nullptr;
-  }
+  Stream* find(uint32_t id) const { return streams_.find(id); }
+  size_t stream_count() const { return streams_.size(); }
   // Recovery: stop using the channel (no record is processed or sent any
   // more; the streams' state is frozen for the resume).
   void fail() {
@@ -246,8 +250,8 @@ private:
   verbs::Link* link_; // for the test-only fault injection (stream/fault.h)
   MuxParams params_;
   flow::WindowBudget budget_;
-  Stream** streams_ = nullptr; // indexed by id % max_streams, sized at set-up
-  uint32_t fresh_from_ = 1;    // above every id opened here (0: the first stream's)
+  IdTable<Stream> streams_;
+  uint32_t fresh_from_ = 1; // above every id opened here (0: the first stream's)
   MuxCounters counters_;
   bool failed_ = false;
   bool acks_pending_ = false; // some stream owes an ack that found no credit

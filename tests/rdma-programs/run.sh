@@ -34,7 +34,7 @@ SELF=$HERE/run.sh
 REPO=$(cd "$HERE/../.." && pwd)
 ALL_CASES=(iperf3 sockperf redis nginx memcached node bulk zerocopy exit idle fallback recovery fork kfeat probe dualstack java grpc asyncio forger forkshare)
 # per-case deadline (seconds) of the case worker; the steps inside have their own
-declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=150 [recovery]=540 [fork]=240 [forkshare]=180 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240 [forger]=$((${FORGER_N:-2000} > 2000 ? 900 : 240)))
+declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=150 [recovery]=540 [fork]=240 [forkshare]=180 [scale]=580 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240 [forger]=$((${FORGER_N:-2000} > 2000 ? 900 : 240)))
 
 LIB=${XPRESS_LIB:-$REPO/build/libxpress.so}
 case $LIB in /*) ;; *) LIB=$REPO/$LIB ;; esac
@@ -61,7 +61,7 @@ if [ -z "${XPRESS_SOFTROCE_VM:-}" ]; then
   start=$SECONDS
   # The VM passes the caller's XPRESS_* on by itself; our own knobs too:
   envs=(-e "RDMA_PROGRAMS_LOG=$LOG")
-  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL RECOVERY_RUNS FORGER_N FORGER_REPORT; do
+  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL RECOVERY_RUNS FORGER_N FORGER_REPORT SCALE_N SCALE_ROUNDS; do
     [ -z "${!v:-}" ] || envs+=(-e "$v=${!v}")
   done
   "$REPO/tools/softroce/vm" run -q --timeout "${RDMA_PROGRAMS_VM_TIMEOUT:-1560}" "${envs[@]}" -- bash "$SELF" "$@" | tee "$out"

@@ -109,7 +109,7 @@ struct RPair {
       std::lock_guard<std::mutex> chl(e.ch->mu);
       e.c->st = e.ch->mux->open(0, 0, 0);
       REQUIRE(e.c->st != nullptr);
-      e.ch->by_id[0] = e.c;
+      e.c->st->owner = e.c;
       e.ch->conns.push_back(e.c);
       e.c->ref();
     }

@@ -40,7 +40,7 @@ if [ $rc = 0 ] && grep -qE "^XPRESS_LOG_LEVEL=info +$tmp/x.conf:2$" <<<"$out" &&
   grep -qE "^XPRESS_SPIN_US=250 +$tmp/x.conf:5$" <<<"$out" &&
   grep -qE "^XPRESS_KEEPALIVE_MS=10000 +profile low-cpu$" <<<"$out" &&
   grep -qE "^XPRESS_RING_KB=64 +environment$" <<<"$out" &&
-  grep -qE "^XPRESS_STREAMS_PER_CHANNEL=256 +default$" <<<"$out"; then
+  grep -qE "^XPRESS_STREAMS_PER_CHANNEL=16384 +default$" <<<"$out"; then
   ok "--print-config: value and origin (file:line, section, profile, environment, default)"
 else bad "--print-config origins (rc $rc): $out"; fi
 out=$(XPRESS_CONFIG="$tmp/x.conf" tools/xpress-run --print-config nginx 2>&1)

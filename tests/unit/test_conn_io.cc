@@ -89,7 +89,7 @@ void bind(End& e, const recover::Nonce& peer_nonce) {
     std::lock_guard<std::mutex> chl(e.ch->mu);
     e.c->st = e.ch->mux->open(0, 0, 0);
     REQUIRE(e.c->st != nullptr);
-    e.ch->by_id[0] = e.c;
+    e.c->st->owner = e.c;
     e.ch->conns.push_back(e.c);
     e.c->ref();
   }
@@ -377,7 +377,7 @@ struct SecondStream {
       std::lock_guard<std::mutex> l(p.b.ch->mu);
       other->st = p.b.ch->mux->open(7, 0, 0);
       REQUIRE(other->st != nullptr);
-      p.b.ch->by_id[7] = other;
+      other->st->owner = other;
       p.b.ch->conns.push_back(other);
       other->ref();
     }
@@ -390,7 +390,6 @@ struct SecondStream {
     {
       std::lock_guard<std::mutex> l(p.b.ch->mu);
       p.b.ch->mux->close(other->st);
-      p.b.ch->by_id[7] = nullptr;
       p.b.ch->conns.pop_back();
       other->st = nullptr;
     }

@@ -43,7 +43,7 @@ void bind_id(REnd& e, uint32_t id, const recover::Nonce& peer_nonce) {
     std::lock_guard<std::mutex> chl(e.ch->mu);
     e.c->st = e.ch->mux->open(id, 0, 0);
     REQUIRE(e.c->st != nullptr);
-    e.ch->by_id[id] = e.c;
+    e.c->st->owner = e.c;
     e.ch->conns.push_back(e.c);
     e.c->ref();
   }

@@ -176,7 +176,7 @@ TEST_CASE("settings: the file's global lines, then the program's sections, then 
   CHECK(out.find("/etc/xpress.conf:8") != std::string::npos);
   CHECK(out.find("XPRESS_RING_KB=256") != std::string::npos);
   CHECK(out.find("environment") != std::string::npos);
-  CHECK(out.find("XPRESS_STREAMS_PER_CHANNEL=256") != std::string::npos);
+  CHECK(out.find("XPRESS_STREAMS_PER_CHANNEL=16384") != std::string::npos);
 
   World o; // the same file seen by another program
   o.files = w.files;
