@@ -30,9 +30,10 @@ constexpr uint8_t share = 15;
 
 // flow::kMaxControlPayload: no control payload may be larger.
 constexpr size_t kMaxControlPayload = 128;
-// 3: the binding is a password-authenticated key exchange over the covered
-// bytes (CPace, recover/pake.h); 2 sent tags over them.
-constexpr uint8_t kProtocolVersion = 3;
+// 4: a resumed stream turns back into plain TCP at a fork (the RAW frame,
+// recover/resume_wire.h); 3: the binding is a password-authenticated key
+// exchange over the covered bytes (CPace, recover/pake.h); 2 sent tags.
+constexpr uint8_t kProtocolVersion = 4;
 
 constexpr size_t kNonceBytes = 16;
 constexpr size_t kAttachBytes = 56;    // see encode_attach
