@@ -71,28 +71,65 @@ bool io_uring_fd_present() {
 
 // ---- IPsec: the kernel's xfrm policies (needs CAP_NET_ADMIN).
 
-bool addr_in(uint32_t a, const xfrm_address_t& net, uint8_t plen) {
-  if (plen == 0) return true;
-  uint32_t mask = plen >= 32 ? 0xffffffffu : htonl(~0u << (32 - plen));
-  return (a & mask) == (net.a4 & mask);
+// One end of the connection as its packets carry it: IPv4-mapped IPv6
+// addresses are IPv4 packets (and IPv4 policies); port in network order.
+struct End {
+  int family = 0; // AF_INET or AF_INET6; 0: neither
+  uint8_t a[16] = {};
+  uint16_t port = 0;
+};
+
+End end_of(const sockaddr_storage& ss) {
+  End e;
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    e.family = AF_INET;
+    memcpy(e.a, &in->sin_addr, 4);
+    e.port = in->sin_port;
+  } else if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    e.port = in6->sin6_port;
+    uint8_t a[16];
+    memcpy(a, &in6->sin6_addr, 16);
+    static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(a, kMapped, sizeof kMapped) == 0) {
+      e.family = AF_INET;
+      memcpy(e.a, a + 12, 4);
+    } else {
+      e.family = AF_INET6;
+      memcpy(e.a, a, 16);
+    }
+  }
+  return e;
+}
+
+bool addr_in(const End& e, const xfrm_address_t& net, uint8_t plen) {
+  const unsigned bits = e.family == AF_INET ? 32 : 128;
+  if (plen > bits) plen = static_cast<uint8_t>(bits);
+  uint8_t n[16];
+  memcpy(n, &net, e.family == AF_INET ? 4 : 16); // a4, or a6 (network order)
+  const unsigned whole = plen / 8, rest = plen % 8;
+  if (memcmp(e.a, n, whole) != 0) return false;
+  if (rest == 0) return true;
+  const uint8_t mask = static_cast<uint8_t>(0xff << (8 - rest));
+  return (e.a[whole] & mask) == (n[whole] & mask);
 }
 
 bool port_in(uint16_t p, uint16_t sel, uint16_t mask) {
   return ((p ^ sel) & mask) == 0;
 }
 
-// Does the policy's selector take this packet (addresses, ports: network order)?
-bool selects(const xfrm_selector& s, uint32_t src, uint16_t sport, uint32_t dst, uint16_t dport) {
-  if (s.family != AF_INET && s.family != AF_UNSPEC) return false;
+// Does the policy's selector take this packet (src -> dst)?
+bool selects(const xfrm_selector& s, const End& src, const End& dst) {
+  if (s.family != src.family && s.family != AF_UNSPEC) return false;
   if (s.proto != 0 && s.proto != IPPROTO_TCP) return false;
   return addr_in(src, s.saddr, s.prefixlen_s) && addr_in(dst, s.daddr, s.prefixlen_d) &&
-         port_in(sport, s.sport, s.sport_mask) && port_in(dport, s.dport, s.dport_mask);
+         port_in(src.port, s.sport, s.sport_mask) && port_in(dst.port, s.dport, s.dport_mask);
 }
 
 // The dump's messages: 1 a policy with a template (IPsec) covers the
 // connection in either direction, 0 none, -1 error, 2 more to read.
-int scan(const uint8_t* p, size_t len, uint32_t lip, uint16_t lport, uint32_t pip, uint16_t pport,
-         int* err) {
+int scan(const uint8_t* p, size_t len, const End& local, const End& peer, int* err) {
   while (len >= sizeof(nlmsghdr)) {
     nlmsghdr h;
     memcpy(&h, p, sizeof h);
@@ -119,8 +156,8 @@ int scan(const uint8_t* p, size_t len, uint32_t lip, uint16_t lport, uint32_t pi
         if ((at.nla_type & NLA_TYPE_MASK) == XFRMA_TMPL && at.nla_len > sizeof at) tmpl = true;
         a += NLA_ALIGN(at.nla_len);
       }
-      const bool covers = (pi.dir == XFRM_POLICY_OUT && selects(pi.sel, lip, lport, pip, pport)) ||
-                          (pi.dir == XFRM_POLICY_IN && selects(pi.sel, pip, pport, lip, lport));
+      const bool covers = (pi.dir == XFRM_POLICY_OUT && selects(pi.sel, local, peer)) ||
+                          (pi.dir == XFRM_POLICY_IN && selects(pi.sel, peer, local));
       if (covers && (tmpl || pi.action == XFRM_POLICY_BLOCK)) return 1;
     }
     size_t step = NLMSG_ALIGN(h.nlmsg_len);
@@ -132,7 +169,7 @@ int scan(const uint8_t* p, size_t len, uint32_t lip, uint16_t lport, uint32_t pi
 }
 
 // 1 covered, 0 not, -1 unknown (*err: why).
-int ipsec_covers(uint32_t lip, uint16_t lport, uint32_t pip, uint16_t pport, int* err) {
+int ipsec_covers(const End& local, const End& peer, int* err) {
   long s = syscall(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_XFRM);
   if (s < 0) {
     *err = errno;
@@ -163,7 +200,7 @@ int ipsec_covers(uint32_t lip, uint16_t lport, uint32_t pip, uint16_t pport, int
         *err = n < 0 ? errno : EIO;
         break;
       }
-      res = scan(buf, static_cast<size_t>(n), lip, lport, pip, pport, err);
+      res = scan(buf, static_cast<size_t>(n), local, peer, err);
       if (res != 2) break;
       res = -1;
     }
@@ -242,11 +279,10 @@ Reason before_upgrade(const sockaddr_storage& local, const sockaddr_storage& pee
     on_io_uring();
     return Reason::io_uring;
   }
-  if (local.ss_family != AF_INET || peer.ss_family != AF_INET) return Reason::none;
-  const auto* l = reinterpret_cast<const sockaddr_in*>(&local);
-  const auto* p = reinterpret_cast<const sockaddr_in*>(&peer);
+  const End l = end_of(local), p = end_of(peer);
+  if (l.family == 0 || l.family != p.family) return Reason::none;
   int err = 0;
-  int c = ipsec_covers(l->sin_addr.s_addr, l->sin_port, p->sin_addr.s_addr, p->sin_port, &err);
+  int c = ipsec_covers(l, p, &err);
   if (c == 1) return Reason::ipsec;
   if (c == 0) return Reason::none;
   // Unknown (no CAP_NET_ADMIN: EPERM): what the administrator requires
@@ -269,9 +305,9 @@ void on_io_uring() {
   stream::pin::all_to_tcp(Reason::io_uring);
 }
 
-int xfrm_covers(const void* dump, size_t len, uint32_t lip, uint16_t lport, uint32_t pip,
-                uint16_t pport, int* err) {
-  int r = scan(static_cast<const uint8_t*>(dump), len, lip, lport, pip, pport, err);
+int xfrm_covers(const void* dump, size_t len, const sockaddr_storage& local,
+                const sockaddr_storage& peer, int* err) {
+  int r = scan(static_cast<const uint8_t*>(dump), len, end_of(local), end_of(peer), err);
   return r == 2 ? 0 : r;
 }
 

@@ -30,10 +30,10 @@ Reason before_upgrade(const sockaddr_storage& local, const sockaddr_storage& pee
 void on_io_uring();
 
 // Tests: the decision on one xfrm policy dump (netlink messages as the
-// kernel sends them), for the 4-tuple local -> peer (IPv4, network order).
-// 1: a policy with a transform covers it, 0: none, -1: the dump failed
-// (*err: its errno).
-int xfrm_covers(const void* dump, size_t len, uint32_t local_ip, uint16_t local_port,
-                uint32_t peer_ip, uint16_t peer_port, int* err);
+// kernel sends them), for the 4-tuple local -> peer (IPv4, IPv6, or
+// IPv4-mapped IPv6 taken as IPv4). 1: a policy with a transform covers it,
+// 0: none, -1: the dump failed (*err: its errno).
+int xfrm_covers(const void* dump, size_t len, const sockaddr_storage& local,
+                const sockaddr_storage& peer, int* err);
 
 } // namespace xp::kfeat

@@ -15,6 +15,33 @@ Status parse_cm_request(const void* p, size_t len, CmRequestWire* out) {
   return Status::ok;
 }
 
+Status request_tuple(const CmRequestWire& w, const sockaddr* peer, const sockaddr* local,
+                     TcpTuple* out) {
+  const IpAddr from = ip_addr(peer);
+  TcpTuple t;
+  t.client_port = static_cast<uint16_t>(w.key[8] << 8 | w.key[9]);
+  t.server_port = static_cast<uint16_t>(w.key[10] << 8 | w.key[11]);
+  if (from.family == 4) {
+    t.family = 4;
+    memcpy(t.client_addr, w.key, 4);
+    memcpy(t.server_addr, w.key + 4, 4);
+    if (!(client_addr(t) == from)) return Status::invalid;
+  } else if (from.family == 6) {
+    const IpAddr to = ip_addr(local);
+    if (to.family != 6) return Status::invalid;
+    t.family = 6;
+    memcpy(t.client_addr, from.b, 16);
+    memcpy(t.server_addr, to.b, 16);
+    uint8_t k[12];
+    tuple_key(t, k);
+    if (memcmp(k, w.key, sizeof k) != 0) return Status::invalid;
+  } else {
+    return Status::invalid;
+  }
+  *out = t;
+  return Status::ok;
+}
+
 bool parse_cm_accept(const void* p, size_t len, Nonce* nonce_s) {
   CmAcceptWire a;
   if (p == nullptr || len < sizeof a) return false;

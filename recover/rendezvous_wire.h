@@ -37,6 +37,15 @@ struct CmRejectWire {
 // Exactly sizeof(CmRequestWire) bytes of kind request or reattach and our
 // version; invalid otherwise (the answer is rej_version).
 Status parse_cm_request(const void* p, size_t len, CmRequestWire* out);
+// The 4-tuple a request names (docs/protocol.md §1), from its key and the
+// rdma_cm addresses of the request: the requester's (peer) and the one it
+// reached (local).  The requester is the TCP client.  An IPv4 requester
+// (IPv4-mapped included): the key's tuple, whose client address must be the
+// requester's.  An IPv6 requester: client = the requester's address, server
+// = the address reached (IPv6), ports from the key, whose address bytes
+// must be those addresses' last 4.  invalid otherwise (rej_unknown).
+Status request_tuple(const CmRequestWire& w, const sockaddr* peer, const sockaddr* local,
+                     TcpTuple* out);
 // An accept of our version: true with *nonce_s; false for anything else.
 bool parse_cm_accept(const void* p, size_t len, Nonce* nonce_s);
 // What a reject says: its code and redirect port (host order); code 0 when

@@ -77,12 +77,74 @@ Reason nak_reason(uint64_t code) {
 }
 
 void tuple_key(const TcpTuple& t, uint8_t out[12]) {
-  memcpy(out, t.client_addr, 4);
-  memcpy(out + 4, t.server_addr, 4);
+  const size_t at = t.family == 6 ? 12 : 0;
+  memcpy(out, t.client_addr + at, 4);
+  memcpy(out + 4, t.server_addr + at, 4);
   out[8] = static_cast<uint8_t>(t.client_port >> 8);
   out[9] = static_cast<uint8_t>(t.client_port);
   out[10] = static_cast<uint8_t>(t.server_port >> 8);
   out[11] = static_cast<uint8_t>(t.server_port);
+}
+
+void tuple_id(const TcpTuple& t, uint8_t out[kTupleIdBytes]) {
+  out[0] = t.family;
+  memcpy(out + 1, t.client_addr, 16);
+  memcpy(out + 17, t.server_addr, 16);
+  out[33] = static_cast<uint8_t>(t.client_port >> 8);
+  out[34] = static_cast<uint8_t>(t.client_port);
+  out[35] = static_cast<uint8_t>(t.server_port >> 8);
+  out[36] = static_cast<uint8_t>(t.server_port);
+}
+
+bool IpAddr::operator==(const IpAddr& o) const {
+  return family == o.family && memcmp(b, o.b, 16) == 0;
+}
+
+bool IpAddr::operator<(const IpAddr& o) const {
+  if (family != o.family) return family < o.family;
+  return memcmp(b, o.b, 16) < 0;
+}
+
+bool IpAddr::known() const {
+  return family != 0 && !all_zero(b, 16);
+}
+
+IpAddr client_addr(const TcpTuple& t) {
+  IpAddr a;
+  a.family = t.family;
+  memcpy(a.b, t.client_addr, 16);
+  return a;
+}
+
+IpAddr server_addr(const TcpTuple& t) {
+  IpAddr a;
+  a.family = t.family;
+  memcpy(a.b, t.server_addr, 16);
+  return a;
+}
+
+IpAddr ip_addr(const sockaddr* sa) {
+  IpAddr a;
+  uint16_t port = 0;
+  if (endpoint(sa, &a.family, a.b, &port) != Status::ok) a = IpAddr{};
+  return a;
+}
+
+void to_sockaddr(const IpAddr& a, uint16_t port, sockaddr_storage* out) {
+  memset(out, 0, sizeof *out);
+  if (a.family == 6) {
+    sockaddr_in6 in6{};
+    in6.sin6_family = AF_INET6;
+    memcpy(in6.sin6_addr.s6_addr, a.b, 16);
+    in6.sin6_port = htons(port);
+    memcpy(out, &in6, sizeof in6);
+    return;
+  }
+  sockaddr_in in{};
+  in.sin_family = AF_INET;
+  memcpy(&in.sin_addr, a.b, 4);
+  in.sin_port = htons(port);
+  memcpy(out, &in, sizeof in);
 }
 
 bool operator==(const TcpTuple& a, const TcpTuple& b) {

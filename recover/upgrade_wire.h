@@ -10,6 +10,7 @@
 #include "common/status.h"
 
 struct sockaddr;
+struct sockaddr_storage;
 
 namespace xp::recover {
 
@@ -100,9 +101,39 @@ struct TcpTuple {
   uint16_t client_port = 0, server_port = 0;
 };
 bool operator==(const TcpTuple& a, const TcpTuple& b);
-// An IPv4 tuple as 12 bytes: client addr | server addr | client port |
-// server port (network order); the key engines and tags use for it.
+// A tuple as 12 bytes: client addr | server addr | client port | server
+// port (network order), the addresses' last 4 bytes for IPv6 (their first 4
+// for IPv4); what the rdma_cm request and REATTACH carry
+// (docs/protocol.md §1, §7).
 void tuple_key(const TcpTuple& t, uint8_t out[12]);
+// A tuple as the index of the engine's tables: family | client addr (16) |
+// server addr (16) | client port | server port (network order).
+constexpr size_t kTupleIdBytes = 1 + 32 + 4;
+void tuple_id(const TcpTuple& t, uint8_t out[kTupleIdBytes]);
+
+// One end's address as the tuple holds it (family 4 or 6, IPv4 in the
+// first 4 bytes with the rest zero); family 0: none known.
+struct IpAddr {
+  uint8_t family = 0;
+  uint8_t b[16] = {};
+  bool operator==(const IpAddr& o) const;
+  bool operator<(const IpAddr& o) const;
+  bool known() const; // a family and not all zero (no TCP peer has 0.0.0.0 or ::)
+};
+inline IpAddr ipv4_addr(const uint8_t a[4]) {
+  IpAddr r;
+  r.family = 4;
+  for (int i = 0; i < 4; ++i)
+    r.b[i] = a[i];
+  return r;
+}
+IpAddr client_addr(const TcpTuple& t);
+IpAddr server_addr(const TcpTuple& t);
+// The address of a socket address (IPv4-mapped IPv6 is IPv4); a null or
+// other family gives an unknown one.
+IpAddr ip_addr(const sockaddr* sa);
+// The socket address of a (known) address and port (host order).
+void to_sockaddr(const IpAddr& a, uint16_t port, sockaddr_storage* out);
 // From the two socket addresses (AF_INET or AF_INET6, the same family once
 // mapped addresses are unmapped); invalid otherwise.
 Status tuple_from_sockaddrs(const sockaddr* client, const sockaddr* server, TcpTuple* out);

@@ -16,11 +16,25 @@ BindFailures::BindFailures() {
   }
 }
 
-uint32_t BindFailures::index(uint32_t addr) const {
-  return static_cast<uint32_t>(recover::siphash24_64(key_, &addr, sizeof addr)) % kSlots;
+namespace {
+
+// What counts as one requester: an IPv4 address, an IPv6 /64.
+recover::IpAddr counted(const recover::IpAddr& a) {
+  recover::IpAddr r = a;
+  if (r.family == 6) memset(r.b + 8, 0, 8);
+  return r;
 }
 
-const BindFailures::Slot* BindFailures::find(uint32_t addr, uint64_t now_ms) const {
+} // namespace
+
+uint32_t BindFailures::index(const recover::IpAddr& addr) const {
+  uint8_t in[17];
+  in[0] = addr.family;
+  memcpy(in + 1, addr.b, 16);
+  return static_cast<uint32_t>(recover::siphash24_64(key_, in, sizeof in)) % kSlots;
+}
+
+const BindFailures::Slot* BindFailures::find(const recover::IpAddr& addr, uint64_t now_ms) const {
   const uint32_t i = index(addr);
   for (uint32_t j : {i, i ^ 1}) {
     const Slot& s = slots_[j];
@@ -29,9 +43,8 @@ const BindFailures::Slot* BindFailures::find(uint32_t addr, uint64_t now_ms) con
   return nullptr;
 }
 
-void BindFailures::note(const uint8_t addr[4], uint64_t now_ms) {
-  uint32_t a;
-  memcpy(&a, addr, 4);
+void BindFailures::note(const recover::IpAddr& addr, uint64_t now_ms) {
+  const recover::IpAddr a = counted(addr);
   std::lock_guard<std::mutex> l(mu_);
   if (Slot* s = const_cast<Slot*>(find(a, now_ms))) {
     ++s->count;
@@ -50,9 +63,8 @@ void BindFailures::note(const uint8_t addr[4], uint64_t now_ms) {
   }
 }
 
-bool BindFailures::blocked(const uint8_t addr[4], uint64_t now_ms) const {
-  uint32_t a;
-  memcpy(&a, addr, 4);
+bool BindFailures::blocked(const recover::IpAddr& addr, uint64_t now_ms) const {
+  const recover::IpAddr a = counted(addr);
   std::lock_guard<std::mutex> l(mu_);
   const Slot* s = find(a, now_ms);
   return s != nullptr && s->count >= kLimit;

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "recover/upgrade_wire.h"
+
 namespace xp::stream {
 
 class BindFailures {
@@ -22,21 +24,22 @@ public:
   static constexpr uint32_t kLimit = 16;
   static constexpr uint64_t kWindowMs = 10000;
 
-  // A binding with a peer at `addr` (IPv4, network order) failed its proof.
-  void note(const uint8_t addr[4], uint64_t now_ms);
+  // A binding with a peer at `addr` failed its proof.  IPv6 addresses
+  // count per /64 (one host may hold all of its prefix's addresses).
+  void note(const recover::IpAddr& addr, uint64_t now_ms);
   // Whether `addr` used up its failures for the current window.
-  bool blocked(const uint8_t addr[4], uint64_t now_ms) const;
+  bool blocked(const recover::IpAddr& addr, uint64_t now_ms) const;
 
 private:
   static constexpr uint32_t kSlots = 256;
   struct Slot {
-    uint32_t addr = 0;
+    recover::IpAddr addr;
     uint32_t count = 0;
     uint64_t start_ms = 0;
   };
   // The slot that holds addr, or null.
-  const Slot* find(uint32_t addr, uint64_t now_ms) const;
-  uint32_t index(uint32_t addr) const;
+  const Slot* find(const recover::IpAddr& addr, uint64_t now_ms) const;
+  uint32_t index(const recover::IpAddr& addr) const;
   mutable std::mutex mu_; // a leaf: taken under the engine's or a connection's lock
   uint8_t key_[16];
   Slot slots_[kSlots];

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flow/record_channel.h"
+#include "recover/upgrade_wire.h"
 #include "stream/mux.h"
 #include "verbs/link.h"
 
@@ -31,9 +32,9 @@ struct Channel {
   bool client_side = false;
   // Client side: the server's address and TCP port (the key).  Server side:
   // the rdma_cm requester's address; every stream bound here must name it
-  // as its TCP client address (docs/protocol.md §2).  Zero (never set)
+  // as its TCP client address (docs/protocol.md §2).  Unknown (never set)
   // matches no connection.
-  uint8_t peer_addr[4] = {};
+  recover::IpAddr peer_addr;
   uint16_t peer_port = 0;
   // The rdma_cm port this channel was set up on (client: the port it
   // reached, after any redirect; server: its listener's).  A binding over

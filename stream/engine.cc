@@ -302,9 +302,8 @@ Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockadd
   p.timeout_ms = g_state.p.handshake_timeout_ms;
   const sockaddr* client = role == recover::Role::client ? local : peer;
   const sockaddr* server = role == recover::Role::client ? peer : local;
-  if (recover::tuple_from_sockaddrs(client, server, &p.tuple) != Status::ok ||
-      p.tuple.family != 4) {
-    *why = Reason::handshake_failed; // IPv6 rendezvous is not built yet
+  if (recover::tuple_from_sockaddrs(client, server, &p.tuple) != Status::ok) {
+    *why = Reason::handshake_failed;
     return nullptr;
   }
   if (!make_secrets(&p)) {
@@ -422,15 +421,17 @@ ListenShare* engine::on_listen(int fd) {
   if (ss.ss_family == AF_INET6 &&
       syscall(SYS_getsockopt, fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &olen) != 0)
     return nullptr;
-  sockaddr_in v4;
-  if (!listen_addr_v4(ss, v6only != 0, &v4)) return nullptr;
+  sockaddr_storage la;
+  bool af_only = false;
+  if (!listen_addr(ss, v6only != 0, &la, &af_only)) return nullptr;
   // Shared with fork children, which inherit the listening socket.
   void* m =
       mmap(nullptr, sizeof(ListenShare), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return nullptr;
   auto* s = static_cast<ListenShare*>(m); // zero-filled: every slot free, no owner
   s->magic = kShareMagic;
-  memcpy(&s->addr, &v4, sizeof v4);
+  s->addr = la;
+  s->af_only = af_only;
   return s;
 }
 
@@ -518,10 +519,10 @@ void engine::on_close(Conn* c) {
     }
     c->ch = nullptr;
     if (c->share) {
-      uint8_t key[12];
-      recover::tuple_key(c->tuple, key);
+      uint8_t key[recover::kTupleIdBytes];
+      recover::tuple_id(c->tuple, key);
       for (auto& sl : c->share->slots) {
-        if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, 12) == 0) {
+        if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, sizeof key) == 0) {
           sl.state.store(0);
           c->share->slots_gen.fetch_add(1, std::memory_order_release);
           break;
@@ -531,8 +532,8 @@ void engine::on_close(Conn* c) {
   }
   unindex_server(c);
   if (c->role == recover::Role::server) {
-    std::array<uint8_t, 12> k;
-    recover::tuple_key(c->tuple, k.data());
+    std::array<uint8_t, recover::kTupleIdBytes> k;
+    recover::tuple_id(c->tuple, k.data());
     if (s.closed_keys.size() >= 256) s.closed_keys.erase(s.closed_keys.begin());
     s.closed_keys.push_back(k);
   } else {

@@ -10,6 +10,7 @@
 
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
+#include "stream/listen_addr.h"
 #include "stream/move.h"
 #include "stream/ready_source.h"
 #include "stream/reattach.h"
@@ -55,9 +56,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
   }
   // Only the TCP client may attach its connection: the channel's rdma_cm
   // requester must be the tuple's client address (docs/protocol.md §2).
-  static const uint8_t zero[4] = {};
-  if (t.family != 4 || memcmp(ch->peer_addr, zero, 4) == 0 ||
-      memcmp(ch->peer_addr, t.client_addr, 4) != 0) {
+  if (!ch->peer_addr.known() || !(ch->peer_addr == recover::client_addr(t))) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
     return true;
   }
@@ -66,20 +65,19 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::busy));
     return true;
   }
-  uint8_t key[12];
-  recover::tuple_key(t, key);
+  uint8_t key[recover::kTupleIdBytes];
+  recover::tuple_id(t, key);
   Conn* c = find_by_key(key);
   if (c == nullptr) {
     // Wait for the application to accept it only when it can still come
     // here: one of our listening sockets, and no sibling process took it.
     bool ours = false, sibling = false;
     for (ListenShare* sh : g().shares) {
-      const auto* a = reinterpret_cast<const sockaddr_in*>(&sh->addr);
-      if (ntohs(a->sin_port) != t.server_port) continue;
+      if (listen_port(sh->addr) != t.server_port) continue;
       ours = true;
       for (auto& sl : sh->slots)
         sibling |= sl.state.load(std::memory_order_acquire) == 2 &&
-                   memcmp(sl.tuple, key, 12) == 0 && sl.pid != getpid();
+                   memcmp(sl.tuple, key, sizeof key) == 0 && sl.pid != getpid();
     }
     if (!last_chance && ours && !sibling) return false;
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
@@ -144,9 +142,9 @@ void handle_record(Channel* ch, const ControlRecord& r) {
       recover::TcpTuple t;
       recover::Nonce n;
       recover::NakCode nak;
-      uint8_t key[12] = {};
+      uint8_t key[recover::kTupleIdBytes] = {};
       if (recover::parse_attach(r.payload, r.h.len, &t, &n, &nak) == Status::ok)
-        recover::tuple_key(t, key);
+        recover::tuple_id(t, key);
       if (!queue_attach(ch, r, key)) {
         XP_SLOG(XP_SLOG_DEBUG, "channel: ATTACH for stream %u refused: too many waiting",
                 r.h.stream);

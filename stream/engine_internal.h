@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <list>
+#include <map>
 #include <mutex>
 #include <sys/socket.h>
 #include <unordered_map>
@@ -33,13 +34,14 @@ struct ListenShare {
   struct Slot {
     std::atomic<uint32_t> state; // 0 free, 1 being written, 2 valid
     int32_t pid;
-    uint16_t port;     // that process's private rdma_cm port
-    uint8_t tuple[12]; // client addr, server addr, client port, server port (IPv4)
+    uint16_t port;                         // that process's private rdma_cm port
+    uint8_t tuple[recover::kTupleIdBytes]; // recover::tuple_id of the connection
   };
   uint32_t magic;
   std::atomic<int32_t> owner_pid;
   std::atomic<int32_t> owner_state; // 0 none, 1 listening, 2 could not listen
-  sockaddr_storage addr;            // the TCP listening address (port P)
+  sockaddr_storage addr;            // where the rendezvous listens (port P, listen_addr.h)
+  bool af_only;                     // addr is IPv6 and takes no IPv4 requests
   // Bumped by whoever changes a slot: a process whose pending requests may
   // be for a sibling's connection looks at the slots only when it moved.
   std::atomic<uint32_t> slots_gen;
@@ -48,19 +50,19 @@ struct ListenShare {
 
 namespace engine {
 
-// A 4-tuple's 12-byte key (recover::tuple_key), the index of the tables a
+// A 4-tuple's key (recover::tuple_id), the index of the tables a
 // peer fills (pending requests and ATTACHes, server connections); hashed
 // with a per-process random key (a peer chooses the tuples it names).
 struct TupleKey {
-  std::array<uint8_t, 12> b;
+  std::array<uint8_t, recover::kTupleIdBytes> b;
   bool operator==(const TupleKey& o) const { return b == o.b; }
 };
 struct TupleKeyHash {
   size_t operator()(const TupleKey& k) const;
 };
-inline TupleKey tkey(const uint8_t key[12]) {
+inline TupleKey tkey(const uint8_t key[recover::kTupleIdBytes]) {
   TupleKey k;
-  memcpy(k.b.data(), key, 12);
+  memcpy(k.b.data(), key, k.b.size());
   return k;
 }
 
@@ -88,17 +90,17 @@ constexpr uint64_t kServerIdleMs = 30000;
 
 struct PendingReq {
   verbs::CmRequest* req;
-  uint32_t from;      // the requester's IPv4 address (network order)
-  bool reattach;      // a channel only: the stream binds with REATTACH over it
-  ListenShare* share; // null: our private listener
-  uint8_t key[12];
+  recover::IpAddr from; // the requester's address
+  bool reattach;        // a channel only: the stream binds with REATTACH over it
+  ListenShare* share;   // null: our private listener
+  uint8_t key[recover::kTupleIdBytes];
   uint16_t sid;
   recover::Nonce nonce_c;
   uint64_t deadline_ms;
 };
 struct PendingAttach {
-  Channel* ch;   // dropped with the channel (drop_attaches) before it is freed
-  uint32_t from; // the channel's requester address (network order)
+  Channel* ch;          // dropped with the channel (drop_attaches) before it is freed
+  recover::IpAddr from; // the channel's requester address
   ControlRecord rec;
   uint64_t deadline_ms;
 };
@@ -112,9 +114,9 @@ struct CmUser {
   enum class Kind : uint8_t { client, server, listener_share, listener_private } kind;
   Conn* conn;
   ListenShare* share;
-  uint16_t port;         // client: the port this attempt went to; server: the listener's
-  bool reattach = false; // a channel for a resumed stream going back (stream/reattach.cc)
-  uint32_t from = 0;     // server: the requester's IPv4 address (network order)
+  uint16_t port;          // client: the port this attempt went to; server: the listener's
+  bool reattach = false;  // a channel for a resumed stream going back (stream/reattach.cc)
+  recover::IpAddr from{}; // server: the requester's address
 };
 
 struct State {
@@ -138,9 +140,9 @@ struct State {
   std::unordered_multimap<TupleKey, std::list<PendingReq>::iterator, TupleKeyHash> reqs_by_key;
   std::unordered_multimap<TupleKey, std::list<PendingAttach>::iterator, TupleKeyHash>
       attaches_by_key;
-  std::unordered_map<uint32_t, uint32_t> reqs_per_addr;
+  std::map<recover::IpAddr, uint32_t> reqs_per_addr;
   std::unordered_map<Channel*, uint32_t> attaches_per_ch;
-  std::unordered_map<uint32_t, uint32_t> attaches_per_addr;
+  std::map<recover::IpAddr, uint32_t> attaches_per_addr;
   std::vector<TupleKey> ready_keys; // a server connection appeared or closed
   std::vector<std::pair<ListenShare*, uint32_t>> shares_seen; // slots_gen last looked at
   // Server connections by 4-tuple (find_by_key), and rdma_cm accepts under
@@ -161,11 +163,12 @@ struct State {
   std::vector<Conn*> parked;
   // 4-tuples of server connections closed lately: a request for one is
   // refused at once instead of waiting for an accept that cannot come.
-  std::vector<std::array<uint8_t, 12>> closed_keys;
+  std::vector<std::array<uint8_t, recover::kTupleIdBytes>> closed_keys;
   verbs::CmListener* private_l = nullptr;
   uint16_t private_port = 0;
   bool private_lost = false; // its device went away: listen again (relisten)
   sockaddr_storage private_addr{};
+  bool private_af_only = false;
   uint64_t relisten_ms = 0;
   CmUser private_user{CmUser::Kind::listener_private, nullptr, nullptr, 0};
   uint64_t now_ms = 0;
@@ -386,16 +389,13 @@ void retry_pending(uint64_t now);
 // resumed stream's client then finds us for its return to RDMA).
 void relisten(uint64_t now);
 Channel* make_channel(verbs::Link* link, bool client_side);
-Conn* find_by_key(const uint8_t key[12]);
-// docs/protocol.md §2: an rdma_cm requester may only ask for a 4-tuple
-// whose client address is its own (AF_INET, or IPv4-mapped AF_INET6); key
-// as recover::tuple_key.  *addr receives the requester's IPv4 address.
-bool requester_matches(const sockaddr* peer, const uint8_t key[12], uint8_t addr[4]);
+Conn* find_by_key(const uint8_t key[recover::kTupleIdBytes]);
 // A server channel may carry a stream only when the channel's requester is
 // the stream's TCP client (the address check of every binding path).
 bool channel_serves(const Channel* ch, const Conn* c);
 // The rdma_cm request req answered for c (false: it waits, or was refused).
-bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12], uint16_t sid,
+bool answer_request(verbs::CmRequest* req, ListenShare* sh,
+                    const uint8_t key[recover::kTupleIdBytes], uint16_t sid,
                     const recover::Nonce& nonce, bool reattach);
 void send_reject_unknown(verbs::CmRequest* req);
 void send_reject_busy(verbs::CmRequest* req);
@@ -408,11 +408,11 @@ void unindex_server(Conn* c);
 // Queue a request / an ATTACH; false when a cap is reached (the caller
 // refuses it: reject / NAK busy).
 bool queue_request(const PendingReq& p);
-bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[12]);
+bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover::kTupleIdBytes]);
 size_t pending_attaches_of(Channel* ch);
 // Forget every pending entry (fork child).
 void clear_pending();
-bool recently_closed(const uint8_t key[12]);
+bool recently_closed(const uint8_t key[recover::kTupleIdBytes]);
 void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt
 // A channel for a resumed stream going back (stream/reattach.cc): rdma_cm to
 // the server at port, the request naming the stream's 4-tuple only so that

@@ -16,8 +16,8 @@ struct EngineParams {
   // while its connection's recent waits average within it; waits longer
   // than this spin kMinSpinUs (engine::spin_budget_ns).
   uint32_t spin_us = 1000;
-  bool sleep_on_channel = false; // XPRESS_SLEEP_ON_CHANNEL (stream/channel_sleep.h)
-  bool spin_share = false;       // XPRESS_SPIN_SHARE (stream/spin_gate.h)
+  bool sleep_on_channel = false;        // XPRESS_SLEEP_ON_CHANNEL (stream/channel_sleep.h)
+  bool spin_share = false;              // XPRESS_SPIN_SHARE (stream/spin_gate.h)
   uint32_t streams_per_channel = 16384; // XPRESS_STREAMS_PER_CHANNEL
   uint32_t channels_per_peer = 4;       // XPRESS_CHANNELS_PER_PEER
   // XPRESS_SERVER_CHANNELS / XPRESS_SERVER_CHANNELS_PER_PEER: server

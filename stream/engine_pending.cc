@@ -56,9 +56,9 @@ TupleKey attach_key(const PendingAttach& p) {
   recover::TcpTuple t;
   recover::Nonce n;
   recover::NakCode nak;
-  uint8_t key[12] = {};
+  uint8_t key[recover::kTupleIdBytes] = {};
   if (recover::parse_attach(p.rec.payload, p.rec.h.len, &t, &n, &nak) == Status::ok)
-    recover::tuple_key(t, key);
+    recover::tuple_id(t, key);
   return tkey(key);
 }
 
@@ -115,22 +115,22 @@ void look_at_shares() {
 
 void index_server(Conn* c) {
   if (c->role != recover::Role::server) return;
-  uint8_t key[12];
-  recover::tuple_key(c->tuple, key);
+  uint8_t key[recover::kTupleIdBytes];
+  recover::tuple_id(c->tuple, key);
   g().servers[tkey(key)] = c;
   key_ready(tkey(key));
 }
 
 void unindex_server(Conn* c) {
   if (c->role != recover::Role::server) return;
-  uint8_t key[12];
-  recover::tuple_key(c->tuple, key);
+  uint8_t key[recover::kTupleIdBytes];
+  recover::tuple_id(c->tuple, key);
   auto it = g().servers.find(tkey(key));
   if (it != g().servers.end() && it->second == c) g().servers.erase(it);
   key_ready(tkey(key)); // recently closed: refused at once
 }
 
-Conn* find_by_key(const uint8_t key[12]) {
+Conn* find_by_key(const uint8_t key[recover::kTupleIdBytes]) {
   auto it = g().servers.find(tkey(key));
   return it != g().servers.end() && !it->second->closed.load() ? it->second : nullptr;
 }
@@ -147,9 +147,8 @@ bool queue_request(const PendingReq& p) {
   return true;
 }
 
-bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[12]) {
-  uint32_t from;
-  memcpy(&from, ch->peer_addr, 4);
+bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover::kTupleIdBytes]) {
+  const recover::IpAddr from = ch->peer_addr;
   uint32_t& n = g().attaches_per_ch[ch];
   uint32_t& m = g().attaches_per_addr[from];
   if (g().attaches.size() >= kMaxPendingAttaches || n >= g().p.streams_per_channel ||

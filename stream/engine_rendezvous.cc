@@ -46,12 +46,18 @@ verbs::RcLinkParams link_params() {
   return lp;
 }
 
-sockaddr_in in4(const uint8_t addr[4], uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  memcpy(&a.sin_addr, addr, 4);
-  a.sin_port = htons(port);
-  return a;
+void set_port(sockaddr_storage* a, uint16_t port) {
+  if (a->ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(a)->sin6_port = htons(port);
+  else
+    reinterpret_cast<sockaddr_in*>(a)->sin_port = htons(port);
+}
+
+// The rdma_cm addresses of a client attempt: from the TCP client address
+// to the server's, at port (IPv4 or IPv6 as the 4-tuple).
+void cm_addrs(const Conn* c, uint16_t port, sockaddr_storage* src, sockaddr_storage* dst) {
+  recover::to_sockaddr(recover::client_addr(c->tuple), 0, src);
+  recover::to_sockaddr(recover::server_addr(c->tuple), port, dst);
 }
 
 void cm_connect(Conn* c, uint16_t port) {
@@ -61,8 +67,8 @@ void cm_connect(Conn* c, uint16_t port) {
   w.sid = 0;
   recover::tuple_key(c->tuple, w.key);
   memcpy(w.nonce, c->nonce.b, 16);
-  sockaddr_in src = in4(c->tuple.client_addr, 0);
-  sockaddr_in dst = in4(c->tuple.server_addr, port);
+  sockaddr_storage src, dst;
+  cm_addrs(c, port, &src, &dst);
   auto* u = new (std::nothrow) CmUser{CmUser::Kind::client, c, nullptr, port};
   if (u == nullptr) return fail(c, Reason::resources_exhausted);
   c->ref();
@@ -106,26 +112,22 @@ void send_reject(verbs::CmRequest* req, RejectCode code, uint16_t port = 0) {
   g().cm->reject(req, &r, sizeof r);
 }
 
-// The requester's IPv4 address (network order; 0 when not IPv4).
-uint32_t requester(verbs::CmRequest* req) {
-  const sockaddr* a = g().cm->request_peer(req);
-  uint32_t v = 0;
-  if (a && a->sa_family == AF_INET)
-    memcpy(&v, &reinterpret_cast<const sockaddr_in*>(a)->sin_addr, 4);
-  return v;
+// The requester's address (IPv4-mapped is IPv4).
+recover::IpAddr requester(verbs::CmRequest* req) {
+  return recover::ip_addr(g().cm->request_peer(req));
 }
 
 // Room for one more server channel from `from` (docs/protocol.md §8): the
 // live and dying ones (their memory is still pinned) and the accepts under
 // way count against XPRESS_SERVER_CHANNELS and, per requester address,
 // XPRESS_SERVER_CHANNELS_PER_PEER.
-bool server_channel_room(uint32_t from) {
+bool server_channel_room(const recover::IpAddr& from) {
   uint32_t all = 0, peer = 0;
   for (const auto* v : {&g().channels, &g().dying})
     for (const Channel* ch : *v) {
       if (ch->client_side) continue;
       ++all;
-      peer += memcmp(ch->peer_addr, &from, 4) == 0;
+      peer += ch->peer_addr == from;
     }
   for (const CmUser* u : g().accepting) {
     ++all;
@@ -210,10 +212,10 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
 }
 
 // Where a sibling process published a connection with this key.
-bool lookup_slot(ListenShare* sh, const uint8_t key[12], uint16_t* port) {
+bool lookup_slot(ListenShare* sh, const uint8_t key[recover::kTupleIdBytes], uint16_t* port) {
   for (auto& sl : sh->slots) {
-    if (sl.state.load(std::memory_order_acquire) == 2 && memcmp(sl.tuple, key, 12) == 0 &&
-        sl.pid != getpid()) {
+    if (sl.state.load(std::memory_order_acquire) == 2 &&
+        memcmp(sl.tuple, key, recover::kTupleIdBytes) == 0 && sl.pid != getpid()) {
       *port = sl.port;
       return true;
     }
@@ -232,7 +234,8 @@ void send_reject_busy(verbs::CmRequest* req) {
 }
 
 // A request we cannot answer yet waits; true when it was answered.
-bool answer_request(verbs::CmRequest* req, ListenShare* sh, const uint8_t key[12], uint16_t sid,
+bool answer_request(verbs::CmRequest* req, ListenShare* sh,
+                    const uint8_t key[recover::kTupleIdBytes], uint16_t sid,
                     const recover::Nonce& nonce, bool reattach) {
   if (Conn* c = find_by_key(key)) {
     if (reattach)
@@ -286,29 +289,14 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
 
 } // namespace
 
-bool requester_matches(const sockaddr* peer, const uint8_t key[12], uint8_t addr[4]) {
-  if (peer == nullptr) return false;
-  if (peer->sa_family == AF_INET) {
-    memcpy(addr, &reinterpret_cast<const sockaddr_in*>(peer)->sin_addr, 4);
-  } else if (peer->sa_family == AF_INET6) {
-    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(peer);
-    if (!IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) return false; // IPv6 tuples stay on TCP
-    memcpy(addr, a6->sin6_addr.s6_addr + 12, 4);
-  } else {
-    return false;
-  }
-  return memcmp(addr, key, 4) == 0; // the key starts with the client address
-}
-
 bool channel_serves(const Channel* ch, const Conn* c) {
-  static const uint8_t zero[4] = {};
-  return !ch->client_side && c->tuple.family == 4 && memcmp(ch->peer_addr, zero, 4) != 0 &&
-         memcmp(ch->peer_addr, c->tuple.client_addr, 4) == 0;
+  return !ch->client_side && ch->peer_addr.known() &&
+         ch->peer_addr == recover::client_addr(c->tuple);
 }
 
-bool recently_closed(const uint8_t key[12]) {
+bool recently_closed(const uint8_t key[recover::kTupleIdBytes]) {
   for (const auto& k : g().closed_keys)
-    if (memcmp(k.data(), key, 12) == 0) return true;
+    if (memcmp(k.data(), key, k.size()) == 0) return true;
   return false;
 }
 
@@ -352,8 +340,8 @@ bool cm_reattach(Conn* c, uint16_t port) {
   w.kind = kKindReattach;
   w.version = kWireVersion;
   recover::tuple_key(c->tuple, w.key);
-  sockaddr_in src = in4(c->tuple.client_addr, 0);
-  sockaddr_in dst = in4(c->tuple.server_addr, port);
+  sockaddr_storage src, dst;
+  cm_addrs(c, port, &src, &dst);
   auto* u = new (std::nothrow) CmUser{CmUser::Kind::client, c, nullptr, port, true};
   if (u == nullptr) return false;
   c->ref();
@@ -376,7 +364,7 @@ void start_client(Conn* c) {
       c->sess.state() == recover::State::failed)
     return;
   uint64_t now = now_ms();
-  if (g().negative.cached(c->tuple.server_addr, c->tuple.server_port, now))
+  if (g().negative.cached(recover::server_addr(c->tuple), c->tuple.server_port, now))
     return fail(c, Reason::peer_not_accelerated);
   // A channel to the same server address: attach over it, first one to the
   // same port (most likely the same process), then any (one process often
@@ -395,7 +383,7 @@ void start_client(Conn* c) {
   for (int pass = 0; pass < 2; ++pass)
     for (Channel* ch : g().channels)
       if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 &&
-          memcmp(ch->peer_addr, c->tuple.server_addr, 4) == 0 &&
+          ch->peer_addr == recover::server_addr(c->tuple) &&
           (ch->peer_port == c->tuple.server_port) == (pass == 0)) {
         order.push_back(ch);
         have_lane |= !by_lane || ch->lane == lane;
@@ -427,8 +415,8 @@ void start_client(Conn* c) {
   // when the channels are full and nothing is under way.
   int attempts = 0;
   for (const CmUser* u : g().inflight)
-    attempts +=
-        !u->conn->closed.load() && memcmp(u->conn->tuple.server_addr, c->tuple.server_addr, 4) == 0;
+    attempts += !u->conn->closed.load() &&
+                recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple);
   const size_t chans = c->attach_refused ? 0 : order.size(); // refused: rdma_cm, its own
   if (chans + static_cast<size_t>(attempts) >= lanes) {
     if (attempts == 0) return fail(c, Reason::resources_exhausted);
@@ -441,7 +429,7 @@ void start_client(Conn* c) {
   // one's first attempt waits for that retry's time and counts as the retry
   // (stream/negative_cache.h).  It may wait behind an attempt once more then.
   if (c->no_listener_tries == 0) {
-    uint64_t at = g().negative.hold_until(c->tuple.server_addr, c->tuple.server_port, now,
+    uint64_t at = g().negative.hold_until(recover::server_addr(c->tuple), c->tuple.server_port, now,
                                           g().p.negative_cache_ms);
     if (at != 0) {
       ++c->no_listener_tries;
@@ -455,7 +443,7 @@ void start_client(Conn* c) {
   if (!c->parked_once && !c->attach_refused) {
     for (CmUser* u : g().inflight) {
       if (!u->conn->closed.load() && (!by_lane || u->conn->lane % lanes == lane) &&
-          memcmp(u->conn->tuple.server_addr, c->tuple.server_addr, 4) == 0) {
+          recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple)) {
         c->parked_once = true;
         c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
         c->ref();
@@ -479,7 +467,8 @@ void serve_share(ListenShare* sh) {
       auto* u = new (std::nothrow) CmUser{CmUser::Kind::listener_share, nullptr, sh, 0};
       verbs::CmListener* l = nullptr;
       uint16_t port = 0;
-      if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u, &l, &port) == Status::ok) {
+      if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u, &l, &port, sh->af_only) ==
+                   Status::ok) {
         g().listeners.push_back(OwnedListener{sh, l, u});
         sh->owner_state.store(1);
       } else {
@@ -492,14 +481,16 @@ void serve_share(ListenShare* sh) {
   // Publish our connections: the owner redirects requests to us, and a
   // sibling that gets an ATTACH for one of them refuses it at once.
   if (owner != me && g().private_l == nullptr) {
-    sockaddr_in a;
-    memcpy(&a, &sh->addr, sizeof a);
-    a.sin_port = 0;
+    // The share's address at an ephemeral port (a dual-stack `::` takes
+    // both families here too).
+    sockaddr_storage a = sh->addr;
+    set_port(&a, 0);
     if (g().cm->listen(reinterpret_cast<sockaddr*>(&a), &g().private_user, &g().private_l,
-                       &g().private_port) != Status::ok)
+                       &g().private_port, sh->af_only) != Status::ok)
       return;
-    a.sin_port = htons(g().private_port);
-    memcpy(&g().private_addr, &a, sizeof a);
+    set_port(&a, g().private_port);
+    g().private_addr = a;
+    g().private_af_only = sh->af_only;
   }
   for (Conn* c : g().conns) {
     if (c->share != sh || c->slot_written || c->closed.load()) continue;
@@ -508,7 +499,7 @@ void serve_share(ListenShare* sh) {
       if (sl.state.compare_exchange_strong(free_state, 1)) {
         sl.pid = me;
         sl.port = g().private_port;
-        recover::tuple_key(c->tuple, sl.tuple);
+        recover::tuple_id(c->tuple, sl.tuple);
         sl.state.store(2, std::memory_order_release);
         sh->slots_gen.fetch_add(1, std::memory_order_release);
         c->slot_written = true;
@@ -532,13 +523,17 @@ void on_cm_event(const verbs::CmEvent& ev) {
       return send_reject(ev.req, rej_version);
     // The requester must be the TCP client it names (docs/protocol.md §2):
     // anyone else is refused before anything is looked up.
-    uint8_t from[4] = {};
-    if (!requester_matches(g().cm->request_peer(ev.req), w.key, from)) {
-      char a[INET_ADDRSTRLEN] = "?";
-      inet_ntop(AF_INET, from, a, sizeof a);
+    const recover::IpAddr from = requester(ev.req);
+    recover::TcpTuple t;
+    if (recover::request_tuple(w, g().cm->request_peer(ev.req), g().cm->request_local(ev.req),
+                               &t) != Status::ok) {
+      char a[INET6_ADDRSTRLEN] = "?";
+      if (from.known()) inet_ntop(from.family == 6 ? AF_INET6 : AF_INET, from.b, a, sizeof a);
       XP_SLOG(XP_SLOG_INFO, "rdma_cm request from %s names another client address: refused", a);
       return send_reject(ev.req, rej_unknown);
     }
+    uint8_t key[recover::kTupleIdBytes];
+    recover::tuple_id(t, key);
     if (g().bind_failures.blocked(from, now_ms())) { // stream/bind_failures.h
       XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: too many failed bindings from its address");
       return send_reject(ev.req, rej_busy);
@@ -547,16 +542,16 @@ void on_cm_event(const verbs::CmEvent& ev) {
     memcpy(n.b, w.nonce, 16);
     const bool re = w.kind == kKindReattach;
     ListenShare* sh = u && u->kind == CmUser::Kind::listener_share ? u->share : nullptr;
-    if (answer_request(ev.req, sh, w.key, w.sid, n, re)) return;
+    if (answer_request(ev.req, sh, key, w.sid, n, re)) return;
     PendingReq p{};
     p.reattach = re;
     p.req = ev.req;
     p.share = sh;
-    memcpy(p.key, w.key, 12);
+    memcpy(p.key, key, sizeof key);
     p.sid = w.sid;
     p.nonce_c = n;
     p.deadline_ms = now_ms() + g().p.handshake_timeout_ms;
-    p.from = requester(ev.req);
+    p.from = from;
     if (!queue_request(p)) {
       XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: too many waiting");
       send_reject(ev.req, rej_busy);
@@ -566,20 +561,20 @@ void on_cm_event(const verbs::CmEvent& ev) {
   case K::established: {
     if (u->kind == CmUser::Kind::client) {
       attempt_done(u);
-      g().negative.forget_refused(u->conn->tuple.server_addr, u->conn->tuple.server_port);
+      g().negative.forget_refused(recover::server_addr(u->conn->tuple), u->conn->tuple.server_port);
     }
     if (u->kind == CmUser::Kind::server) server_accept_done(u);
     Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
     if (ch) ch->cm_port = u->port; // the binding names it (docs/protocol.md §2)
     // A server channel records its requester (the per-peer cap counts it).
-    if (ch && u->kind == CmUser::Kind::server) memcpy(ch->peer_addr, &u->from, 4);
+    if (ch && u->kind == CmUser::Kind::server) ch->peer_addr = u->from;
     if (u->reattach) {
       // A channel for a resumed stream: the stream binds over it with
       // REATTACH (client); the server waits for that.
       if (ch == nullptr) {
         g().cm->destroy(ev.link);
       } else if (u->kind == CmUser::Kind::client) {
-        memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
+        ch->peer_addr = recover::server_addr(u->conn->tuple);
         ch->peer_port = u->conn->tuple.server_port;
         ch->lane = u->conn->lane % g().p.channels_per_peer;
       }
@@ -592,7 +587,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else if (ch == nullptr) {
       g().cm->destroy(ev.link);
     } else if (u->kind == CmUser::Kind::client) {
-      memcpy(ch->peer_addr, u->conn->tuple.server_addr, 4);
+      ch->peer_addr = recover::server_addr(u->conn->tuple);
       ch->peer_port = u->conn->tuple.server_port;
       ch->lane = u->conn->lane % g().p.channels_per_peer;
       recover::Nonce n;
@@ -647,8 +642,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
                       u->kind == CmUser::Kind::client && !c->closed.load() &&
                       c->no_listener_tries < 1 && u->port == c->tuple.server_port;
     const bool refused_twice =
-        will_retry && g().negative.refused(c->tuple.server_addr, c->tuple.server_port, now_ms(),
-                                           g().p.negative_cache_ms);
+        will_retry && g().negative.refused(recover::server_addr(c->tuple), c->tuple.server_port,
+                                           now_ms(), g().p.negative_cache_ms);
     will_retry = will_retry && !refused_twice;
     if (u->kind == CmUser::Kind::client) attempt_done(u, !will_retry);
     {
@@ -673,7 +668,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
         c->retry_at_ms = now_ms() + kNoListenerRetryMs;
       } else if (r.code == 0) {
         // Nobody answers rdma_cm there: not an xpress peer (or no RDMA).
-        g().negative.remember(c->tuple.server_addr, c->tuple.server_port, now_ms(),
+        g().negative.remember(recover::server_addr(c->tuple), c->tuple.server_port, now_ms(),
                               g().p.negative_cache_ms);
         fail(c, Reason::peer_not_accelerated);
       } else {
@@ -791,14 +786,14 @@ void relisten(uint64_t now) {
   for (OwnedListener& o : g().listeners) {
     if (o.l) continue;
     uint16_t port = 0;
-    if (g().cm->listen(reinterpret_cast<sockaddr*>(&o.share->addr), o.user, &o.l, &port) ==
-        Status::ok)
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&o.share->addr), o.user, &o.l, &port,
+                       o.share->af_only) == Status::ok)
       XP_SLOG(XP_SLOG_INFO, "rdma_cm listener back on port %u", port);
   }
   if (g().private_lost) {
     uint16_t port = 0;
     if (g().cm->listen(reinterpret_cast<sockaddr*>(&g().private_addr), &g().private_user,
-                       &g().private_l, &port) == Status::ok)
+                       &g().private_l, &port, g().private_af_only) == Status::ok)
       g().private_lost = false;
   }
 }

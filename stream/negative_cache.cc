@@ -4,12 +4,12 @@
 
 namespace xp::stream {
 
-bool NegativeCache::cached(const uint8_t addr[4], uint16_t port, uint64_t now) const {
+bool NegativeCache::cached(const recover::IpAddr& addr, uint16_t port, uint64_t now) const {
   auto it = m_.find(key(addr, port));
   return it != m_.end() && now < it->second.until_ms;
 }
 
-uint64_t NegativeCache::hold_until(const uint8_t addr[4], uint16_t port, uint64_t now,
+uint64_t NegativeCache::hold_until(const recover::IpAddr& addr, uint16_t port, uint64_t now,
                                    uint64_t keep_ms) const {
   if (keep_ms == 0) return 0;
   auto it = m_.find(key(addr, port));
@@ -18,7 +18,7 @@ uint64_t NegativeCache::hold_until(const uint8_t addr[4], uint16_t port, uint64_
   return now < retry ? retry + kHoldSlackMs : 0;
 }
 
-NegativeCache::Entry& NegativeCache::slot(uint64_t k, uint64_t now, uint64_t keep_ms) {
+NegativeCache::Entry& NegativeCache::slot(const Key& k, uint64_t now, uint64_t keep_ms) {
   auto it = m_.find(k);
   if (it != m_.end()) return it->second;
   if (m_.size() >= cap_) {
@@ -32,7 +32,8 @@ NegativeCache::Entry& NegativeCache::slot(uint64_t k, uint64_t now, uint64_t kee
   return m_[k];
 }
 
-bool NegativeCache::refused(const uint8_t addr[4], uint16_t port, uint64_t now, uint64_t keep_ms) {
+bool NegativeCache::refused(const recover::IpAddr& addr, uint16_t port, uint64_t now,
+                            uint64_t keep_ms) {
   if (keep_ms == 0) return false;
   Entry& e = slot(key(addr, port), now, keep_ms);
   if (e.refused_ms != 0 && now >= e.refused_ms + kNoListenerRetryMs && now < e.refused_ms + keep_ms)
@@ -41,11 +42,12 @@ bool NegativeCache::refused(const uint8_t addr[4], uint16_t port, uint64_t now, 
   return false;
 }
 
-void NegativeCache::remember(const uint8_t addr[4], uint16_t port, uint64_t now, uint64_t keep_ms) {
+void NegativeCache::remember(const recover::IpAddr& addr, uint16_t port, uint64_t now,
+                             uint64_t keep_ms) {
   slot(key(addr, port), now, keep_ms).until_ms = now + keep_ms;
 }
 
-void NegativeCache::forget_refused(const uint8_t addr[4], uint16_t port) {
+void NegativeCache::forget_refused(const recover::IpAddr& addr, uint16_t port) {
   auto it = m_.find(key(addr, port));
   if (it != m_.end()) it->second.refused_ms = 0;
 }

@@ -22,7 +22,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
+#include <map>
+
+#include "recover/upgrade_wire.h"
 
 namespace xp::stream {
 
@@ -38,18 +40,19 @@ public:
   explicit NegativeCache(size_t cap = 1024) : cap_(cap) {}
 
   // No xpress at addr:port (known until the entry's time).
-  bool cached(const uint8_t addr[4], uint16_t port, uint64_t now) const;
+  bool cached(const recover::IpAddr& addr, uint16_t port, uint64_t now) const;
   // When a connection's first attempt to addr:port should go: 0 for now,
   // else the time of the pending retry plus kHoldSlackMs.
-  uint64_t hold_until(const uint8_t addr[4], uint16_t port, uint64_t now, uint64_t keep_ms) const;
+  uint64_t hold_until(const recover::IpAddr& addr, uint16_t port, uint64_t now,
+                      uint64_t keep_ms) const;
   // A connection's first attempt found nobody listening (now).  True when an
   // earlier first attempt found the same at least kNoListenerRetryMs before
   // and within keep_ms: conclusive.  Otherwise its time is kept.
-  bool refused(const uint8_t addr[4], uint16_t port, uint64_t now, uint64_t keep_ms);
+  bool refused(const recover::IpAddr& addr, uint16_t port, uint64_t now, uint64_t keep_ms);
   // Conclusive: no xpress there until now + keep_ms.
-  void remember(const uint8_t addr[4], uint16_t port, uint64_t now, uint64_t keep_ms);
+  void remember(const recover::IpAddr& addr, uint16_t port, uint64_t now, uint64_t keep_ms);
   // Somebody listens there after all (an attempt got through).
-  void forget_refused(const uint8_t addr[4], uint16_t port);
+  void forget_refused(const recover::IpAddr& addr, uint16_t port);
   size_t size() const { return m_.size(); }
 
 private:
@@ -57,13 +60,17 @@ private:
     uint64_t until_ms = 0;   // no xpress there until then (0: not known)
     uint64_t refused_ms = 0; // a first attempt found nobody listening then (0: none)
   };
-  static uint64_t key(const uint8_t addr[4], uint16_t port) {
-    return (uint64_t{addr[0]} << 40) | (uint64_t{addr[1]} << 32) | (uint64_t{addr[2]} << 24) |
-           (uint64_t{addr[3]} << 16) | port;
-  }
-  Entry& slot(uint64_t k, uint64_t now, uint64_t keep_ms);
+  struct Key {
+    recover::IpAddr addr;
+    uint16_t port;
+    bool operator<(const Key& o) const {
+      return addr < o.addr || (addr == o.addr && port < o.port);
+    }
+  };
+  static Key key(const recover::IpAddr& addr, uint16_t port) { return Key{addr, port}; }
+  Entry& slot(const Key& k, uint64_t now, uint64_t keep_ms);
   size_t cap_;
-  std::unordered_map<uint64_t, Entry> m_;
+  std::map<Key, Entry> m_;
 };
 
 } // namespace xp::stream

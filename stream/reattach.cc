@@ -271,7 +271,7 @@ void start(Conn* c) {
   if (!c->reup.use_cm) {
     for (Channel* ch : engine::g().channels) {
       if (!ch->client_side || ch->failed.load() || ch->dying_since_ms != 0 ||
-          memcmp(ch->peer_addr, c->tuple.server_addr, 4) != 0 ||
+          !(ch->peer_addr == recover::server_addr(c->tuple)) ||
           ch->peer_port != c->tuple.server_port)
         continue;
       bool ok = false;
@@ -290,7 +290,7 @@ void start(Conn* c) {
   // Another set-up to this peer under way: its channel serves us too.
   for (engine::CmUser* u : engine::g().inflight) {
     if (!u->conn->closed.load() && u->conn != c &&
-        memcmp(u->conn->tuple.server_addr, c->tuple.server_addr, 4) == 0 &&
+        recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple) &&
         u->conn->tuple.server_port == c->tuple.server_port) {
       c->reup.at_ms = now + kBehindMs;
       return;
@@ -332,8 +332,8 @@ void on_reattach(Channel* ch, const ControlRecord& rec) {
   recover::TcpTuple t;
   recover::NakCode code;
   if (recover::parse_reattach_tuple(rec.payload, h.len, &t, &code) != Status::ok) return nak(code);
-  uint8_t key[12];
-  recover::tuple_key(t, key);
+  uint8_t key[recover::kTupleIdBytes];
+  recover::tuple_id(t, key);
   Conn* c = engine::find_by_key(key);
   // A channel whose rdma_cm requester is not the stream's TCP client binds
   // nothing of it (docs/protocol.md §2).

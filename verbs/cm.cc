@@ -41,7 +41,8 @@ struct CmRequest {
   rdma_cm_id* id = nullptr;
   WireRing peer{};
   sockaddr_storage peer_addr{};
-  uint16_t local_port = 0; // the listener's port the request reached
+  sockaddr_storage local_addr{}; // the address the request reached
+  uint16_t local_port = 0;       // the listener's port the request reached
 };
 
 struct Cm::Impl {
@@ -85,7 +86,8 @@ int Cm::fd() const {
   return impl_->ec->fd;
 }
 
-Status Cm::listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* port) {
+Status Cm::listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* port,
+                  bool af_only) {
   auto* l = new (std::nothrow) CmListener();
   if (l == nullptr) return Status::no_resource;
   l->ctx.kind = CtxKind::listener;
@@ -94,7 +96,13 @@ Status Cm::listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* 
     delete l;
     return Status::io_error;
   }
-  if (rdmacm().bind_addr(l->ctx.id, const_cast<sockaddr*>(addr)) != 0 ||
+  // An IPv6 listener takes IPv4 requests too unless af_only (a socket
+  // with IPV6_V6ONLY: another socket may hold the port for IPv4).
+  int afonly = af_only ? 1 : 0;
+  if ((addr->sa_family == AF_INET6 &&
+       rdmacm().set_option(l->ctx.id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly,
+                           sizeof afonly) != 0) ||
+      rdmacm().bind_addr(l->ctx.id, const_cast<sockaddr*>(addr)) != 0 ||
       rdmacm().listen(l->ctx.id, 128) != 0) {
     Status st = errno == EADDRINUSE ? Status::unsupported : Status::io_error;
     rdmacm().destroy_id(l->ctx.id);
@@ -136,7 +144,9 @@ Status Cm::connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams&
   }
   XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: connect %p to port %u", static_cast<void*>(c->id),
           dst->sa_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(dst)->sin_port)
-                                    : 0u);
+          : dst->sa_family == AF_INET6
+              ? ntohs(reinterpret_cast<const sockaddr_in6*>(dst)->sin6_port)
+              : 0u);
   if (rdmacm().resolve_addr(c->id, const_cast<sockaddr*>(src), const_cast<sockaddr*>(dst),
                             p.timeout_ms) != 0) {
     XP_SLOG(XP_SLOG_DEBUG, "rdma_cm: resolve_addr failed: %s", strerror(errno));
@@ -200,6 +210,10 @@ void Cm::reject(CmRequest* req, const void* app, size_t app_len) {
 
 const sockaddr* Cm::request_peer(const CmRequest* req) const {
   return reinterpret_cast<const sockaddr*>(&req->peer_addr);
+}
+
+const sockaddr* Cm::request_local(const CmRequest* req) const {
+  return reinterpret_cast<const sockaddr*>(&req->local_addr);
 }
 
 uint16_t Cm::request_local_port(const CmRequest* req) const {
@@ -290,6 +304,10 @@ bool Cm::next(CmEvent* out) {
       if (pa)
         memcpy(&req->peer_addr, pa,
                pa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+      const sockaddr* la = rdma_get_local_addr(id);
+      if (la)
+        memcpy(&req->local_addr, la,
+               la->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
       out->kind = CmEvent::Kind::request;
       out->user = c->user;
       out->req = req;

@@ -57,7 +57,9 @@ public:
   int fd() const; // readable when next() may have an event
 
   // Listen on addr (port 0: an ephemeral port); *port receives the port.
-  Status listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* port);
+  // An IPv6 addr takes IPv4 requests too unless af_only.
+  Status listen(const sockaddr* addr, void* user, CmListener** out, uint16_t* port,
+                bool af_only = false);
   void close_listener(CmListener* l);
 
   // Start connecting from src (may be null) to dst with app bytes in the
@@ -69,6 +71,8 @@ public:
   void reject(CmRequest* req, const void* app, size_t app_len);
   // The peer's address of a request (for logs and checks).
   const sockaddr* request_peer(const CmRequest* req) const;
+  // The address the request reached (ours).
+  const sockaddr* request_local(const CmRequest* req) const;
   // The rdma_cm port (host order) of the listener the request reached.
   uint16_t request_local_port(const CmRequest* req) const;
 

@@ -54,7 +54,8 @@ namespace xp::verbs::detail {
   F(listen, "RDMACM_1.0")                                                                          \
   F(reject, "RDMACM_1.0")                                                                          \
   F(resolve_addr, "RDMACM_1.0")                                                                    \
-  F(resolve_route, "RDMACM_1.0")
+  F(resolve_route, "RDMACM_1.0")                                                                   \
+  F(set_option, "RDMACM_1.0")
 
 // libibverbs' functions: ibv().alloc_pd(...) is ibv_alloc_pd(...).
 struct Ibv {

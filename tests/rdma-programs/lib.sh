@@ -530,16 +530,20 @@ net_snap() {
       [ -r "${kv#*=}" ] && read -r v <"${kv#*=}"
       echo "${kv%%=*} $v"
     done
-    # "Sent N bytes M pkt" of the filter with pref 1 (tcp), then pref 2 (roce)
+    # "Sent N bytes M pkt" of the filters with pref 1 and 3 (tcp over IPv4
+    # and IPv6), then 2 and 4 (roce): summed per kind
     for d in veth0 veth1; do
       kind=""
+      declare -A sum=()
       while read -r line; do
         case $line in
-          *"pref 1 "*) kind=tcp ;;
-          *"pref 2 "*) kind=roce ;;
-          "Sent "*" bytes "*) [ -z "$kind" ] || { line=${line#Sent }; echo "tc.$d.${kind}_bytes ${line%% *}"; } ;;
+          *"pref 1 "* | *"pref 3 "*) kind=tcp ;;
+          *"pref 2 "* | *"pref 4 "*) kind=roce ;;
+          "Sent "*" bytes "*) [ -z "$kind" ] || { line=${line#Sent }; sum[$kind]=$((${sum[$kind]:-0} + ${line%% *})); kind=""; } ;;
         esac
       done < <(tc -s filter show dev "$d" egress 2>/dev/null)
+      for kind in "${!sum[@]}"; do echo "tc.$d.${kind}_bytes ${sum[$kind]}"; done
+      unset sum
     done
   } >"$1"
 }

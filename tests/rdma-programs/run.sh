@@ -32,7 +32,7 @@ export LC_ALL=C
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SELF=$HERE/run.sh
 REPO=$(cd "$HERE/../.." && pwd)
-ALL_CASES=(iperf3 sockperf redis nginx memcached node bulk zerocopy exit idle fallback recovery fork kfeat probe dualstack java grpc asyncio forger forkshare)
+ALL_CASES=(iperf3 sockperf redis nginx memcached node bulk zerocopy exit idle fallback recovery fork kfeat probe dualstack ipv6 java grpc asyncio forger forkshare)
 # per-case deadline (seconds) of the case worker; the steps inside have their own
 declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=150 [recovery]=540 [fork]=240 [forkshare]=180 [scale]=580 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240 [forger]=$((${FORGER_N:-2000} > 2000 ? 900 : 240)))
 
@@ -128,8 +128,8 @@ done
 [ ${#missing[@]} = 0 ] || hfail "setup: not installed: ${missing[*]} (make deps)"
 [ -f "$LIB" ] || hfail "setup: $LIB missing"
 
-# tc byte counters on the egress of both veth ends: TCP (pref 1) and RoCE v2,
-# UDP port 4791 (pref 2).  rxe counts packets only; these count bytes and
+# tc byte counters on the egress of both veth ends: TCP (pref 1, IPv6: 3)
+# and RoCE v2, UDP port 4791 (pref 2, IPv6: 4).  rxe counts packets only; these count bytes and
 # separate the two kinds of traffic on the same wire.
 setup_tc() {
   local d
@@ -137,7 +137,9 @@ setup_tc() {
   for d in veth0 veth1; do
     tc qdisc replace dev $d clsact &&
       tc filter add dev $d egress protocol ip pref 1 u32 match ip protocol 6 0xff action pass &&
-      tc filter add dev $d egress protocol ip pref 2 u32 match ip protocol 17 0xff match ip dport 4791 0xffff action pass ||
+      tc filter add dev $d egress protocol ip pref 2 u32 match ip protocol 17 0xff match ip dport 4791 0xffff action pass &&
+      tc filter add dev $d egress protocol ipv6 pref 3 u32 match ip6 protocol 6 0xff action pass &&
+      tc filter add dev $d egress protocol ipv6 pref 4 u32 match ip6 protocol 17 0xff match ip6 dport 4791 0xffff action pass ||
       return 1
   done
 }

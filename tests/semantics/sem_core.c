@@ -228,12 +228,36 @@ int tcp_listener(struct sockaddr_in* addr) {
   return l;
 }
 
+// $SEM_ADDR6 (an IPv6 address, e.g. one with an RDMA device): tcp_pair's
+// connections are native IPv6 there, AF_INET6 at both ends.
+static int tcp_listener6(struct sockaddr_in6* addr, const char* text) {
+  int l = socket(AF_INET6, SOCK_STREAM, 0);
+  REQUIRE(l >= 0);
+  struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = 0};
+  REQUIRE(inet_pton(AF_INET6, text, &a.sin6_addr) == 1);
+  REQUIRE(bind(l, (struct sockaddr*)&a, sizeof a) == 0);
+  REQUIRE(listen(l, 16) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(l, (struct sockaddr*)&a, &len) == 0);
+  *addr = a;
+  return l;
+}
+
 void tcp_pair(int* client, int* server) {
-  struct sockaddr_in a;
-  int l = tcp_listener(&a);
-  int c = socket(AF_INET, SOCK_STREAM, 0);
+  const char* a6 = getenv("SEM_ADDR6");
+  struct sockaddr_storage ss;
+  socklen_t alen;
+  int l;
+  if (a6 && *a6) {
+    l = tcp_listener6((struct sockaddr_in6*)&ss, a6);
+    alen = sizeof(struct sockaddr_in6);
+  } else {
+    l = tcp_listener((struct sockaddr_in*)&ss);
+    alen = sizeof(struct sockaddr_in);
+  }
+  int c = socket(ss.ss_family, SOCK_STREAM, 0);
   REQUIRE(c >= 0);
-  REQUIRE(connect(c, (struct sockaddr*)&a, sizeof a) == 0);
+  REQUIRE(connect(c, (struct sockaddr*)&ss, alen) == 0);
   int s = accept(l, NULL, NULL);
   REQUIRE(s >= 0);
   REQUIRE(close(l) == 0);

@@ -71,3 +71,14 @@ test-semantics-rdma: $(SEM_BIN) $(SEM_FORT) $(LIB) softroce-kernel
 	  bash $(abspath $(SEM_DIR)/run.sh) $(abspath $(SEM_OUT)) $(SEM_LIB) $(SEM_RDMA_CASES)
 
 TEST_TARGETS += test-semantics-rdma
+
+# The same with native IPv6 connections: the cases' connected pairs
+# (tcp_pair) are AF_INET6 between fd77::1 and fd77::2 (SEM_ADDR6), over the
+# IPv6 GIDs; the cases that build their own listener stay IPv4.
+.PHONY: test-semantics-rdma6
+test-semantics-rdma6: $(SEM_BIN) $(SEM_FORT) $(LIB) softroce-kernel
+	tools/softroce/vm run -q --timeout 500 -- env SEM_ADDR=10.77.0.1 SEM_ADDR6=fd77::1 SEM_TAG=rdma6 \
+	  bash $(abspath $(SEM_DIR)/run.sh) $(abspath $(SEM_OUT)) $(SEM_LIB) \
+	  $(or $(SEMANTICS),$$($(SEM_BIN) --list | grep -vxF $(foreach t,$(SEM_RDMA_SKIP),-e $(t))))
+
+TEST_TARGETS += test-semantics-rdma6

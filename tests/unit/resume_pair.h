@@ -67,6 +67,20 @@ inline recover::SessionParams rparams(recover::Role r, uint8_t seed) {
   return p;
 }
 
+// The same over native IPv6: client [fd00::1]:41000, server [fd00::2]:8080.
+inline recover::SessionParams rparams6(recover::Role r, uint8_t seed) {
+  recover::SessionParams p = rparams(r, seed);
+  sockaddr_in6 c{}, s{};
+  c.sin6_family = s.sin6_family = AF_INET6;
+  c.sin6_port = htons(41000);
+  s.sin6_port = htons(8080);
+  inet_pton(AF_INET6, "fd00::1", &c.sin6_addr);
+  inet_pton(AF_INET6, "fd00::2", &s.sin6_addr);
+  REQUIRE(recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&c),
+                                        reinterpret_cast<sockaddr*>(&s), &p.tuple) == Status::ok);
+  return p;
+}
+
 struct REnd {
   stream::Conn* c;
   stream::Channel* ch;

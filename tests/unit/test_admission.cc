@@ -101,7 +101,7 @@ TEST_CASE("admission: a burst of connects waits behind the attempts under way") 
     std::lock_guard<std::mutex> g(engine::g().mu);
     ch = engine::make_channel(&links.la, true);
     REQUIRE(ch != nullptr);
-    memcpy(ch->peer_addr, b.conns[0]->tuple.server_addr, 4);
+    ch->peer_addr = recover::server_addr(b.conns[0]->tuple);
     ch->peer_port = b.conns[0]->tuple.server_port;
   }
   engine::g().p.channels_per_peer = 1;

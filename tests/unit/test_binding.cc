@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fake_link.h"
+#include "recover/rendezvous_wire.h"
 #include "recover/upgrade_wire.h"
 #include "resume_pair.h"
 #include "stream/engine_internal.h"
@@ -31,13 +32,15 @@ struct Served {
   stream::Conn* c = nullptr;
   FakeLink la{64 * 1024, 1024}, lb{64 * 1024, 1024};
   stream::Channel* cb = nullptr;
-  explicit Served(const uint8_t requester[4]) {
+  explicit Served(const uint8_t requester[4]) : Served(recover::ipv4_addr(requester), false) {}
+  Served(const recover::IpAddr& requester, bool v6) {
     REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
-    c = new stream::Conn(fds[1], rparams(recover::Role::server, 6));
+    c = new stream::Conn(fds[1], v6 ? rparams6(recover::Role::server, 6)
+                                    : rparams(recover::Role::server, 6));
     FakeLink::connect(la, lb);
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     cb = stream::engine::make_channel(&lb, false);
-    memcpy(cb->peer_addr, requester, 4);
+    cb->peer_addr = requester;
     c->ref();
     stream::engine::g().conns.push_back(c);
     stream::engine::index_server(c); // found by its 4-tuple, as accept() does
@@ -93,27 +96,35 @@ bool has(const std::vector<flow::RecordHeader>& v, flow::RecordType t, uint64_t 
 
 TEST_CASE("binding: the rdma_cm requester must be the client address it names") {
   const recover::TcpTuple t = rparams(recover::Role::client, 1).tuple;
-  uint8_t key[12], from[4];
-  recover::tuple_key(t, key);
+  recover::CmRequestWire w{};
+  recover::tuple_key(t, w.key);
+  recover::TcpTuple got;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   memcpy(&a.sin_addr, kClient, 4);
-  CHECK(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&a), key, from));
-  CHECK(memcmp(from, kClient, 4) == 0);
+  auto named = [&](const void* peer) {
+    return recover::request_tuple(w, static_cast<const sockaddr*>(peer), nullptr, &got) ==
+           Status::ok;
+  };
+  CHECK(named(&a));
+  CHECK(got == t);
   memcpy(&a.sin_addr, kOther, 4);
-  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&a), key, from));
+  CHECK_FALSE(named(&a));
   // The server's own address (a forger naming the tuple from the server host).
   memcpy(&a.sin_addr, t.server_addr, 4);
-  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&a), key, from));
+  CHECK_FALSE(named(&a));
   sockaddr_in6 m{};
   m.sin6_family = AF_INET6;
   REQUIRE(inet_pton(AF_INET6, "::ffff:10.0.0.1", &m.sin6_addr) == 1);
-  CHECK(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&m), key, from));
+  CHECK(named(&m));
+  CHECK(got == t);
   REQUIRE(inet_pton(AF_INET6, "::ffff:10.0.0.9", &m.sin6_addr) == 1);
-  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&m), key, from));
+  CHECK_FALSE(named(&m));
+  // A native IPv6 requester cannot name an IPv4 tuple (nor anything
+  // without the address it reached).
   REQUIRE(inet_pton(AF_INET6, "fd00::1", &m.sin6_addr) == 1);
-  CHECK_FALSE(stream::engine::requester_matches(reinterpret_cast<sockaddr*>(&m), key, from));
-  CHECK_FALSE(stream::engine::requester_matches(nullptr, key, from));
+  CHECK_FALSE(named(&m));
+  CHECK_FALSE(named(nullptr));
 }
 
 TEST_CASE("binding: an ATTACH over a channel from another address binds nothing") {
@@ -145,5 +156,34 @@ TEST_CASE("binding: an ATTACH over a channel from another address binds nothing"
     CHECK(has(got, flow::RecordType::attach_ack));
     CHECK(s.c->ch == s.cb);
     CHECK(s.c->sess.state() == recover::State::bound);
+  }
+}
+
+TEST_CASE("binding: an IPv6 connection binds over a channel from its IPv6 client only") {
+  const recover::SessionParams pc = rparams6(recover::Role::client, 5);
+  REQUIRE(pc.tuple.family == 6);
+  uint8_t att[recover::kAttachBytes];
+  recover::encode_attach(pc.tuple, pc.nonce, att);
+  const recover::IpAddr client = recover::client_addr(pc.tuple);
+  SUBCASE("the client's own IPv6 address binds") {
+    Served s(client, true);
+    flow::RecordChannel client_end(&s.la);
+    auto got = s.exchange(client_end, flow::RecordType::attach, 1, 0, att, sizeof att);
+    CHECK(has(got, flow::RecordType::attach_ack));
+    CHECK(s.c->ch == s.cb);
+    CHECK(s.c->sess.state() == recover::State::bound);
+  }
+  SUBCASE("another IPv6 address, or an IPv4 one with the same first bytes, binds nothing") {
+    recover::IpAddr other = client;
+    other.b[15] ^= 1;
+    recover::IpAddr v4 = recover::ipv4_addr(client.b);
+    for (const recover::IpAddr& from : {other, v4}) {
+      Served s(from, true);
+      flow::RecordChannel client_end(&s.la);
+      auto got = s.exchange(client_end, flow::RecordType::attach, 1, 0, att, sizeof att);
+      CHECK(has(got, flow::RecordType::attach_nak,
+                static_cast<uint64_t>(recover::NakCode::unknown_stream)));
+      CHECK(s.c->ch == nullptr);
+    }
   }
 }

@@ -63,7 +63,7 @@ struct ServerChannel {
       : links(64 * 1024, sq_depth), host(h) {
     std::lock_guard<std::mutex> g(engine::g().mu);
     ch = engine::make_channel(&links.lb, false);
-    memcpy(ch->peer_addr, tuple(0, host).client_addr, 4);
+    ch->peer_addr = recover::client_addr(tuple(0, host));
   }
   Status attach(uint32_t id, uint16_t client_port) {
     uint8_t p[recover::kAttachBytes];
@@ -300,7 +300,9 @@ TEST_CASE("engine: pending rdma_cm requests are capped per address and in all") 
   p.deadline_ms = ~uint64_t{0};
   size_t queued = 0;
   for (uint32_t addr = 1; addr <= 40; ++addr) {
-    p.from = addr;
+    p.from = recover::IpAddr{};
+    p.from.family = 4;
+    memcpy(p.from.b, &addr, 4);
     for (uint32_t i = 0; i < 100; ++i) {
       p.key[0] = static_cast<uint8_t>(i);
       queued += engine::queue_request(p);

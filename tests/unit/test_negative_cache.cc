@@ -9,7 +9,8 @@ using namespace xp::stream;
 
 namespace {
 
-const uint8_t kAddr[4] = {10, 77, 0, 2};
+const uint8_t kAddr4[4] = {10, 77, 0, 2};
+const xp::recover::IpAddr kAddr = xp::recover::ipv4_addr(kAddr4);
 constexpr uint16_t kPort = 8080;
 constexpr uint64_t kKeep = 10000;
 
@@ -88,7 +89,8 @@ TEST_CASE("negative cache: hold only within the retry's time, and never once som
   CHECK_FALSE(nc.refused(kAddr, kPort, 1000, kKeep)); // first refusal
   CHECK(nc.hold_until(kAddr, kPort, 1010, kKeep) == 1000 + kNoListenerRetryMs + kHoldSlackMs);
   CHECK(nc.hold_until(kAddr, kPort, 1000 + kNoListenerRetryMs, kKeep) == 0);
-  const uint8_t other[4] = {10, 77, 0, 3};
+  const uint8_t other4[4] = {10, 77, 0, 3};
+  const auto other = xp::recover::ipv4_addr(other4);
   CHECK(nc.hold_until(other, kPort, 1010, kKeep) == 0);
   CHECK(nc.hold_until(kAddr, kPort + 1, 1010, kKeep) == 0);
   // The server opened its port in the meantime: an attempt got through.
@@ -121,16 +123,16 @@ TEST_CASE("negative cache: bounded; expired entries go first") {
   uint8_t a[4] = {10, 0, 0, 0};
   for (uint8_t i = 0; i < 8; ++i) {
     a[3] = i;
-    nc.remember(a, kPort, 1000, 100); // expire at 1100
+    nc.remember(xp::recover::ipv4_addr(a), kPort, 1000, 100); // expire at 1100
   }
   a[3] = 100;
-  nc.remember(a, kPort, 5000, kKeep);
+  nc.remember(xp::recover::ipv4_addr(a), kPort, 5000, kKeep);
   CHECK(nc.size() == 1);
   for (uint8_t i = 0; i < 20; ++i) {
     a[3] = i;
-    nc.remember(a, kPort, 6000, kKeep);
+    nc.remember(xp::recover::ipv4_addr(a), kPort, 6000, kKeep);
   }
   CHECK(nc.size() <= 8);
   a[3] = 19;
-  CHECK(nc.cached(a, kPort, 6001));
+  CHECK(nc.cached(xp::recover::ipv4_addr(a), kPort, 6001));
 }

@@ -148,9 +148,10 @@ size_t policy(uint8_t* out, uint8_t dir, const char* src, int plen_s, const char
   xfrm_userpolicy_info pi{};
   pi.dir = dir;
   pi.action = action;
-  pi.sel.family = AF_INET;
-  inet_pton(AF_INET, src, &pi.sel.saddr.a4);
-  inet_pton(AF_INET, dst, &pi.sel.daddr.a4);
+  const int fam = strchr(src, ':') ? AF_INET6 : AF_INET;
+  pi.sel.family = static_cast<uint16_t>(fam);
+  inet_pton(fam, src, &pi.sel.saddr);
+  inet_pton(fam, dst, &pi.sel.daddr);
   pi.sel.prefixlen_s = static_cast<uint8_t>(plen_s);
   pi.sel.prefixlen_d = static_cast<uint8_t>(plen_d);
   pi.sel.proto = proto;
@@ -182,11 +183,25 @@ size_t done(uint8_t* out) {
   return NLMSG_ALIGN(h.nlmsg_len);
 }
 
-int covers(const uint8_t* d, size_t n, int* err) {
-  uint32_t l, p;
-  inet_pton(AF_INET, "10.77.0.1", &l);
-  inet_pton(AF_INET, "10.77.0.2", &p);
-  return kfeat::xfrm_covers(d, n, l, htons(41000), p, htons(5201), err);
+sockaddr_storage end(const char* addr, uint16_t port) {
+  sockaddr_storage ss{};
+  if (strchr(addr, ':')) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    inet_pton(AF_INET6, addr, &a->sin6_addr);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    inet_pton(AF_INET, addr, &a->sin_addr);
+  }
+  return ss;
+}
+
+int covers(const uint8_t* d, size_t n, int* err, const char* l = "10.77.0.1",
+           const char* p = "10.77.0.2") {
+  return kfeat::xfrm_covers(d, n, end(l, 41000), end(p, 5201), err);
 }
 
 } // namespace
@@ -229,4 +244,26 @@ TEST_CASE("kernel features: which xfrm policies cover a connection") {
   memcpy(d + NLMSG_HDRLEN, &e, sizeof e);
   CHECK(covers(d, h.nlmsg_len, &err) == -1);
   CHECK(err == EPERM);
+}
+
+TEST_CASE("kernel features: xfrm policies of IPv6 and IPv4-mapped connections") {
+  alignas(8) uint8_t d[4096];
+  int err = 0;
+  size_t n = 0;
+  // A native IPv6 connection: its IPv6 policy covers it (exact, and a /64).
+  n = policy(d, XFRM_POLICY_OUT, "fd77::1", 128, "fd77::2", 128, IPPROTO_TCP, 0, true);
+  n += done(d + n);
+  CHECK(covers(d, n, &err, "fd77::1", "fd77::2") == 1);
+  n = policy(d, XFRM_POLICY_IN, "fd77::2:0:0:0", 64, "fd77::", 64, 0, 0, true);
+  n += done(d + n);
+  CHECK(covers(d, n, &err, "fd77::1", "fd77::2") == 1);
+  // Another prefix, and an IPv4 policy, do not.
+  n = policy(d, XFRM_POLICY_OUT, "fd77::1", 128, "fd78::", 16, 0, 0, true);
+  n += policy(d + n, XFRM_POLICY_OUT, "0.0.0.0", 0, "0.0.0.0", 0, 0, 0, true);
+  n += done(d + n);
+  CHECK(covers(d, n, &err, "fd77::1", "fd77::2") == 0);
+  // An IPv4-mapped connection sends IPv4 packets: IPv4 policies cover it.
+  n = policy(d, XFRM_POLICY_OUT, "10.77.0.1", 32, "10.77.0.2", 32, 0, 0, true);
+  n += done(d + n);
+  CHECK(covers(d, n, &err, "::ffff:10.77.0.1", "::ffff:10.77.0.2") == 1);
 }

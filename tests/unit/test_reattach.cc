@@ -57,9 +57,9 @@ struct Back {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     ca = stream::engine::make_channel(&la2, true);
     cb = stream::engine::make_channel(&lb2, false);
-    memcpy(ca->peer_addr, p.a.c->tuple.server_addr, 4);
+    ca->peer_addr = recover::ipv4_addr(p.a.c->tuple.server_addr);
     ca->peer_port = p.a.c->tuple.server_port;
-    memcpy(cb->peer_addr, p.a.c->tuple.client_addr, 4); // the rdma_cm requester
+    cb->peer_addr = recover::ipv4_addr(p.a.c->tuple.client_addr); // the rdma_cm requester
   }
   ~Back() {
     stream::reattach::set_hook(nullptr);
@@ -336,7 +336,7 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
   {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     q.cb = stream::engine::make_channel(&q.lb2, false);
-    memcpy(q.cb->peer_addr, p.a.c->tuple.client_addr, 4); // the rdma_cm requester
+    q.cb->peer_addr = recover::ipv4_addr(p.a.c->tuple.client_addr); // the rdma_cm requester
   }
   flow::RecordChannel client(&q.la2); // a raw client end: we write what we like
   uint8_t key[recover::kNonceBytes];
@@ -396,7 +396,7 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
   }
   SUBCASE("a good one over a channel from another address") {
     const uint8_t other[4] = {10, 0, 0, 9};
-    memcpy(q.cb->peer_addr, other, 4);
+    q.cb->peer_addr = recover::ipv4_addr(other);
     CHECK(nak_for(good, sizeof good, 3, 1) == 1); // unknown_stream
     CHECK(p.b.c->reup.counter == 0);
   }

@@ -49,6 +49,7 @@ export XP_KROOT
 # between two local addresses would take lo; policy routing sends locally
 # generated packets for one address out of the *other* end's veth instead.
 A0=10.77.0.1 A1=10.77.0.2
+B0=fd77::1 B1=fd77::2
 (
   set -e
   # Packets from 10.77.0.1 arrive at veth1 with a local source address:
@@ -79,6 +80,25 @@ neigh flush all
 EOF
   sysctl -qw net.ipv4.conf.veth0.accept_local=1 net.ipv4.conf.veth1.accept_local=1 \
     net.ipv4.conf.veth0.rp_filter=0 net.ipv4.conf.veth1.rp_filter=0
+  # The same for an IPv6 pair (rxe gives each address its own GID): no
+  # duplicate address detection (the addresses are usable at once); IPv6
+  # has no accept_local or rp_filter to relax.  rdma_cm checks a request
+  # with a route lookup toward the requester through the device it came in
+  # on (no input interface): the pref 5 rules answer it with that device,
+  # as two hosts would, where the local table would name the other end's.
+  ip -6 -batch - <<EOF
+addr add $B0/64 dev veth0 nodad
+addr add $B1/64 dev veth1 nodad
+rule add pref 5 to $B0 oif veth1 lookup 100
+rule add pref 5 to $B1 oif veth0 lookup 100
+route add table 100 $B1 dev veth0 src $B0
+route add table 100 $B0 dev veth1 src $B1
+rule add pref 10 iif lo to $B0 lookup 100
+rule add pref 10 iif lo to $B1 lookup 100
+rule add pref 100 lookup local
+rule del pref 0 lookup local
+neigh flush all
+EOF
 )
 [ $? = 0 ] || setup_fail "veth / policy routing setup"
 
@@ -99,7 +119,7 @@ fi
 
 # ---- environment for the command --------------------------------------------
 export XP_REPO XP_SOFTROCE XP_RUN
-export XP_ADDR0=$A0 XP_ADDR1=$A1 XP_NETDEV0=veth0 XP_NETDEV1=veth1 XP_RXE0=rxe0 XP_RXE1=rxe1
+export XP_ADDR0=$A0 XP_ADDR1=$A1 XP_ADDR6_0=$B0 XP_ADDR6_1=$B1 XP_NETDEV0=veth0 XP_NETDEV1=veth1 XP_RXE0=rxe0 XP_RXE1=rxe1
 # RoCE v2 GID index of the IPv4 address on each rxe port (0 is the IPv6 link-local).
 export XP_GID_INDEX=1
 export XPRESS_SOFTROCE_VM=1
