@@ -87,6 +87,13 @@ xp_link_up() {
 route replace table 100 ${XP_ADDR1:-10.77.0.2} dev veth0 src ${XP_ADDR0:-10.77.0.1}
 route replace table 100 ${XP_ADDR0:-10.77.0.1} dev veth1 src ${XP_ADDR1:-10.77.0.2}
 EOF2
+  # The IPv6 pair's too (and its addresses, which a link going down may take).
+  ip -6 -batch - <<EOF2 2>/dev/null
+addr replace ${XP_ADDR6_0:-fd77::1}/64 dev veth0 nodad
+addr replace ${XP_ADDR6_1:-fd77::2}/64 dev veth1 nodad
+route replace table 100 ${XP_ADDR6_1:-fd77::2} dev veth0 src ${XP_ADDR6_0:-fd77::1}
+route replace table 100 ${XP_ADDR6_0:-fd77::1} dev veth1 src ${XP_ADDR6_1:-fd77::2}
+EOF2
   # Both ends' carriers come back together; wait for the rxe ports on them.
   for r in /sys/class/infiniband/*; do
     [ -e "$r" ] || continue
