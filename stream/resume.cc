@@ -339,8 +339,9 @@ bool fill_rx(Conn* c, Resume* r) {
     }
     if (room > sizeof tmp) room = sizeof tmp;
     // A stream that tried to go back onto RDMA may find a SWITCHBACK among
-    // the frames: read up to frame boundaries then, never past one.
-    if (!to_pre && r->rx_framed && !r->rx_raw && !r->moved && c->reup.counter != 0)
+    // the frames, one that a fork turns a RAW: read up to frame boundaries
+    // then, never past one.
+    if (!to_pre && r->rx_framed && !r->rx_raw && !r->moved && (c->reup.counter != 0 || r->turning))
       limit = !r->in_frame                           ? recover::kFrameHeaderBytes - r->hdr_have
               : r->frame.type == recover::kFrameData ? r->frame.len
                                                      : recover::kResumePayloadBytes - r->rpay_have;

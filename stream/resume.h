@@ -102,6 +102,10 @@ struct Resume {
   bool moved = false;
   bool rx_cont = false; // the peer's direction had switched: pre, buf, then its frame
   bool rx_raw = false;  // the peer's moved RESUME was read: raw bytes follow
+  // A fork turns the stream (resume_fork.cc): reads stop at frame
+  // boundaries, never past the peer's RAW (what follows it is the kernel's,
+  // for whichever process reads it).
+  bool turning = false;
   uint64_t rx_skip = 0; // ... of which this many we hold already
   // At fork a framed stream turns into a moved one (stream/resume_fork.h):
   // the peer's RAW was read and ours waits for room in `out`.

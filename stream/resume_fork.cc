@@ -104,6 +104,7 @@ void raw_for_fork() {
     c->mu.lock();
     Resume* r = c->rs;
     if (r == nullptr) continue;
+    r->turning = true;
     flush_out(c, r);
     if (!r->moved) fill_rx(c, r); // the peer's RESUME (or RAW: we answer) may be in the kernel
     flush_out(c, r);
@@ -132,13 +133,17 @@ void raw_for_fork() {
     if (all || engine::now_ms() >= end) break;
     usleep(200);
   }
-  // 3. Bytes still owed to the kernel would be sent by both processes:
-  // the child's copy of such a stream is reset (engine::on_fork_child).
+  // 3. A stream still framed would be written and read by both processes,
+  // each numbering frames from its own copy of the state (the peer drops
+  // the later writer's bytes as duplicates), and one moved with bytes still
+  // owed to the kernel would send them twice: the child's copy of either is
+  // reset (engine::on_fork_child), so that a child using it fails loudly.
   for (Conn* c : cs) {
     Resume* r = c->rs;
+    if (r != nullptr) r->turning = false;
     if (r != nullptr && !r->moved) {
       flush_out(c, r);
-      c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
+      c->fork_unsafe = true;
     } else if (r != nullptr && r->moved && r->out.size() > 0) {
       flush_out(c, r);
       c->fork_unsafe = r->out.size() > 0;

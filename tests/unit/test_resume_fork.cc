@@ -158,6 +158,10 @@ TEST_CASE("fork: a peer that does not answer the RAW: bounded wait, the stream g
   CHECK(took < 2000);
   CHECK_FALSE(p.a.c->rs->moved); // still reading frames: b's RAW comes later
   CHECK(p.a.c->rs->tx == stream::Resume::Tx::raw);
+  // Still framed at the fork: a child's copy would number frames from the
+  // same state as the parent's, and read the frames meant for it; it is
+  // reset in the child (engine::on_fork_child) rather than shared.
+  CHECK(p.a.c->fork_unsafe);
   rdrive(p, 600000, 96, -1, [] {}); // b answers once it reads a's RAW
   check_delivered(p, 600000);
   CHECK(p.a.c->rs->moved);
