@@ -13,6 +13,12 @@ EXIT_BYTES=$((8 * 1024 * 1024))
 
 run_case() {
   local port=19600 bin=$REPO/build/tests/rdma-programs/exit-unclosed how cork name srv s r want
+  # Each variant is a new process pair: as in dualstack, its one connection
+  # waits for the server's rdma_cm port (opened at its first accept) and a
+  # retry, and under TCG that has taken up to 0.5 s, so up to 61% of the
+  # 8 MiB crossed before the switch (issue 28, connection start).  What
+  # this case checks is the end of the stream at exit over RDMA.
+  local SWITCH_MAX_PCT=80
   [ -x "$bin" ] || { fail "exit: $bin missing (make $bin)"; return 1; }
   for cork in 0 64; do
     for how in close exit _exit _Exit; do
