@@ -199,6 +199,7 @@ struct Sleepers {
 class ChanWait {
 public:
   ChanWait(EpollState* e, int epfd) : e_(e), epfd_(epfd) {
+    if (!stream::ChannelSleep::enabled()) return;
     std::lock_guard<std::mutex> l(e->mu);
     if (e->regs.user_count() == 0 || e->regs.size() > WakeList::kKeyedRegs) return;
     for (size_t i = 0; i < e->regs.size() && chans_.size() < stream::ChannelSleep::kMax; ++i)

@@ -326,7 +326,8 @@ public:
     ok_ = true;
     // The channels of the polled connections, whose completion fds this
     // thread waits on itself (stream/channel_sleep.h), room permitting.
-    if (nu_ != 0 && fits_plus(n_, 1 + stream::ChannelSleep::kMax)) {
+    if (nu_ != 0 && stream::ChannelSleep::enabled() &&
+        fits_plus(n_, 1 + stream::ChannelSleep::kMax)) {
       for (size_t i = 0; i < nu_ && chans_.size() < stream::ChannelSleep::kMax; ++i) {
         SocketRef rec = track::lookup(users_[i].fd);
         chans_.add(rec ? rec->ready.load(std::memory_order_acquire) : nullptr);

@@ -1,12 +1,15 @@
 #include "stream/channel_sleep.h"
 
 #include "stream/engine_internal.h"
-#include "stream/wake.h"
 
 namespace xp::stream {
 
+bool ChannelSleep::enabled() {
+  return engine::params().sleep_on_channel;
+}
+
 void ChannelSleep::add(const ReadySource* src) {
-  if (!engine::params().sleep_on_channel) return; // XPRESS_SLEEP_ON_CHANNEL
+  if (!enabled()) return;
   Channel* ch = src ? src->sleep_channel() : nullptr;
   if (ch == nullptr || n_ == kMax) return;
   for (int i = 0; i < n_; ++i)

@@ -27,7 +27,10 @@ public:
   ChannelSleep(const ChannelSleep&) = delete;
   ChannelSleep& operator=(const ChannelSleep&) = delete;
 
-  // The channel src's readiness depends on joins (once; held until clear()).
+  // XPRESS_SLEEP_ON_CHANNEL: whether sleepers collect channels at all.
+  static bool enabled();
+  // The channel src's readiness depends on joins (once; held until clear());
+  // nothing unless enabled() (callers check first to skip their scan).
   void add(const ReadySource* src);
   int size() const { return n_; }
   int fd(int i) const { return fds_[i]; }

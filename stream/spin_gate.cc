@@ -1,6 +1,7 @@
 #include "stream/spin_gate.h"
 
 #include <atomic>
+#include <cstdio>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -36,20 +37,8 @@ std::atomic<bool> g_forced{false}; // tests: on whatever the setting says
 // leaves the process's own table.
 Table* open_shared() {
   char path[64];
-  const char* dir = "/dev/shm/xpress-spin.";
-  int n = 0;
-  for (const char* p = dir; *p;)
-    path[n++] = *p++;
-  unsigned uid = static_cast<unsigned>(syscall(SYS_getuid));
-  char digits[12];
-  int d = 0;
-  do {
-    digits[d++] = static_cast<char>('0' + uid % 10);
-    uid /= 10;
-  } while (uid);
-  while (d)
-    path[n++] = digits[--d];
-  path[n] = 0;
+  snprintf(path, sizeof path, "/dev/shm/xpress-spin.%u",
+           static_cast<unsigned>(syscall(SYS_getuid)));
   long fd = syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return &g_private;
   struct stat st;

@@ -26,7 +26,6 @@ public:
   // previous round (or the ticket went stale): stop spinning.
   bool keep(uint64_t now_ns);
   void release();
-  bool held() const { return slot_ >= 0; }
 
 private:
   bool off_ = false; // XPRESS_SPIN_SHARE=0: every spin may run

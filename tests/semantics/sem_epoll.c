@@ -180,6 +180,15 @@ static int thread_sleeping(pid_t tid) {
   return p && p[1] == ' ' && p[2] == 'S';
 }
 
+// Until thread tid sleeps (3 s at most).
+static void wait_sleeping(volatile pid_t* tid) {
+  long end = now_ms() + 3000;
+  while (!(*tid && thread_sleeping(*tid))) {
+    REQUIRE(now_ms() < end);
+    msleep(1);
+  }
+}
+
 // Starts two waiters, waits until both block, sends one byte a->b, waits for the
 // first waiter to finish (and a little longer, for a wrong second delivery),
 // then wakes the others through the stop pipe.  Prints per-token counts.
@@ -267,11 +276,7 @@ static void epoll_member_added_while_waiting(void) {
   struct waiter w = {.ep = ep, .drain_fd = b1};
   waiters_done = 0;
   REQUIRE(pthread_create(&w.thread, NULL, waiter_main, &w) == 0);
-  long end = now_ms() + 3000;
-  while (!(w.tid && thread_sleeping(w.tid))) {
-    REQUIRE(now_ms() < end);
-    msleep(1);
-  }
+  wait_sleeping(&w.tid);
   msleep(50);
   RC(0, ep_add(ep, b2, EPOLLIN, 2));
   msleep(100); // asleep again, if the ADD woke it
@@ -493,14 +498,6 @@ static void warm(int a, int b) {
     REQUIRE(recv_all(b, buf, sizeof buf) == sizeof buf);
     send_all(b, buf, sizeof buf);
     REQUIRE(recv_all(a, buf, sizeof buf) == sizeof buf);
-  }
-}
-
-static void wait_sleeping(volatile pid_t* tid) {
-  long end = now_ms() + 3000;
-  while (!(*tid && thread_sleeping(*tid))) {
-    REQUIRE(now_ms() < end);
-    msleep(1);
   }
 }
 
