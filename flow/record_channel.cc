@@ -134,11 +134,16 @@ Status RecordChannel::post_staged(RecordType type, uint32_t stream, uint64_t seq
     const BareTrack& t = tx_bare_[bare_slot(stream)];
     bool bare = type == RecordType::data && len > 0 && len < (1u << kBareLenBits) &&
                 t.stream == stream && t.next == seq;
+    // Credits and acknowledgements only open room to send: a sleeper that
+    // waits for none (docs/protocol.md §4, "Completion events") is not woken.
+    bool solicited = type != RecordType::credit && type != RecordType::ack;
     if (bare)
       st = link_->post_write_imm(off + sizeof(RecordHeader), len,
-                                 bare_imm(stream, static_cast<uint32_t>(len)), signaled, posted_);
+                                 bare_imm(stream, static_cast<uint32_t>(len)), signaled, true,
+                                 posted_);
     else
-      st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, posted_);
+      st = link_->post_write_imm(off, bytes, static_cast<uint32_t>(bytes), signaled, solicited,
+                                 posted_);
   }
   if (st != Status::ok) {
     failed_ = true;

@@ -92,6 +92,7 @@ Reg* Regs::insert(const Reg& r) {
   }
   Reg& in = regs_.back();
   if (in.src) ++n_user_;
+  if (user_out(in)) ++n_user_out_;
   return &in;
 }
 
@@ -104,6 +105,7 @@ void Regs::erase(Reg* r) {
     s = (s + 1) & mask;
   index_del(s);
   if (r->src) --n_user_;
+  if (user_out(*r)) --n_user_out_;
   if (pos != last) {
     // The last entry moves into the hole: repoint its index slot.
     const Reg& m = regs_[last];
@@ -120,11 +122,12 @@ void Regs::erase(Reg* r) {
 void Regs::clear() {
   regs_.clear();
   index_.clear();
-  n_user_ = 0;
+  n_user_ = n_user_out_ = 0;
   cursor_ = 0;
 }
 
 void Regs::set_src(Reg* r, stream::ReadySource* src) {
+  if (user_out(*r)) --n_user_out_;
   if ((r->src != nullptr) != (src != nullptr)) {
     if (src)
       ++n_user_;
@@ -138,10 +141,13 @@ void Regs::set_src(Reg* r, stream::ReadySource* src) {
     r->excl_owned = true;
   }
   r->src = src;
+  if (user_out(*r)) ++n_user_out_;
 }
 
 void Regs::rearm(Reg* r, uint32_t events, uint64_t data) {
+  if (user_out(*r)) --n_user_out_;
   r->events = events;
+  if (user_out(*r)) ++n_user_out_;
   r->data = data;
   r->armed = true;
   r->edge_pending = true;

@@ -106,6 +106,9 @@ public:
   void clear();
   size_t size() const { return regs_.size(); }
   uint32_t user_count() const { return n_user_; }
+  // User-mode registrations that ask for EPOLLOUT: a sleeper on the set may
+  // wait for room to send (stream::engine::room_wait_enter).
+  uint32_t user_out_count() const { return n_user_out_; }
   Reg& at(size_t i) { return regs_[i]; }
 
   // Enter user mode (src non-null, the kernel holds the stand-in) or leave it.
@@ -135,7 +138,8 @@ private:
   ExclusiveClaims* claims_;
   std::vector<Reg> regs_;
   std::vector<uint32_t> index_; // open addressing, linear probing: position + 1, 0 = empty
-  uint32_t n_user_ = 0;
+  static bool user_out(const Reg& r) { return r.src != nullptr && (r.events & EPOLLOUT); }
+  uint32_t n_user_ = 0, n_user_out_ = 0;
   size_t cursor_ = 0;
 };
 

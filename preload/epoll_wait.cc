@@ -121,9 +121,11 @@ struct WakeList {
   int n = 0;
   bool complete = true; // every set that needs one has one, and it fitted
   bool by_key = true;   // false: all for anything (a poll() over epoll sets)
+  bool room = false;    // a user-mode member asks for EPOLLOUT
   void collect(EpollState* e, int depth) {
     if (e->n_user.load(std::memory_order_acquire) != 0) {
       std::lock_guard<std::mutex> l(e->mu);
+      room = room || e->regs.user_out_count() != 0;
       if (e->wake_in_kernel && n < kCap) {
         sets[n] = e;
         nkeys[n] = by_key ? member_keys(e, keys[n]) : 0;
@@ -168,8 +170,11 @@ struct Sleepers {
   WakeList w;
   int added = 0;
   bool ok = true; // false: some wake-up may not reach us (sleep in slices)
+  stream::RoomWait room;
   explicit Sleepers(EpollState* e) {
     w.collect(e, 0);
+    // Before the channels are armed and the final look (stream/channel_sleep.h).
+    if (w.room) room.enter();
     ok = w.complete;
     for (; added < w.n; ++added) {
       if (!w.add(added)) {
@@ -184,6 +189,7 @@ struct Sleepers {
     for (int i = 0; i < w.n; ++i)
       w.unkey(i);
     added = w.n = 0;
+    room.leave();
   }
   ~Sleepers() { remove(); }
   Sleepers(const Sleepers&) = delete;

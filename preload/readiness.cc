@@ -324,6 +324,13 @@ public:
   // user-mode fds, the wake eventfds of the epoll sets.
   bool register_sleep() {
     ok_ = true;
+    // Before any arm and the final look: one that waits for room to send
+    // keeps every channel's events on (stream/channel_sleep.h, RoomWait).
+    // A polled epoll set is taken to, whatever its members ask.
+    bool room = neps_ != 0;
+    for (size_t i = 0; i < nu_ && !room; ++i)
+      room = (fds_[users_[i].idx].events & (POLLOUT | POLLWRNORM | POLLWRBAND)) != 0;
+    if (room) room_.enter();
     // The channels of the polled connections, whose completion fds this
     // thread waits on itself (stream/channel_sleep.h), room permitting.
     if (nu_ != 0 && stream::ChannelSleep::enabled() &&
@@ -372,6 +379,7 @@ public:
   void unregister_sleep() {
     remove_wakes();
     chans_.clear();
+    room_.leave();
   }
   void remove_wakes() {
     for (int i = 0; i < nwakes_; ++i)
@@ -519,6 +527,7 @@ private:
   Watched watched_[kWatch];
   int nwatch_ = 0;
   stream::ChannelSleep chans_;
+  stream::RoomWait room_;
 };
 
 // poll/ppoll with user-mode fds or epoll sets with user-mode members.

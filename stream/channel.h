@@ -61,6 +61,9 @@ struct Channel {
   // queue is armed, how many threads busy-poll the channel right now, and
   // when the last one stopped.
   std::atomic<bool> armed{true};
+  // The arm in place may be for solicited completions only (a sleeper's,
+  // stream/channel_sleep.h): whoever needs every completion widens it.
+  std::atomic<bool> armed_solicited{false};
   std::atomic<int> spinners{0};
   std::atomic<uint64_t> last_spin_ns{0};
   // When a send() last left the channel (it polls an unarmed channel

@@ -34,6 +34,7 @@
 // (kIdleLeftTickMs while all of them have waited kLeftIdleNs already).
 #include <atomic>
 #include <ctime>
+#include <mutex>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -123,8 +124,17 @@ void owe_poll(Channel* ch) {
 namespace {
 
 void disarm(Channel* ch) {
+  ch->armed_solicited.store(false, std::memory_order_seq_cst);
   ch->armed.store(false, std::memory_order_seq_cst);
 }
+
+// Threads asleep that may wait for room to send, and how many arms for
+// solicited completions only were made (room_wait_enter widens them when
+// this moved since it last looked).
+std::atomic<int> g_room_waiters{0};
+std::atomic<uint64_t> g_solicited_arms{0};
+uint64_t g_widened_at = 0; // guarded by g_widen_mu
+std::mutex g_widen_mu;
 // Only a channel left unarmed makes the engine tick (wait_ms): one re-armed
 // at once (nobody spins on it) costs the engine nothing.
 // Left sleepers rely on the engine's look once a channel is unarmed: one in
@@ -154,9 +164,56 @@ bool sent_lately(Channel* ch, uint64_t now) {
 }
 
 bool rearm(Channel* ch) {
-  if (ch->armed.exchange(true, std::memory_order_seq_cst)) return false;
-  ch->link->arm();
+  if (ch->armed.exchange(true, std::memory_order_seq_cst)) return widen_arm(ch);
+  ch->armed_solicited.store(false, std::memory_order_seq_cst);
+  ch->link->arm(false);
   return true;
+}
+
+bool widen_arm(Channel* ch) {
+  if (!ch->armed_solicited.load(std::memory_order_seq_cst) ||
+      !ch->armed_solicited.exchange(false, std::memory_order_seq_cst))
+    return false;
+  ch->link->arm(false);
+  return true;
+}
+
+bool arm_for_news(Channel* ch) {
+  if (!params().solicited_events) return rearm(ch);
+  if (ch->armed.load(std::memory_order_seq_cst)) return false;
+  // Published before the room waiters and the held record are looked at
+  // (pairs with room_wait_enter and note_held, all seq_cst): either this
+  // sees them, or they see the flag and widen the arm.
+  ch->armed_solicited.store(true, std::memory_order_seq_cst);
+  g_solicited_arms.fetch_add(1, std::memory_order_seq_cst);
+  if (ch->armed.exchange(true, std::memory_order_seq_cst)) return false; // armed meanwhile
+  if (g_room_waiters.load(std::memory_order_seq_cst) != 0 ||
+      ch->held.load(std::memory_order_seq_cst)) {
+    ch->armed_solicited.store(false, std::memory_order_seq_cst);
+    ch->link->arm(false);
+    return true;
+  }
+  ch->link->arm(true);
+  // Whoever widened (or disarmed) it since the flag was set may have armed
+  // for every completion before this arm: once more for every completion.
+  if (!ch->armed_solicited.load(std::memory_order_seq_cst)) ch->link->arm(false);
+  return true;
+}
+
+void room_wait_enter() {
+  g_room_waiters.fetch_add(1, std::memory_order_seq_cst);
+  uint64_t arms = g_solicited_arms.load(std::memory_order_seq_cst);
+  // Under the lock while it widens: a waiter that finds nothing new to
+  // widen must not go to sleep before the one that looks does.
+  std::lock_guard<std::mutex> l(g_widen_mu);
+  if (arms == g_widened_at) return;
+  g_widened_at = arms;
+  for (Channel* ch : channels_snapshot())
+    if (!ch->failed.load() && widen_arm(ch)) progress(ch); // what came meanwhile raised no event
+}
+
+void room_wait_leave() {
+  g_room_waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 bool may_stay_unarmed(Channel* ch, uint64_t now) {
@@ -185,7 +242,7 @@ void take_event(Channel* ch, bool leave_to_spinner) {
     // later (the engine re-arms after the idle time), or this load sees the
     // spinner gone.  A channel spun on lately stays unarmed: its thread is
     // likely back within microseconds (a request/response loop).
-    if (!may_stay_unarmed(ch, mono_ns())) rearm(ch);
+    if (!may_stay_unarmed(ch, mono_ns())) arm_for_news(ch);
   }
   // The engine thread leaves the polling to a thread that spins on ch now
   // (it polls again within microseconds, and before it sleeps it arms and
@@ -238,7 +295,7 @@ uint64_t spin_leave(Channel* ch) {
   // what arrived meanwhile (it raised no event).
   if (ch->spinners.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
       !ch->armed.load(std::memory_order_seq_cst) && wake::any_sleepers() && !ch->failed.load() &&
-      rearm(ch))
+      arm_for_news(ch))
     progress(ch);
   return now;
 }
@@ -290,7 +347,7 @@ void arm_before_sleep() {
   if (!g().started) return;
   for (Channel* ch : channels_snapshot()) {
     if (ch->failed.load()) continue;
-    if (rearm(ch)) progress(ch); // what arrived while unarmed raised no event
+    if (arm_for_news(ch)) progress(ch); // what arrived while unarmed raised no event
   }
 }
 
@@ -370,7 +427,7 @@ void arm_idle_channels() {
       left = true;
       continue;
     }
-    if (rearm(ch)) progress(ch);
+    if (arm_for_news(ch)) progress(ch);
   }
   g_unarmed_in_use.store(left, std::memory_order_release);
   if (left) g_maybe_unarmed.store(true, std::memory_order_seq_cst);
@@ -382,7 +439,7 @@ bool unarmed_in_use() {
 
 void note_held(Channel* ch) {
   if (ch->held.load(std::memory_order_relaxed)) return; // noted already
-  ch->held.store(true, std::memory_order_relaxed);
+  ch->held.store(true, std::memory_order_seq_cst);      // pairs with arm_for_news
   if (!g_maybe_held.exchange(true, std::memory_order_seq_cst)) kick_if_waiting_longer(kHeldTickMs);
 }
 

@@ -34,7 +34,7 @@ bool ChannelSleep::begin() {
   }
   bool polled = false;
   for (int i = 0; i < n_; ++i) {
-    if (!engine::rearm(chs_[i])) continue;
+    if (!engine::arm_for_news(chs_[i])) continue;
     engine::progress(chs_[i]); // unarmed until now: its completions raised no event
     polled = true;
   }
@@ -57,11 +57,15 @@ void ChannelSleep::end(uint32_t fired) {
   // a readable fd would wake the engine for an event this thread takes.
   for (int i = 0; i < n_; ++i)
     if (fired & (1u << i)) engine::take_event(chs_[i]);
-  for (int i = 0; i < n_; ++i)
+  // The engine and other waiters rely on every completion again.
+  for (int i = 0; i < n_; ++i) {
+    engine::widen_arm(chs_[i]);
     engine::sleep_leave(chs_[i]);
+  }
 }
 
 void ChannelSleep::drop(int i) {
+  engine::widen_arm(chs_[i]); // armed in begin() for solicited completions only?
   if (entered_) engine::sleep_leave(chs_[i]);
   chs_[i]->sleep_refs.fetch_sub(1, std::memory_order_acq_rel);
   for (int j = i + 1; j < n_; ++j) {
@@ -75,6 +79,18 @@ void ChannelSleep::clear() {
   end(0);
   while (n_ > 0)
     drop(n_ - 1);
+}
+
+void RoomWait::enter() {
+  if (in_) return;
+  in_ = true;
+  engine::room_wait_enter();
+}
+
+void RoomWait::leave() {
+  if (!in_) return;
+  in_ = false;
+  engine::room_wait_leave();
 }
 
 } // namespace xp::stream

@@ -11,7 +11,10 @@
 // event gone and look at their own connections again.  A channel someone
 // busy-polls right now is left to that spinner: it relays what arrives
 // through the sleepers' eventfds, and arming the queue under it would wake
-// the sleeper for every one of its messages.
+// the sleeper for every one of its messages.  Nor does the sleeper wake for
+// credits and acknowledgements, its own sends' completions: it arms for
+// solicited completions only (docs/protocol.md §4), unless some thread of
+// the process may wait for room to send (engine::room_wait_enter).
 #pragma once
 #include <cstdint>
 
@@ -51,6 +54,22 @@ private:
   int fds_[kMax];
   int n_ = 0;
   bool entered_ = false;
+};
+
+// A sleeper in poll, select or epoll_wait that may wait for room to send on
+// an RDMA stream (POLLOUT, EPOLLOUT): credits and acknowledgements must wake
+// it, so no channel waits for solicited completions only meanwhile.
+class RoomWait {
+public:
+  RoomWait() = default;
+  ~RoomWait() { leave(); }
+  RoomWait(const RoomWait&) = delete;
+  RoomWait& operator=(const RoomWait&) = delete;
+  void enter(); // before the sleeper's final look
+  void leave();
+
+private:
+  bool in_ = false;
 };
 
 } // namespace xp::stream

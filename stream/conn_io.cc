@@ -96,7 +96,7 @@ void note_wait(Conn* c, uint64_t waited_ns) {
 // Spin, then sleep until something may have changed.
 struct Waiter {
   int opt; // SO_RCVTIMEO or SO_SNDTIMEO
-  bool started = false, registered = false;
+  bool started = false, registered = false, room_waiter = false;
   int efd = -1;
   uint64_t spin_until = 0, began_ns = 0, spin_left_ns = 0;
   int64_t deadline_ms = -1;
@@ -119,6 +119,7 @@ struct Waiter {
   explicit Waiter(int o) : opt(o) {}
   ~Waiter() {
     if (registered) wake::remove(efd);
+    if (room_waiter) engine::room_wait_leave();
     // A call that was still spinning (a request/response loop's usual
     // return) had the clock read by spin_leave: no second read between the
     // record's arrival and the caller.
@@ -164,6 +165,10 @@ struct Waiter {
       efd = wake::thread_fd();
       registered = efd >= 0 && wake::add(efd, c);
       if (registered) awake.start();
+      // Room to send comes with credits and acknowledgements: no channel
+      // may wait for solicited completions only while this call sleeps.
+      room_waiter = opt == SO_SNDTIMEO;
+      if (room_waiter) engine::room_wait_enter();
       if (ch) engine::progress(ch);
       return 0; // check once more now that a change would wake us
     }
@@ -195,7 +200,11 @@ struct Waiter {
       left = ch;
       idle = engine::mono_ns() - began_ns > engine::kLeftIdleNs;
     }
-    if (cfd >= 0 && engine::rearm(ch)) { // nobody took events while it spun: poll once more
+    // A send waits for credits and acknowledgements: every completion.
+    if (cfd >= 0 &&
+        (opt == SO_SNDTIMEO
+             ? engine::rearm(ch)
+             : engine::arm_for_news(ch))) { // nobody took events while it spun: poll once more
       engine::progress(ch);
       return 0;
     }
@@ -447,7 +456,12 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
     const uint64_t now = engine::mono_ns();
     ch->last_send_ns.store(now, std::memory_order_relaxed);
     if (done_total > 0) ch->last_write_ns.store(now, std::memory_order_relaxed);
-    if (ch->mux->channel().corked()) engine::note_held(ch);
+    if (ch->mux->channel().corked()) {
+      engine::note_held(ch);
+      // The peer's acknowledgement sends the held record: it must raise an
+      // event (and one that came before the arm was widened raised none).
+      if (engine::widen_arm(ch)) engine::progress_locked(ch, c, &changed);
+    }
     if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
     mux_failed = ch->mux->failed();
     if (engine::refresh(c)) changed.add(c);

@@ -116,7 +116,7 @@ void watch_channel(Channel* ch) {
   ev.events = EPOLLIN;
   ev.data.u64 = reinterpret_cast<uintptr_t>(ch); // tag 0, never 0 or 2
   syscall(SYS_epoll_ctl, g_state.epfd, EPOLL_CTL_ADD, ch->link->wait_fd(), &ev);
-  ch->link->arm();
+  ch->link->arm(false);
 }
 
 namespace {

@@ -343,8 +343,25 @@ void sleep_leave(Channel* ch);
 // sleep_enter unless another thread sleeps on ch's completion fd already
 // (false then: that one passes ch's news on, stream/channel_sleep.h).
 bool sleep_enter_alone(Channel* ch);
-// Arm ch if it is unarmed; true if this call armed it (poll it then).
+// Arm ch for every completion if it is unarmed (or widen an arm for
+// solicited ones only); true if this call did (poll it then).
 bool rearm(Channel* ch);
+// As rearm, for the solicited completions only (the peer's records that
+// change a stream's readiness, not its credits and acknowledgements:
+// docs/protocol.md §4) while XPRESS_SOLICITED_EVENTS is on, no thread of the
+// process may wait for room to send and ch holds no corked record (the
+// peer's acknowledgement sends it).  True when this call armed ch (poll it
+// then).
+bool arm_for_news(Channel* ch);
+// ch's arm, if for solicited completions only, now for every completion;
+// true if so (poll ch then: what came meanwhile raised no event).
+bool widen_arm(Channel* ch);
+// A thread that may wait for room to send (POLLOUT, EPOLLOUT: credits and
+// acknowledgements end its wait) sleeps / woke up: while one does, no
+// channel is armed for solicited completions only, and the ones that are
+// are widened.
+void room_wait_enter();
+void room_wait_leave();
 // ch, whose event was just taken (or found unarmed by the engine's tick),
 // may stay unarmed: someone spins or sent on it lately, and either one
 // spins now or no thread sleeps waiting for anything (poll, select,

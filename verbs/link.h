@@ -34,10 +34,12 @@ public:
 
   // RDMA WRITE_WITH_IMM of send_stage()[off, off+len) to the peer's ring at
   // the same offset.  Unsignaled posts complete silently; a signaled one
-  // reports send_done (and implies all earlier posts completed).
-  virtual Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
+  // reports send_done (and implies all earlier posts completed).  A
+  // solicited one raises the peer's completion event even when its queue
+  // was armed for solicited completions only (arm(true)).
+  virtual Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled, bool solicited,
                                 uint64_t wr_id) = 0;
-  // Zero-copy send (docs/protocol.md §4): the same write, gathered from two
+  // Zero-copy send (docs/protocol.md §4): the same write (solicited), gathered from two
   // pieces: send_stage()[off, off+hdr_len) (the record header) and
   // [payload, payload+len) under lkey (an application buffer registered with
   // this link's protection domain, mem_domain()), to the peer's ring at off.
@@ -60,8 +62,10 @@ public:
   // Non-blocking; returns how many completions were stored in out.
   virtual int poll(Completion* out, int max) = 0;
   // Sleeping: request a notification, then wait until wait_fd() is readable
-  // and call ack_event() before polling again.
-  virtual Status arm() = 0;
+  // and call ack_event() before polling again.  solicited_only: only a
+  // solicited completion raises it (the peer's records that change a
+  // stream's readiness, docs/protocol.md §4); a later arm(false) widens it.
+  virtual Status arm(bool solicited_only) = 0;
   virtual int wait_fd() const = 0;
   // Non-blocking: true when an event was taken (the caller then re-arms);
   // false when another thread took it first.

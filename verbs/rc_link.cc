@@ -94,7 +94,8 @@ Status RcLink::set_peer(const void* priv, size_t len) {
   return stage_mr_ ? Status::ok : Status::no_resource;
 }
 
-Status RcLink::post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled, uint64_t wr_id) {
+Status RcLink::post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled, bool solicited,
+                              uint64_t wr_id) {
   if (off + len > peer_size_) return Status::invalid;
   ibv_sge sge{reinterpret_cast<uint64_t>(stage_ + off), static_cast<uint32_t>(len),
               stage_mr_->lkey};
@@ -103,7 +104,8 @@ Status RcLink::post_write_imm(size_t off, size_t len, uint32_t imm, bool signale
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (len <= max_inline_ ? IBV_SEND_INLINE : 0);
+  wr.send_flags = (signaled ? IBV_SEND_SIGNALED : 0) | (solicited ? IBV_SEND_SOLICITED : 0) |
+                  (len <= max_inline_ ? IBV_SEND_INLINE : 0);
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = peer_addr_ + off;
   wr.wr.rdma.rkey = peer_rkey_;
@@ -127,7 +129,7 @@ Status RcLink::post_write_imm_gather(size_t off, size_t hdr_len, const void* pay
   wr.sg_list = sge;
   wr.num_sge = 2;
   wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED; // data: docs/protocol.md §4
   wr.imm_data = htonl(imm);
   wr.wr.rdma.remote_addr = peer_addr_ + off;
   wr.wr.rdma.rkey = peer_rkey_;

@@ -53,7 +53,7 @@ public:
   size_t recv_ring_size() const override { return ring_size_; }
   uint32_t max_inline() const override { return max_inline_; }
   uint32_t send_queue_depth() const override { return sq_depth_; }
-  Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
+  Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled, bool solicited,
                         uint64_t wr_id) override;
   Status post_write_imm_gather(size_t off, size_t hdr_len, const void* payload, size_t len,
                                uint32_t lkey, uint32_t imm, uint64_t wr_id) override;
@@ -61,7 +61,9 @@ public:
   Status post_recvs(uint32_t n) override;
   uint32_t recv_spare() const override { return sw::kRecvSpare; }
   int poll(Completion* out, int max) override;
-  Status arm() override { return ibv_req_notify_cq(cq_, 0) == 0 ? Status::ok : Status::io_error; }
+  Status arm(bool solicited_only) override {
+    return ibv_req_notify_cq(cq_, solicited_only ? 1 : 0) == 0 ? Status::ok : Status::io_error;
+  }
   int wait_fd() const override { return comp_ ? comp_->fd : -1; }
   bool ack_event() override;
   int mem_domain() const override { return mem_.slot(); }

@@ -18,8 +18,9 @@ constexpr uint32_t kWireMagic = 0x4c525058;   // "XPRL"
 constexpr uint32_t kRejectMagic = 0x4a525058; // "XPRJ": a reject from xpress, not rdma_cm
 constexpr int kRejConsumerDefined = 28;       // IB_CM_REJ_CONSUMER_DEFINED: a program rejected
 // 2: bare data records; 3: stream ids never reused (stream/mux.h); 4: each
-// end's per-stream receive window (window_log2).
-constexpr uint16_t kWireVersion = 4;
+// end's per-stream receive window (window_log2); 5: every record but credit
+// and ack is solicited (docs/protocol.md §4), so a sleeper may arm for those.
+constexpr uint16_t kWireVersion = 5;
 
 struct WireRing {
   uint32_t magic;

@@ -34,10 +34,11 @@ public:
   uint32_t max_inline() const override { return 64; }
   uint32_t send_queue_depth() const override { return sq_depth_; }
 
-  Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled,
+  Status post_write_imm(size_t off, size_t len, uint32_t imm, bool signaled, bool solicited,
                         uint64_t wr_id) override {
     std::lock_guard<std::mutex> l(wire()); // threads of a test may post and poll at once
     ++posts;
+    (solicited ? solicited_posts : unsolicited_posts) += 1;
     if (failed) return Status::io_error;
     if (peer_->failed) { // a peer in the error state: retries run out
       cq_.push_back({verbs::Completion::Kind::error, 0, wr_id, 12});
@@ -152,7 +153,13 @@ public:
     }
     return n;
   }
-  Status arm() override { return Status::ok; }
+  Status arm(bool solicited_only) override {
+    ++arms;
+    armed_solicited = solicited_only;
+    return Status::ok;
+  }
+  uint64_t solicited_posts = 0, unsolicited_posts = 0, arms = 0;
+  bool armed_solicited = false; // the last arm's kind
   // A completion channel, for tests that need one: an eventfd the test
   // writes to raise "an event" (ack_event reads it); -1: none.
   int event_fd = -1;

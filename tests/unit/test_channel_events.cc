@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "fake_link.h"
+#include "channel_fixture.h"
 #include "stream/channel_sleep.h"
 #include "stream/engine_internal.h"
 #include "stream/spin_gate.h"
@@ -24,54 +24,9 @@
 
 using namespace xp;
 using namespace xp::stream;
+using namespace xp::test;
 
 namespace {
-
-// A fake link whose completion channel is an eventfd: "an event" is a
-// write to it, ack_event() reads it.
-struct EventLink : test::FakeLink {
-  int efd = static_cast<int>(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  EventLink() : FakeLink(64 * 1024, 1024) {}
-  ~EventLink() override { close(efd); }
-  int wait_fd() const override { return efd; }
-  bool ack_event() override {
-    uint64_t v;
-    return read(efd, &v, sizeof v) == sizeof v;
-  }
-  void event() {
-    uint64_t one = 1;
-    REQUIRE(write(efd, &one, sizeof one) == sizeof one);
-  }
-};
-
-// The engine's epoll set, with the channel's completion fd in it as the
-// engine thread registers it (watch_channel).
-struct EngineEpoll {
-  int saved = engine::g().epfd;
-  int ep = epoll_create1(EPOLL_CLOEXEC);
-  EngineEpoll(Channel* ch) {
-    engine::g().epfd = ep;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = reinterpret_cast<uintptr_t>(ch);
-    REQUIRE(epoll_ctl(ep, EPOLL_CTL_ADD, ch->link->wait_fd(), &ev) == 0);
-  }
-  ~EngineEpoll() {
-    engine::g().epfd = saved;
-    close(ep);
-  }
-  int woken() {
-    epoll_event ev;
-    return epoll_wait(ep, &ev, 1, 0);
-  }
-};
-
-// a's client-side channel to b, in the engine's table.
-Channel* client_channel(EventLink& a, EventLink& b) {
-  test::FakeLink::connect(a, b);
-  std::lock_guard<std::mutex> g(engine::g().mu);
-  return engine::make_channel(&a, true);
-}
 
 // An event taken right after a spinner left ch: ch stays unarmed.
 void take_event_after_spin(EventLink& a, Channel* ch, uint64_t now) {
@@ -93,15 +48,6 @@ struct SleepOnChannel {
   SleepOnChannel() { engine::g().p.sleep_on_channel = true; }
   ~SleepOnChannel() { engine::g().p.sleep_on_channel = saved; }
 };
-
-void drop(Channel* ch) {
-  std::lock_guard<std::mutex> g(engine::g().mu);
-  auto& v = engine::g().channels;
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-  delete ch->mux;
-  delete ch;
-}
 
 } // namespace
 

@@ -70,7 +70,7 @@ Status wait_poll(verbs::Link* link, flow::RecordChannel& ch, flow::Record* r, in
     Status st = ch.poll(r, max, got);
     if (st != Status::ok || *got > 0 || ready()) return st;
     if (spin < 2000) continue;
-    if (link->arm() != Status::ok) return Status::io_error;
+    if (link->arm(false) != Status::ok) return Status::io_error;
     st = ch.poll(r, max, got); // anything that raced the arm
     if (st != Status::ok || *got > 0 || ready()) return st;
     pollfd pfd{link->wait_fd(), POLLIN, 0};
@@ -338,7 +338,7 @@ int run_streams(const char* who, verbs::Link* link, uint32_t n, uint64_t bytes) 
     if (done && !rc.corked()) break;
     idle = progress ? 0 : idle + 1;
     if (idle > 2000) { // nothing moving: sleep on the completion channel
-      link->arm();
+      link->arm(false);
       // What completed before the arm raises no event.  When the poll after
       // it finds anything, go round again instead of sleeping: the peer may
       // be done and waiting for nothing, with our last records just taken
