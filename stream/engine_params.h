@@ -17,7 +17,7 @@ struct EngineParams {
   // than this spin kMinSpinUs (engine::spin_budget_ns).
   uint32_t spin_us = 1000;
   bool sleep_on_channel = false;        // XPRESS_SLEEP_ON_CHANNEL (stream/channel_sleep.h)
-  bool solicited_events = true;         // XPRESS_SOLICITED_EVENTS (stream/channel_events.cc)
+  bool solicited_events = false;        // XPRESS_SOLICITED_EVENTS (stream/channel_events.cc)
   bool spin_share = false;              // XPRESS_SPIN_SHARE (stream/spin_gate.h)
   uint32_t streams_per_channel = 16384; // XPRESS_STREAMS_PER_CHANNEL
   uint32_t channels_per_peer = 4;       // XPRESS_CHANNELS_PER_PEER

@@ -61,13 +61,14 @@ TEST_TARGETS += test-semantics-vm
 SEM_RDMA_SKIP := poll_many_and_nval
 .PHONY: test-semantics-rdma
 # Twice: with the defaults, and with the opt-in wait path (sleepers on
-# their channels' completion fds, thread lanes, the shared spin gate).
+# their channels' completion fds, thread lanes, the shared spin gate,
+# solicited events).
 SEM_RDMA_CASES = $(or $(SEMANTICS),$$($(SEM_BIN) --list | grep -vxF $(foreach t,$(SEM_RDMA_SKIP),-e $(t))))
 test-semantics-rdma: $(SEM_BIN) $(SEM_FORT) $(LIB) softroce-kernel
 	tools/softroce/vm run -q --timeout 500 -- env SEM_ADDR=10.77.0.1 SEM_TAG=rdma \
 	  bash $(abspath $(SEM_DIR)/run.sh) $(abspath $(SEM_OUT)) $(SEM_LIB) $(SEM_RDMA_CASES)
 	tools/softroce/vm run -q --timeout 500 -- env SEM_ADDR=10.77.0.1 SEM_TAG=rdma-direct \
-	  SEM_XPRESS_ENV="XPRESS_SLEEP_ON_CHANNEL=1 XPRESS_SPIN_SHARE=1" \
+	  SEM_XPRESS_ENV="XPRESS_SLEEP_ON_CHANNEL=1 XPRESS_SPIN_SHARE=1 XPRESS_SOLICITED_EVENTS=1" \
 	  bash $(abspath $(SEM_DIR)/run.sh) $(abspath $(SEM_OUT)) $(SEM_LIB) $(SEM_RDMA_CASES)
 
 TEST_TARGETS += test-semantics-rdma
