@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
   printf("threads %d mean %.1f p50 %.1f p90 %.1f p99 %.1f max %.1f warm_ms %.1f cpu_us_rt %.1f "
          "csw_rt %.2f icsw_rt %.2f wall_s %.2f\n",
          threads, sum / (double)m, all[m / 2], all[m * 9 / 10], all[m * 99 / 100], all[m - 1],
-         warm_max / 1e3, cpu / rts, (double)ru.ru_nvcsw / rts, (double)ru.ru_nivcsw / rts, wall / 1e6);
+         warm_max / 1e3, cpu / rts, (double)ru.ru_nvcsw / rts, (double)ru.ru_nivcsw / rts,
+         wall / 1e6);
   return 0;
 }
