@@ -48,6 +48,22 @@ else
   bad "no_allocation_at_start_or_exit: $n brk/getrandom calls, plain $plain: $(tr '\n' ' ' <<<"$calls")"
 fi
 
+# No C++ exception machinery: libstdc++.a's emergency pool mallocs 72 KB
+# from its constructor, which starts the hooked allocator's arenas (a
+# 64 GiB address reservation and their metadata) in every process.
+if grep -qE ' (__cxa_allocate_exception|__gxx_personality_v0)$' <<<"$(nm "$lib" 2>/dev/null)"; then
+  bad "no_exception_runtime: the library links libstdc++'s exception machinery"
+else
+  ok "no_exception_runtime"
+fi
+calls=$(LD_PRELOAD=$lib timeout 20 strace -qq -e trace=mmap,openat /bin/true 2>&1 >/dev/null)
+big=$(grep -E '^mmap\(NULL, [0-9]{10,}' <<<"$calls" || true)
+if [ -z "$big" ]; then
+  ok "no_arena_at_start: no mapping of 1 GB or more by /bin/true"
+else
+  bad "no_arena_at_start: $(tr '\n' ' ' <<<"$big")"
+fi
+
 # No constructor that runs cpuid (libgcc's __builtin_cpu_supports support):
 # a trap to the hypervisor at every exec under virtualisation.
 syms=$(nm "$lib" 2>/dev/null)
