@@ -1,6 +1,7 @@
-// Start-up, fork and exit.  Everything is lazy: the first wrapper call (which
-// may come from another library's constructor, before ours) parses the
-// configuration; no thread is started and no device touched here.
+// Start-up, fork and exit.  Everything is lazy: the first call that needs
+// the configuration (an inet socket, fork, daemon; possibly from another
+// library's constructor, before ours) parses it and reports its errors, once;
+// no thread is started and no device touched here.
 #pragma once
 
 namespace xp {

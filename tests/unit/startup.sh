@@ -83,6 +83,43 @@ else
   bad "no_lookup_before_first_socket: sendmmsg looked up $lookups times by /bin/true"
 fi
 
+# The configuration (environment, /etc/xpress.conf) is read at the first
+# call that needs it, not at start: /bin/true opens no configuration file,
+# and a bad XPRESS_ variable says nothing there.  A program that opens inet
+# sockets gets the error once, at its first socket (not at start), even
+# across a fork, and runs on (everything passes through to the kernel).
+opens=$(LD_PRELOAD=$lib timeout 20 strace -qq -e trace=openat /bin/true 2>&1 >/dev/null | grep -c xpress.conf)
+out=$(timeout 20 env LD_PRELOAD="$lib" XPRESS_SPIN_US=bogus /bin/true 2>&1)
+if [ "$opens" -eq 0 ] && [ -z "$out" ]; then
+  ok "no_config_before_first_socket"
+else
+  bad "no_config_before_first_socket: /etc/xpress.conf opened $opens times, output '$out'"
+fi
+bad_conf=$(mktemp)
+printf 'spin_us = 5\nno_such_setting = 1\n' >"$bad_conf"
+for src in "XPRESS_SPIN_US=bogus" "XPRESS_CONFIG=$bad_conf"; do
+  out=$(timeout 20 env LD_PRELOAD="$lib" "$src" /usr/bin/python3 -u -c '
+import os, socket, sys
+print("started"); sys.stdout.flush()
+pid = os.fork()
+if pid == 0:
+    socket.socket().close(); os._exit(0)
+os.waitpid(pid, 0)
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+c = socket.create_connection(l.getsockname()); s, _ = l.accept()
+c.sendall(b"ping"); assert s.recv(4) == b"ping"
+print("done")' 2>&1)
+  rc=$?
+  reports=$(grep -c '^xpress: .*\(invalid XPRESS_SPIN_US\|unknown setting\)' <<<"$out")
+  first=$(head -n 1 <<<"$out")
+  if [ $rc -eq 0 ] && [ "$reports" -eq 1 ] && [ "$first" = started ] && grep -qx done <<<"$out"; then
+    ok "bad_setting_reported_at_first_socket_once: ${src%%=*}"
+  else
+    bad "bad_setting_reported_at_first_socket_once: ${src%%=*}: exit $rc, $reports reports: $(tr '\n' '|' <<<"$out")"
+  fi
+done
+rm -f "$bad_conf"
+
 # A loopback connection the rules let through: the upgrade decision looks
 # for an RDMA device, which loads rdma-core (none is found on a host
 # without one; the connection stays on TCP either way).
