@@ -23,9 +23,9 @@ namespace {
 
 Config g_config;
 // Where each value came from, for the start-up line (read once, in init).
-settings::Resolved g_resolved;
+constinit settings::Resolved g_resolved;
 // 0 = not started, 1 = in progress, 2 = done.
-std::atomic<int> g_init_state{0};
+XP_STARTUP_DATA std::atomic<int> g_init_state{0};
 thread_local bool t_initializing = false;
 thread_local int t_internal_depth = 0;
 // vfork: the pid of the parent that is waiting in vfork on this thread.
@@ -63,7 +63,7 @@ void atfork_parent() {
 // call that a fork handler could make: glibc holds its atfork lock while
 // the handlers run, and pthread_atfork takes it.
 void register_fork_handlers() {
-  static std::atomic<bool> done{false};
+  XP_STARTUP_DATA static std::atomic<bool> done{false};
   if (!done.exchange(true)) pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
@@ -179,7 +179,7 @@ void before_exit() {
 // xp_tool_process as true: it is no preloaded program, so it neither reads
 // its own configuration nor logs at start.
 extern "C" {
-__attribute__((weak)) bool xp_tool_process = false;
+__attribute__((weak)) XP_STARTUP_DATA bool xp_tool_process = false;
 }
 __attribute__((constructor)) static void xp_constructor() {
   if (xp_tool_process) return;

@@ -4,6 +4,12 @@
 // no thread is started and no device touched here.
 #pragma once
 
+// The few variables a process touches at start-up and exit even when it
+// never opens a socket: kept together in a section of their own, which the
+// linker places after .data, on the page the loader already writes while
+// clearing .bss's start (one page fault fewer for each of them).
+#define XP_STARTUP_DATA __attribute__((section("xp_startup")))
+
 namespace xp {
 
 // Parse configuration, set up logging, fork handlers and (if asked) crash
