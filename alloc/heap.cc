@@ -47,7 +47,7 @@ std::atomic<size_t> g_min{kDefaultMinKb << 10};
 
 // The settings as resolved by the one deciding thread (common/settings.h:
 // environment, configuration file, profile).
-settings::Resolved g_settings;
+constinit settings::Resolved g_settings;
 std::atomic_flag g_deciding = ATOMIC_FLAG_INIT;
 
 const char* env_lookup(const char* name, void*) {

@@ -83,13 +83,16 @@ struct Sources {
 
 constexpr size_t kMaxFileBytes = 32u << 10;
 
+// Every member has an initialiser, all zero: a global Resolved is
+// constant-initialised (constinit), in .bss, and costs a process nothing
+// until resolve() runs.
 struct Resolved {
   Slot slot[kCount];
   char file[256] = {}; // the file read ("" when none)
   int file_error = 0;  // why /etc/xpress.conf was not read (errno), 0 if it was or is absent
-  bool valid = true;   // false: some line or value was rejected
-  char profile_text[256];
-  char text[kMaxFileBytes + 1];
+  bool valid = false;  // set by resolve(); false: some line or value was rejected
+  char profile_text[256] = {};
+  char text[kMaxFileBytes + 1] = {};
 };
 
 // Fills *out (every slot, whatever happens); false when some value or line

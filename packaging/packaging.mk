@@ -1,4 +1,4 @@
-# Installing xpress (packaging/README.md).  Included by the top Makefile.
+# Installing xpress (README.md, "Build, install, run").  Included by the top Makefile.
 #   make install [PREFIX=/usr/local] [DESTDIR=] [LIBDIR=$(PREFIX)/lib]
 #   make uninstall                  the same variables
 #   make deb                        build/xpress_<version>_<arch>.deb (lintian clean)

@@ -55,6 +55,20 @@ void operator delete(void* p) noexcept {
 void operator delete(void* p, size_t) noexcept {
   free(p);
 }
+// The array forms too: libstdc++.a's would bring its exception machinery
+// (and the emergency pool's constructor) back with them.
+void* operator new[](size_t n) {
+  return operator new(n);
+}
+void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  return malloc(n ? n : 1);
+}
+void operator delete[](void* p) noexcept {
+  free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+  free(p);
+}
 
 // What the standard containers call on a failure they would throw for.
 namespace std {

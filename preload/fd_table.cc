@@ -132,20 +132,20 @@ SocketRef FdTable::get(int fd) {
     if (!got) continue;
     // ... and keep it only if the entry still names it (not recycled for
     // another fd in between).
-    if (s->load(std::memory_order_acquire) == r) return SocketRef(pool_, r);
-    pool_->release(r);
+    if (s->load(std::memory_order_acquire) == r) return SocketRef(pool(), r);
+    pool()->release(r);
   }
 }
 
 bool FdTable::install(int fd, SocketRecord* r) {
   std::atomic<SocketRecord*>* s = slot(fd, true);
   if (s == nullptr) {
-    pool_->release(r);
+    pool()->release(r);
     return false;
   }
   any_.store(true, std::memory_order_relaxed);
   SocketRecord* old = s->exchange(r, std::memory_order_acq_rel);
-  if (old) pool_->release(old);
+  if (old) pool()->release(old);
   return true;
 }
 
@@ -154,7 +154,7 @@ bool FdTable::remove(int fd) {
   if (s == nullptr) return false;
   SocketRecord* old = s->exchange(nullptr, std::memory_order_acq_rel);
   if (old == nullptr) return false;
-  pool_->release(old);
+  pool()->release(old);
   return true;
 }
 

@@ -63,6 +63,11 @@ private:
 class FdTable {
 public:
   constexpr explicit FdTable(SocketPool* pool) : pool_(pool) {}
+  // No pool yet: set_pool() before the first install.  A global table
+  // that names its pool in its initialiser gets a load-time relocation,
+  // a page of it written in every process, socket or not.
+  constexpr FdTable() = default;
+  void set_pool(SocketPool* pool) { pool_.store(pool, std::memory_order_release); }
   // Lock-free lookup; empty ref when fd is not tracked (or out of range).
   SocketRef get(int fd);
   // Lookup without taking a reference: the record may be recycled for
@@ -88,14 +93,14 @@ public:
   bool empty() const { return !any_.load(std::memory_order_relaxed); }
   // Calls fn(fd) for every tracked fd in [lo, hi] (close_range, fork).
   template <typename Fn> void for_each_in(int lo, int hi, Fn fn);
-  SocketPool* pool() const { return pool_; }
+  SocketPool* pool() const { return pool_.load(std::memory_order_relaxed); }
 
 private:
   using Leaf = std::atomic<SocketRecord*>;
   using Mid = std::atomic<Leaf*>;
   std::atomic<SocketRecord*>* slot(int fd, bool create);
 
-  SocketPool* pool_;
+  std::atomic<SocketPool*> pool_{nullptr};
   std::atomic<Mid*> top_[1u << sw::kFdTopBits] = {};
   std::atomic<bool> any_{false};
 };

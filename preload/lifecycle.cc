@@ -23,9 +23,9 @@ namespace {
 
 Config g_config;
 // Where each value came from, for the start-up line (read once, in init).
-settings::Resolved g_resolved;
+constinit settings::Resolved g_resolved;
 // 0 = not started, 1 = in progress, 2 = done.
-std::atomic<int> g_init_state{0};
+XP_STARTUP_DATA std::atomic<int> g_init_state{0};
 thread_local bool t_initializing = false;
 thread_local int t_internal_depth = 0;
 // vfork: the pid of the parent that is waiting in vfork on this thread.
@@ -56,6 +56,15 @@ void atfork_prepare() {
 void atfork_parent() {
   stream::engine::after_fork_parent();
   stream::io::fd_options_changed(); // files shared with the child now
+}
+
+// Registered once, from the constructor (before any state they protect
+// exists), or by an init that ran before it.  Never first from a wrapper
+// call that a fork handler could make: glibc holds its atfork lock while
+// the handlers run, and pthread_atfork takes it.
+void register_fork_handlers() {
+  XP_STARTUP_DATA static std::atomic<bool> done{false};
+  if (!done.exchange(true)) pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
 // The start-up line bug reports need: version, revision, the settings that
@@ -100,7 +109,7 @@ void do_init() {
     XP_LOG(warn, "XPRESS_TEST_USER_MODE, XPRESS_TEST_RELAY_DELAY_MS and "
                  "XPRESS_FAULT_QP_ERROR_AT act only in the test library: ignored");
 #endif
-  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  register_fork_handlers();
   if (g_config.backtrace) install_backtrace_handlers();
   XP_LOG(debug, "initialised: enabled=%d stats=%d rules=%zu", g_config.enabled,
          static_cast<int>(g_config.stats), g_config.rules.count);
@@ -159,18 +168,23 @@ void before_exit() {
   stream::engine::before_exit(sw::kExitLingerMs);
 }
 
-// Constructor: initialise early when nobody called us yet; destructor: the
-// streams end as the kernel's close at exit ends sockets, then stats (a
-// destructor runs after the program's atexit handlers, which may still send).
+// Constructor: only the fork handlers.  The configuration is read at the
+// first call that needs it (an inet socket, fork, daemon): a process that
+// never opens one pays nothing for it.  XPRESS_BACKTRACE in the environment
+// is the exception (crashes before the first socket get their backtrace).
+// Destructor: the streams end as the kernel's close at exit ends sockets,
+// then stats (a destructor runs after the program's atexit handlers, which
+// may still send).
 // A tool linked with the library's code (xpress-stat) defines
 // xp_tool_process as true: it is no preloaded program, so it neither reads
 // its own configuration nor logs at start.
 extern "C" {
-__attribute__((weak)) bool xp_tool_process = false;
+__attribute__((weak)) XP_STARTUP_DATA bool xp_tool_process = false;
 }
 __attribute__((constructor)) static void xp_constructor() {
   if (xp_tool_process) return;
-  ensure_init();
+  register_fork_handlers();
+  if (getenv("XPRESS_BACKTRACE") != nullptr) ensure_init();
 }
 __attribute__((destructor)) static void xp_destructor() {
   if (g_init_state.load(std::memory_order_acquire) != 2) return;

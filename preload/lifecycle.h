@@ -1,7 +1,14 @@
-// Start-up, fork and exit.  Everything is lazy: the first wrapper call (which
-// may come from another library's constructor, before ours) parses the
-// configuration; no thread is started and no device touched here.
+// Start-up, fork and exit.  Everything is lazy: the first call that needs
+// the configuration (an inet socket, fork, daemon; possibly from another
+// library's constructor, before ours) parses it and reports its errors, once;
+// no thread is started and no device touched here.
 #pragma once
+
+// The few variables a process touches at start-up and exit even when it
+// never opens a socket: kept together in a section of their own, which the
+// linker places after .data, on the page the loader already writes while
+// clearing .bss's start (one page fault fewer for each of them).
+#define XP_STARTUP_DATA __attribute__((section("xp_startup")))
 
 namespace xp {
 

@@ -92,7 +92,7 @@ void on_switch(int fd, bool tx, uint64_t at) {
 }
 
 // Readiness moves between the kernel and the connection (stream/ready_source.h).
-void (*g_readiness_hook)(int fd, stream::ReadySource* now) = nullptr;
+XP_STARTUP_DATA void (*g_readiness_hook)(int fd, stream::ReadySource* now) = nullptr;
 void on_mode(int fd, stream::ReadySource* now) {
   SocketRef r = lookup(fd);
   if (!r) return;
@@ -254,13 +254,28 @@ void set_readiness_hook(void (*h)(int fd, stream::ReadySource* now)) {
 
 namespace {
 
-SocketPool g_pool(recycle);
+// Neither initialiser names a function or object (the recycle hook, the
+// pool): that would be a load-time relocation writing a page of these
+// large tables in every preloaded process.  attach_pool() links them at
+// the first inet socket, before any record exists.
+constinit SocketPool g_pool;
 
 } // namespace
 
 // Constant-initialised: no guard on the hot path, usable before any
 // constructor ran.
-constinit FdTable g_table(&g_pool);
+constinit FdTable g_table;
+
+namespace {
+void attach_pool() {
+  static const bool attached = [] {
+    g_pool.on_recycle = recycle;
+    g_table.set_pool(&g_pool);
+    return true;
+  }();
+  (void)attached;
+}
+} // namespace
 
 // Sockets that rdma-core or libc open internally (while an InternalCall
 // guard is held) are not the application's connections: they are not
@@ -273,6 +288,7 @@ void on_socket(int fd, int domain, int type) {
   }
   ensure_init();
   real::resolve_all(); // the first inet socket: every real function, now (real.h)
+  attach_pool();
   int base_type = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
   Counters& c = stats::c();
   if (base_type != SOCK_STREAM) {
