@@ -618,6 +618,79 @@ void start(Conn* c, ResumeCause why) {
   wake::notify();
 }
 
+bool start_alone(Conn* c, ResumeCause why) {
+  Channel* ch = c->ch;
+  if (ch == nullptr || !c->sess.peer_reads_plain() || c->sess.rx_mode() == Mode::rdma) return false;
+  auto* r = new (std::nothrow) Resume(engine::params().stream_window);
+  if (r == nullptr) return false;
+  if (!r->ok()) {
+    release(r);
+    return false;
+  }
+  bool shut = false;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    Stream* s = c->st;
+    const uint8_t* p = nullptr;
+    size_t n = 0;
+    if (s == nullptr || ch->failed.load() || s->rx_started() || s->was_reset() ||
+        !s->early_bytes(&p, &n) || s->send_next() - n != c->sess.tx_offset()) {
+      release(r);
+      return false;
+    }
+    r->tx_start = r->resend_seq = c->sess.tx_offset();
+    r->tx_next = s->send_next();
+    if (n) {
+      void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) {
+        release(r);
+        return false;
+      }
+      r->resend = static_cast<uint8_t*>(m);
+      r->resend_cap = n;
+      memcpy(r->resend, p, n);
+    }
+    shut = s->write_shut();
+    // Published before the stream goes (as in start).
+    c->rs = r;
+    c->resumed.store(true, std::memory_order_release);
+    c->tx_rdma.store(false, std::memory_order_release);
+    c->rx_rdma.store(false, std::memory_order_release);
+    ch->mux->forget(s); // no FIN or RST: the peer holds no such stream
+    c->st = nullptr;
+    engine::detach(c, ch);
+  }
+  c->ch = nullptr;
+  if (DetachHook h = g_detach_hook.load(std::memory_order_acquire)) h(c);
+  r->cause = why;
+  r->started_us = engine::mono_us();
+  r->started_ms = engine::now_ms();
+  r->deadline_ms = r->started_ms + kWaitMs;
+  c->sess.session_key(r->key);
+  r->dir = c->sess.tx_direction();
+  r->rx_framed = false; // the peer's direction never left TCP
+  c->reup.never = true; // a failed binding is final (docs/protocol.md §2)
+  if (c->phase.load() == Phase::upgrading) c->phase.store(Phase::rdma, std::memory_order_release);
+  XP_SLOG(XP_SLOG_DEBUG,
+          "fd %d: stream %u leaves its channel alone (the peer gave the upgrade up): tx plain from "
+          "%llu, %llu bytes sent again",
+          c->sock(), c->sid, static_cast<unsigned long long>(r->tx_start),
+          static_cast<unsigned long long>(r->tx_next - r->tx_start));
+  r->tx = Resume::Tx::wait;
+  if (shut) {
+    // Our FIN went over RDMA and the kernel's after it: TCP cannot carry
+    // the bytes after S any more, and the peer must not read a short
+    // stream as complete.
+    give_up(c, r, "the peer dropped our bytes after S and our direction is shut");
+  } else {
+    continue_unframed(c, r);
+  }
+  c->gen.fetch_add(1);
+  pump(c);
+  wake::notify();
+  return true;
+}
+
 uint32_t ready_events(const Conn* c) {
   // The kernel's bytes may be frames (a header alone makes a read wait a
   // little, or say EAGAIN when non-blocking); our buffers are the rest.
