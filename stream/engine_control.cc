@@ -158,6 +158,11 @@ void handle_record(Channel* ch, const ControlRecord& r) {
     reattach::on_reattach(ch, r); // a resumed stream comes back (stream/reattach.cc)
     return;
   }
+  // A failed channel's records are not processed any more, even those
+  // polled before it failed (docs/protocol.md §7): a SWITCH verified now
+  // would make this end expect frames that the peer, which cannot know
+  // that, does not write.
+  if (ch->failed.load()) return;
   Conn* c = nullptr;
   {
     std::lock_guard<std::mutex> chl(ch->mu);

@@ -543,7 +543,20 @@ void start(Conn* c, ResumeCause why) {
       // A stream that came back onto RDMA wrote its SWITCHBACK in its
       // frames: the peer reads frames after it whatever it saw over RDMA.
       peer_knows = s->peer_knows_tx_start() || c->reup.returned;
-      if (tx_switched) gap = !collect_resend(ch, s, r, &first);
+      if (tx_switched) {
+        gap = !collect_resend(ch, s, r, &first);
+        // Nothing of ours acknowledged: every byte from S is in the
+        // stream's own copy, whatever the peer credited (and, if it never
+        // verified our SWITCH, dropped: see below).
+        const uint8_t* p = nullptr;
+        size_t n = 0;
+        if (!peer_knows && s->early_bytes(&p, &n) && s->send_acked() == c->sess.tx_offset() &&
+            n == r->tx_next - s->send_acked() && r->resend_cap >= n) {
+          if (n) memcpy(r->resend, p, n);
+          r->resend_seq = first = s->send_acked();
+          gap = false;
+        }
+      }
     }
     if (r) {
       // Published before the stream leaves the channel: a data call in
@@ -608,9 +621,17 @@ void start(Conn* c, ResumeCause why) {
   // Waiting is useless when we never verified the peer's SWITCH: then the
   // peer never had our acknowledgement of it, so its own direction is not
   // known to be framed here either, and no RESUME can come from it.  (Only
-  // a failure within the round trip of the switches gets here.)
-  if (r->tx == Resume::Tx::wait && !rx_known)
-    give_up(c, r, "the channel failed while the switches were crossing");
+  // a failure within the round trip of the switches gets here.)  We go on
+  // unframed from S (docs/protocol.md §7): right when the peer never
+  // verified our SWITCH (it then reads us as plain TCP, as we read it);
+  // when it did, it expects our RESUME first, and raw bytes fail its check
+  // there, so the stream is reset as before, never wrong bytes.
+  if (r->tx == Resume::Tx::wait && !rx_known) {
+    if (r->resend_seq == r->tx_start)
+      continue_unframed(c, r);
+    else
+      give_up(c, r, "the channel failed while the switches were crossing");
+  }
   if (reset) give_up(c, r, "the peer had reset the stream");
   reattach::on_resumed(c);
   c->gen.fetch_add(1);

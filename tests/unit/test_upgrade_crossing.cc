@@ -303,3 +303,65 @@ TEST_CASE("upgrade crossing: the handshake timer does not fire while the peer's 
   q.exchange(10000);
   CHECK(q.on_rdma());
 }
+
+TEST_CASE("upgrade crossing: a channel that fails in any state of the switch resets no stream") {
+  // The channel fails (both ends, as after a QP error) while the stream is
+  // bound, while the proofs are under way, when a switched and b has not
+  // polled a's SWITCH, when b polled it but did not verify it, and once
+  // both directions switched.  Each time every byte arrives on TCP and
+  // neither end sees a reset (docs/protocol.md §7).  "a switched, b
+  // unaware" used to reset a at once ("the channel failed while the
+  // switches were crossing"): a now goes on unframed from S, as b reads
+  // it.
+  enum class At { bound, proofs, a_switched, b_polled, both };
+  for (At at : {At::bound, At::proofs, At::a_switched, At::b_polled, At::both}) {
+    CAPTURE(static_cast<int>(at));
+    RPair p;
+    switch (at) {
+    case At::bound:
+      break;
+    case At::proofs:
+      REQUIRE(rput(p.b, 64) == 64);
+      while (p.a.got < 64)
+        REQUIRE(rtake(p.a, 65536, 1) > 0);
+      REQUIRE(rput(p.a, 5000) == 5000);
+      while (p.b.got < 5000)
+        REQUIRE(rtake(p.b, 65536, 0) > 0);
+      stream::engine::progress(p.b.ch); // b answers a's SHARE
+      break;
+    case At::a_switched:
+    case At::b_polled:
+      a_switched_b_unaware(p, 5000);
+      REQUIRE(rput(p.a, 20000) > 0);
+      if (at == At::b_polled) {
+        std::lock_guard<std::mutex> l(p.b.ch->mu);
+        REQUIRE(p.b.ch->mux->progress() == Status::ok); // in, not handled
+        REQUIRE(p.b.c->st->rx_started());
+      }
+      break;
+    case At::both:
+      REQUIRE(rput(p.a, 3000) == 3000);
+      REQUIRE(rput(p.b, 3000) == 3000);
+      while (p.a.got < 3000 || p.b.got < 3000) {
+        rtake(p.a, 65536, 1);
+        rtake(p.b, 65536, 0);
+      }
+      settle_switches(p);
+      REQUIRE(p.a.c->tx_rdma.load());
+      REQUIRE(p.b.c->tx_rdma.load());
+      break;
+    }
+    stream::engine::mark_failed(p.a.ch, stream::ResumeCause::completion_error);
+    stream::engine::mark_failed(p.b.ch, stream::ResumeCause::completion_error);
+    engine_step(p);
+    const uint64_t total = 150000;
+    rdrive(p, total, 13, -1, [] {});
+    for (int i = 0; i < 200 && (p.a.got < total || p.b.got < total) && !p.a.reset && !p.b.reset;
+         ++i) {
+      rtake(p.a, 65536, 1);
+      rtake(p.b, 65536, 0);
+      engine_step(p);
+    }
+    check_delivered(p, total);
+  }
+}
