@@ -97,6 +97,10 @@ public:
   // the peer has sent bytes and so can prove).  The wait is timed from the
   // first tick that sees it.
   void tick(uint64_t now_ms);
+  // Whether tick(now_ms) would fail the session now.
+  bool timer_due(uint64_t now_ms) const {
+    return state_ != State::failed && timer_armed_ && now_ms >= deadline_ms_;
+  }
   // The caller gives up (channel lost, refused and no other way, ...).
   void fail(Reason why);
 

@@ -158,6 +158,11 @@ void handle_record(Channel* ch, const ControlRecord& r) {
     reattach::on_reattach(ch, r); // a resumed stream comes back (stream/reattach.cc)
     return;
   }
+  // A failed channel's records are not processed any more, even those
+  // polled before it failed (docs/protocol.md §7): a SWITCH verified now
+  // would make this end expect frames that the peer, which cannot know
+  // that, does not write.
+  if (ch->failed.load()) return;
   Conn* c = nullptr;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
@@ -347,9 +352,12 @@ void fail(Conn* c, Reason why, const char* detail) {
   }
   if (resume) {
     // Bytes may have moved over RDMA: the stream resumes on its TCP
-    // connection (docs/protocol.md §7).  A channel is failed as a whole
-    // (both ends then agree on every stream's state); its other streams
-    // resume when it is next polled.
+    // connection (docs/protocol.md §7).  When the peer gave the upgrade up
+    // before it processed our SWITCH (its NAK says it reads us plain), only
+    // this stream leaves the channel (§3).  Otherwise a channel is failed as
+    // a whole (both ends then agree on every stream's state); its other
+    // streams resume when it is next polled.
+    if (resume::start_alone(c, ResumeCause::local)) return;
     if (Channel* ch = c->ch) {
       mark_failed(ch, ResumeCause::local);
       resume::start(c, static_cast<ResumeCause>(ch->fail_cause.load()));
@@ -577,6 +585,19 @@ void channel_failed(Channel* ch, ResumeCause why) {
   }
 }
 
+namespace {
+// c->mu held.  The peer's SWITCH reached c's stream: its PROOF, which goes
+// before it on the channel, waits in the inbox (or was handled), so the
+// handshake is not waiting for the peer but for us.  A timeout then would
+// give up a stream whose peer already sends over RDMA, and only recovery
+// could sort that out (docs/protocol.md §3).
+bool peer_switched(Conn* c) {
+  if (c->ch == nullptr || c->st == nullptr) return false;
+  std::lock_guard<std::mutex> l(c->ch->mu);
+  return c->st->rx_started();
+}
+} // namespace
+
 void tick_conns(uint64_t now) {
   std::vector<Conn*> cs;
   {
@@ -604,7 +625,7 @@ void tick_conns(uint64_t now) {
         if (!c->closed.load()) resume::tick(c, now);
       } else if (!c->closed.load()) {
         if (c->phase.load() == Phase::upgrading) {
-          c->sess.tick(now);
+          if (!(c->sess.timer_due(now) && peer_switched(c))) c->sess.tick(now);
           if (c->sess.state() == recover::State::failed) {
             fail(c, c->sess.fallback_reason());
           } else if (c->retry_at_ms && now >= c->retry_at_ms && c->ch == nullptr) {

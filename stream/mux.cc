@@ -87,6 +87,7 @@ Status Stream::write(const void* buf, size_t len, size_t* done, size_t call_take
       mux_->failed_ = true;
       return *done > 0 ? Status::ok : Status::io_error;
     }
+    if (early_keep_) keep_early(p + *done, allowed);
     *done += allowed;
     if (fault::armed()) fault::on_sent(mux_->link_, allowed);
   }
@@ -125,6 +126,7 @@ Status Stream::write_zero_copy(const void* buf, size_t len, uint32_t lkey, size_
     }
     zc_hi_ += allowed;
     zc_last_wr_ = wr;
+    if (early_keep_) keep_early(p + *done, allowed);
     *done += allowed;
     if (fault::armed()) fault::on_sent(mux_->link_, allowed);
   }
@@ -204,7 +206,26 @@ Status Stream::set_tx_start(uint64_t s) {
   if (base != 0 && base != s) return Status::invalid; // opened with a real offset already
   window_ = flow::SendWindow(s, tx_window_, &mux_->budget_, nullptr);
   tx_start_set_ = true;
+  early_keep_ = !peer_rx_started_;
+  early_start_ = s;
   return Status::ok;
+}
+
+void Stream::keep_early(const uint8_t* p, size_t n) {
+  if (peer_rx_started_) {
+    early_keep_ = false;
+    std::vector<uint8_t>().swap(early_);
+    return;
+  }
+  early_.insert(early_.end(), p, p + n); // at most the send window: the peer acknowledges none
+}
+
+bool Stream::early_bytes(const uint8_t** p, size_t* n) const {
+  if (!early_keep_ || peer_rx_started_ || early_start_ + early_.size() != window_.next())
+    return false;
+  *p = early_.data();
+  *n = early_.size();
+  return true;
 }
 
 Status Stream::set_rx_start(uint64_t s) {
@@ -280,6 +301,7 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
   case RecordType::ack:
     // The peer acknowledges only after it verified our SWITCH (ack_switch).
     peer_rx_started_ = true;
+    if (early_keep_) keep_early(nullptr, 0); // its copy is no longer needed
     return window_.on_ack(h.seq);
   case RecordType::fin:
     if (h.seq != rx_next_ || fin_received_) return Status::invalid;

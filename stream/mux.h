@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <sys/uio.h>
+#include <vector>
 
 #include "common/status.h"
 #include "flow/record_channel.h"
@@ -131,6 +132,14 @@ public:
   void ack_switch();
   // The peer's SWITCH arrived (set_rx_start ran): its direction is on RDMA.
   bool rx_started() const { return rx_start_set_; }
+  // Our bytes from S until the peer acknowledged our SWITCH (its first ACK).
+  // A peer that gives the upgrade up before it processed our SWITCH drops
+  // them and reads our direction as plain TCP from S (ATTACH_NAK "reads
+  // plain", docs/protocol.md §3); its credit for them may come before we
+  // handle its NAK, so the staging ring cannot be trusted to hold them, and
+  // this copy lets the stream alone continue on TCP.  true: *p, *n are all
+  // of [S, send_next()).
+  bool early_bytes(const uint8_t** p, size_t* n) const;
 
   // Moving the stream to its TCP connection over a working channel
   // (stream/move.cc): after our MOVE no data, FIN or RST of ours may
@@ -189,6 +198,11 @@ private:
   uint64_t zc_lo_ = 0, zc_hi_ = 0, zc_last_wr_ = 0;
   const uint8_t* zc_src_ = nullptr;
   bool frozen_ = false;
+  // early_bytes(): kept from set_tx_start until the peer's first ACK.
+  bool early_keep_ = false;
+  uint64_t early_start_ = 0;
+  std::vector<uint8_t> early_;
+  void keep_early(const uint8_t* p, size_t n);
   bool more_ = false; // the last write said MSG_MORE: Mux::progress keeps its record held
   // The lent buffer (lend): element lent_i_ is filled up to lent_off_.
   const iovec* lent_ = nullptr;

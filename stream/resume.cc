@@ -543,7 +543,20 @@ void start(Conn* c, ResumeCause why) {
       // A stream that came back onto RDMA wrote its SWITCHBACK in its
       // frames: the peer reads frames after it whatever it saw over RDMA.
       peer_knows = s->peer_knows_tx_start() || c->reup.returned;
-      if (tx_switched) gap = !collect_resend(ch, s, r, &first);
+      if (tx_switched) {
+        gap = !collect_resend(ch, s, r, &first);
+        // Nothing of ours acknowledged: every byte from S is in the
+        // stream's own copy, whatever the peer credited (and, if it never
+        // verified our SWITCH, dropped: see below).
+        const uint8_t* p = nullptr;
+        size_t n = 0;
+        if (!peer_knows && s->early_bytes(&p, &n) && s->send_acked() == c->sess.tx_offset() &&
+            n == r->tx_next - s->send_acked() && r->resend_cap >= n) {
+          if (n) memcpy(r->resend, p, n);
+          r->resend_seq = first = s->send_acked();
+          gap = false;
+        }
+      }
     }
     if (r) {
       // Published before the stream leaves the channel: a data call in
@@ -608,14 +621,95 @@ void start(Conn* c, ResumeCause why) {
   // Waiting is useless when we never verified the peer's SWITCH: then the
   // peer never had our acknowledgement of it, so its own direction is not
   // known to be framed here either, and no RESUME can come from it.  (Only
-  // a failure within the round trip of the switches gets here.)
-  if (r->tx == Resume::Tx::wait && !rx_known)
-    give_up(c, r, "the channel failed while the switches were crossing");
+  // a failure within the round trip of the switches gets here.)  We go on
+  // unframed from S (docs/protocol.md §7): right when the peer never
+  // verified our SWITCH (it then reads us as plain TCP, as we read it);
+  // when it did, it expects our RESUME first, and raw bytes fail its check
+  // there, so the stream is reset as before, never wrong bytes.
+  if (r->tx == Resume::Tx::wait && !rx_known) {
+    if (r->resend_seq == r->tx_start)
+      continue_unframed(c, r);
+    else
+      give_up(c, r, "the channel failed while the switches were crossing");
+  }
   if (reset) give_up(c, r, "the peer had reset the stream");
   reattach::on_resumed(c);
   c->gen.fetch_add(1);
   pump(c);
   wake::notify();
+}
+
+bool start_alone(Conn* c, ResumeCause why) {
+  Channel* ch = c->ch;
+  if (ch == nullptr || !c->sess.peer_reads_plain() || c->sess.rx_mode() == Mode::rdma) return false;
+  auto* r = new (std::nothrow) Resume(engine::params().stream_window);
+  if (r == nullptr) return false;
+  if (!r->ok()) {
+    release(r);
+    return false;
+  }
+  bool shut = false;
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    Stream* s = c->st;
+    const uint8_t* p = nullptr;
+    size_t n = 0;
+    if (s == nullptr || ch->failed.load() || s->rx_started() || s->was_reset() ||
+        !s->early_bytes(&p, &n) || s->send_next() - n != c->sess.tx_offset()) {
+      release(r);
+      return false;
+    }
+    r->tx_start = r->resend_seq = c->sess.tx_offset();
+    r->tx_next = s->send_next();
+    if (n) {
+      void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) {
+        release(r);
+        return false;
+      }
+      r->resend = static_cast<uint8_t*>(m);
+      r->resend_cap = n;
+      memcpy(r->resend, p, n);
+    }
+    shut = s->write_shut();
+    // Published before the stream goes (as in start).
+    c->rs = r;
+    c->resumed.store(true, std::memory_order_release);
+    c->tx_rdma.store(false, std::memory_order_release);
+    c->rx_rdma.store(false, std::memory_order_release);
+    ch->mux->forget(s); // no FIN or RST: the peer holds no such stream
+    c->st = nullptr;
+    engine::detach(c, ch);
+  }
+  c->ch = nullptr;
+  if (DetachHook h = g_detach_hook.load(std::memory_order_acquire)) h(c);
+  r->cause = why;
+  r->started_us = engine::mono_us();
+  r->started_ms = engine::now_ms();
+  r->deadline_ms = r->started_ms + kWaitMs;
+  c->sess.session_key(r->key);
+  r->dir = c->sess.tx_direction();
+  r->rx_framed = false; // the peer's direction never left TCP
+  c->reup.never = true; // a failed binding is final (docs/protocol.md §2)
+  if (c->phase.load() == Phase::upgrading) c->phase.store(Phase::rdma, std::memory_order_release);
+  XP_SLOG(XP_SLOG_DEBUG,
+          "fd %d: stream %u leaves its channel alone (the peer gave the upgrade up): tx plain from "
+          "%llu, %llu bytes sent again",
+          c->sock(), c->sid, static_cast<unsigned long long>(r->tx_start),
+          static_cast<unsigned long long>(r->tx_next - r->tx_start));
+  r->tx = Resume::Tx::wait;
+  if (shut) {
+    // Our FIN went over RDMA and the kernel's after it: TCP cannot carry
+    // the bytes after S any more, and the peer must not read a short
+    // stream as complete.
+    give_up(c, r, "the peer dropped our bytes after S and our direction is shut");
+  } else {
+    continue_unframed(c, r);
+  }
+  c->gen.fetch_add(1);
+  pump(c);
+  wake::notify();
+  return true;
 }
 
 uint32_t ready_events(const Conn* c) {

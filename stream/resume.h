@@ -141,6 +141,15 @@ void set_detach_hook(DetachHook h);
 // c->mu held, c->ch failed (the caller marked it): move c's stream off its
 // channel onto TCP.  The channel's lock is taken here.
 void start(Conn* c, ResumeCause why);
+// c->mu held, c->ch working: the peer gave c's upgrade up before it
+// processed our SWITCH and reads our direction as plain TCP from S (its
+// ATTACH_NAK said so; docs/protocol.md §3).  The stream alone leaves the
+// channel (no record of it follows on either side: the peer dropped it) and
+// continues on TCP at S with our bytes sent over RDMA, unframed; the channel
+// and its other streams go on.  false: not this case (the peer's direction
+// came over RDMA, or our copy of the bytes is not whole): the caller fails
+// the channel as before.
+bool start_alone(Conn* c, ResumeCause why);
 // Free a connection's resume state (Conn::rs).
 void release(Resume* r);
 // c->mu held: move bytes between the kernel and the buffers, without

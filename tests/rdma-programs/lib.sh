@@ -109,7 +109,7 @@ log_at() {
 }
 prefix() {
   case $1 in
-    xp | xptest) PRE=(env "LD_PRELOAD=$([ "$1" = xp ] && echo "$LIB" || echo "$TEST_LIB")" XPRESS_STATS=json "XPRESS_STATS_FILE=$CD/stats/$2.%p.json" XPRESS_STATS_LIVE=1 "XPRESS_LOG_LEVEL=${RDMA_LOG_LEVEL:-warn}" "XPRESS_LOG_FILE=$CD/xpress.$2.%p.log") ;;
+    xp | xptest | xpbase) PRE=(env "LD_PRELOAD=$(case $1 in xp) echo "$LIB" ;; xptest) echo "$TEST_LIB" ;; *) echo "${BASE_LIB:?}" ;; esac)" XPRESS_STATS=json "XPRESS_STATS_FILE=$CD/stats/$2.%p.json" XPRESS_STATS_LIVE=1 "XPRESS_LOG_LEVEL=${RDMA_LOG_LEVEL:-warn}" "XPRESS_LOG_FILE=$CD/xpress.$2.%p.log") ;;
     plain) PRE=(env -u LD_PRELOAD) ;;
     *) echo "rdma-programs: bad mode $1" >&2; exit 2 ;;
   esac

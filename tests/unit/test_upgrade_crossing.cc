@@ -148,3 +148,220 @@ TEST_CASE("upgrade crossing: a NAK's reads-plain flag") {
   CHECK(nak_reason(m.seq | kNakReadsPlain) == xp::Reason::handshake_timeout);
   CHECK(nak_reason(m.seq) == xp::Reason::handshake_timeout);
 }
+
+namespace {
+
+// A second connection on p's channels (stream id 1): a stream of the same
+// channel that has nothing to do with the one whose upgrade fails.
+struct Second {
+  int fds[2];
+  REnd a{}, b{};
+  explicit Second(RPair& p) {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    auto pc = rparams(recover::Role::client, 7), ps = rparams(recover::Role::server, 8);
+    a.c = new stream::Conn(fds[0], pc);
+    b.c = new stream::Conn(fds[1], ps);
+    a.ch = p.a.ch;
+    b.ch = p.b.ch;
+    a.dir = 0;
+    b.dir = 1;
+    bind(a, ps.nonce);
+    bind(b, pc.nonce);
+  }
+  static void bind(REnd& e, const recover::Nonce& peer_nonce) {
+    std::lock_guard<std::mutex> l(e.c->mu);
+    {
+      std::lock_guard<std::mutex> chl(e.ch->mu);
+      e.c->st = e.ch->mux->open(1, 0, 0);
+      REQUIRE(e.c->st != nullptr);
+      e.c->st->owner = e.c;
+      e.ch->conns.push_back(e.c);
+      e.c->ref();
+    }
+    e.c->ch = e.ch;
+    e.c->sid = 1;
+    REQUIRE(e.c->sess.adopt(1, peer_nonce) == Status::ok);
+    stream::engine::advance(e.c);
+  }
+  ~Second() {
+    for (REnd* e : {&a, &b}) {
+      stream::engine::on_close(e->c);
+      e->c->unref();
+    }
+    close(fds[0]);
+    close(fds[1]);
+  }
+  void step() {
+    for (REnd* e : {&a, &b}) {
+      {
+        std::lock_guard<std::mutex> l(e->c->mu);
+        if (e->c->ch) stream::engine::advance(e->c);
+      }
+      stream::engine::progress(e->ch);
+    }
+  }
+  // Both directions carry `n` more bytes, read at the other end.
+  void exchange(uint64_t n) {
+    const uint64_t ta = a.sent + n, tb = b.sent + n;
+    for (int i = 0; i < 20000 && (b.got < ta || a.got < tb) && !a.reset && !b.reset; ++i) {
+      if (a.sent < ta) rput(a, std::min<uint64_t>(ta - a.sent, 3000));
+      if (b.sent < tb) rput(b, std::min<uint64_t>(tb - b.sent, 3000));
+      rtake(a, 65536, 1);
+      rtake(b, 65536, 0);
+      step();
+    }
+  }
+  // Both ends switched both directions (after the first exchange).
+  void settle() {
+    for (int i = 0; i < 200 && !on_rdma(); ++i) {
+      rtake(a, 65536, 1);
+      rtake(b, 65536, 0);
+      step();
+    }
+  }
+  bool on_rdma() const {
+    return a.c->tx_rdma.load() && a.c->rx_rdma.load() && b.c->tx_rdma.load() &&
+           b.c->rx_rdma.load() && !a.c->resumed.load() && !b.c->resumed.load();
+  }
+};
+
+} // namespace
+
+TEST_CASE("upgrade crossing: a stream its peer gave up leaves the channel alone") {
+  // b gives the upgrade up before it processed a's SWITCH (its NAK says it
+  // reads a's direction plain): only that stream goes back to TCP, with
+  // every byte a sent over RDMA; the channel and its other stream go on
+  // over RDMA at both ends (it used to fail the whole channel at a).
+  for (size_t after : {size_t{0}, size_t{30000}, size_t{200000}}) {
+    CAPTURE(after);
+    RPair p;
+    Second q(p);
+    q.exchange(5000);
+    q.settle();
+    REQUIRE(q.on_rdma());
+    const uint64_t total = 5000 + after + 40000;
+    a_switched_b_unaware(p, 5000);
+    if (after) REQUIRE(rput(p.a, after) > 0);
+    b_times_out(p);
+    rdrive(p, total, 7, -1, [] {});
+    CHECK_FALSE(p.a.reset);
+    CHECK_FALSE(p.b.reset);
+    CHECK(p.b.got == total);
+    CHECK(p.b.bad == 0);
+    CHECK(p.a.c->resumed.load()); // a's stream alone left the channel
+    CHECK(p.a.c->ch == nullptr);
+    CHECK_FALSE(p.a.ch->failed.load());
+    CHECK_FALSE(p.b.ch->failed.load());
+    q.exchange(300000);
+    CHECK(q.on_rdma());
+    CHECK(q.a.got == 305000);
+    CHECK(q.b.got == 305000);
+    CHECK(q.a.bad + q.b.bad == 0);
+  }
+}
+
+TEST_CASE("upgrade crossing: the handshake timer does not fire while the peer's SWITCH is in") {
+  // b's stream accepted a's SWITCH (polled, the PROOF before it not yet
+  // handled) when b's handshake timer comes due in the engine's tick: b is
+  // the one behind, not a, and giving up now would fail the channel
+  // (recovery).  The tick leaves it; the PROOF then binds the stream.
+  RPair p;
+  Second q(p);
+  q.exchange(5000);
+  q.settle();
+  REQUIRE(q.on_rdma());
+  const uint64_t total = 100000;
+  a_switched_b_unaware(p, 5000);
+  REQUIRE(rput(p.a, 30000) > 0);
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    REQUIRE(p.b.ch->mux->progress() == Status::ok); // records in, inbox not drained
+  }
+  REQUIRE(p.b.c->st->rx_started());
+  const uint64_t now = stream::engine::now_ms();
+  {
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    p.b.c->sess.tick(now); // arms the timer
+  }
+  {
+    std::lock_guard<std::mutex> gl(stream::engine::g().mu);
+    p.b.c->ref();
+    stream::conn_add<&stream::Conn::pos_all>(stream::engine::g().conns, p.b.c);
+  }
+  stream::engine::tick_conns(now + 60000);
+  CHECK(p.b.c->sess.state() != recover::State::failed);
+  rdrive(p, total, 5, -1, [] {});
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+  CHECK(p.b.got == total);
+  CHECK(p.a.got == total);
+  CHECK(p.b.bad + p.a.bad == 0);
+  CHECK_FALSE(p.a.ch->failed.load());
+  CHECK_FALSE(p.b.ch->failed.load());
+  CHECK_FALSE(p.b.c->resumed.load());
+  CHECK(p.b.c->rx_rdma.load());
+  q.exchange(10000);
+  CHECK(q.on_rdma());
+}
+
+TEST_CASE("upgrade crossing: a channel that fails in any state of the switch resets no stream") {
+  // The channel fails (both ends, as after a QP error) while the stream is
+  // bound, while the proofs are under way, when a switched and b has not
+  // polled a's SWITCH, when b polled it but did not verify it, and once
+  // both directions switched.  Each time every byte arrives on TCP and
+  // neither end sees a reset (docs/protocol.md §7).  "a switched, b
+  // unaware" used to reset a at once ("the channel failed while the
+  // switches were crossing"): a now goes on unframed from S, as b reads
+  // it.
+  enum class At { bound, proofs, a_switched, b_polled, both };
+  for (At at : {At::bound, At::proofs, At::a_switched, At::b_polled, At::both}) {
+    CAPTURE(static_cast<int>(at));
+    RPair p;
+    switch (at) {
+    case At::bound:
+      break;
+    case At::proofs:
+      REQUIRE(rput(p.b, 64) == 64);
+      while (p.a.got < 64)
+        REQUIRE(rtake(p.a, 65536, 1) > 0);
+      REQUIRE(rput(p.a, 5000) == 5000);
+      while (p.b.got < 5000)
+        REQUIRE(rtake(p.b, 65536, 0) > 0);
+      stream::engine::progress(p.b.ch); // b answers a's SHARE
+      break;
+    case At::a_switched:
+    case At::b_polled:
+      a_switched_b_unaware(p, 5000);
+      REQUIRE(rput(p.a, 20000) > 0);
+      if (at == At::b_polled) {
+        std::lock_guard<std::mutex> l(p.b.ch->mu);
+        REQUIRE(p.b.ch->mux->progress() == Status::ok); // in, not handled
+        REQUIRE(p.b.c->st->rx_started());
+      }
+      break;
+    case At::both:
+      REQUIRE(rput(p.a, 3000) == 3000);
+      REQUIRE(rput(p.b, 3000) == 3000);
+      while (p.a.got < 3000 || p.b.got < 3000) {
+        rtake(p.a, 65536, 1);
+        rtake(p.b, 65536, 0);
+      }
+      settle_switches(p);
+      REQUIRE(p.a.c->tx_rdma.load());
+      REQUIRE(p.b.c->tx_rdma.load());
+      break;
+    }
+    stream::engine::mark_failed(p.a.ch, stream::ResumeCause::completion_error);
+    stream::engine::mark_failed(p.b.ch, stream::ResumeCause::completion_error);
+    engine_step(p);
+    const uint64_t total = 150000;
+    rdrive(p, total, 13, -1, [] {});
+    for (int i = 0; i < 200 && (p.a.got < total || p.b.got < total) && !p.a.reset && !p.b.reset;
+         ++i) {
+      rtake(p.a, 65536, 1);
+      rtake(p.b, 65536, 0);
+      engine_step(p);
+    }
+    check_delivered(p, total);
+  }
+}

@@ -8,7 +8,10 @@
 # pairs with all connections open, and connections on RDMA by the
 # statistics.  Passes when every run finished with every echo right and,
 # preloaded, every connection on RDMA.  Not in the default list (run it
-# with RDMA_CASES=scale).
+# with RDMA_CASES=scale).  BASE_LIB=PATH also runs that library (mode
+# xpbase: an earlier build, to compare in one boot); SCALE_PERF=1 records
+# a system-wide CPU profile (perf, cpu-clock) of each preloaded run into
+# $CD/perf-MODE-N.data.
 
 SCALE_N=${SCALE_N:-2000}
 SCALE_ROUNDS=${SCALE_ROUNDS:-3}
@@ -19,7 +22,17 @@ scale_run() {
   start_server "scale-server-$mode-$n" 560 "$mode" "$PY" "$HERE/scale_pair.py" server "$port" "$n"
   srv=$SERVER
   wait_listen "scale-server-$mode-$n" "$port" "$srv" || return 1
+  local perf=""
+  if [ "$mode" != plain ] && [ -n "${SCALE_PERF:-}" ] && command -v perf >/dev/null; then
+    perf record -q -e cpu-clock -F 200 -a -g -o "$T/perf-$mode-$n.data" >/dev/null 2>&1 &
+    perf=$!
+  fi
   run_client "scale-client-$mode-$n" 500 "$mode" "$PY" "$HERE/scale_pair.py" client "$A1" "$port" "$n" "$SCALE_ROUNDS" 1024 || ok=0
+  if [ -n "$perf" ]; then
+    kill -INT "$perf" 2>/dev/null
+    wait "$perf" 2>/dev/null
+    cp "$T/perf-$mode-$n.data" "$CD/" 2>/dev/null
+  fi
   end_server "scale-server-$mode-$n" "$srv" $ok
   ms=$(sed -n 's/^ms //p' "$CD/scale-client-$mode-$n.err")
   open=$(sed -n 's/^open_ms //p' "$CD/scale-client-$mode-$n.err")
@@ -40,6 +53,13 @@ run_case() {
   local n port=19800 rows=()
   for n in $SCALE_N; do
     scale_run plain $port "$n" && rows+=("$SC_LINE | -")
+    port=$((port + 1))
+    if [ -n "${BASE_LIB:-}" ] && scale_run xpbase $port "$n"; then
+      stats_load "scale-server-xpbase-$n"
+      local b_r=$S_RDMA b_t=$S_TCP
+      stats_load "scale-client-xpbase-$n"
+      rows+=("$SC_LINE | client $S_RDMA rdma $S_TCP tcp, server $b_r rdma $b_t tcp")
+    fi
     port=$((port + 1))
     if scale_run xp $port "$n"; then
       stats_load "scale-server-xp-$n"
