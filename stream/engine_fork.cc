@@ -3,6 +3,8 @@
 // (docs/protocol.md §7 "After a fork: who else holds the socket").
 #include <algorithm>
 #include <mutex>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
@@ -12,8 +14,9 @@
 namespace xp::stream {
 namespace {
 
-// The watch is the engine thread's; fork() adds to it from the program's
-// thread.  A leaf lock: nothing else is taken under it.
+// The watch is polled by the engine thread; fork() and close() change it
+// from the program's threads.  A leaf lock: nothing else is taken under
+// it, and it is never held during a scan of /proc.
 std::mutex g_mu;
 fork_share::Watch g_watch;
 // boot_ticks() before the fork under way (fork_prepare).
@@ -53,11 +56,20 @@ void engine::fork_shares() {
 }
 
 void engine::tick_forks(uint64_t now) {
+  // The scan runs without g_mu: close() of a watched socket (under
+  // State::mu and Conn::mu) and fork() take it, and must not wait for a
+  // pass over /proc.
+  fork_share::Ask ask;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    if (g_watch.empty() || !g_watch.due(now, &ask)) return;
+  }
+  const fork_share::Held held =
+      fork_share::holders(ask.inos, static_cast<pid_t>(syscall(SYS_getpid)), ask.since_ticks);
   std::vector<uint64_t> freed;
   {
     std::lock_guard<std::mutex> l(g_mu);
-    if (g_watch.empty()) return;
-    freed = g_watch.poll(now);
+    freed = g_watch.answer(ask, held, now);
   }
   if (freed.empty()) return;
   std::sort(freed.begin(), freed.end());

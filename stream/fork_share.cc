@@ -84,9 +84,8 @@ uint64_t socket_inode(int fd) {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-std::unordered_map<uint64_t, std::vector<pid_t>> holders(const std::unordered_set<uint64_t>& inos,
-                                                         pid_t self, uint64_t since_ticks) {
-  std::unordered_map<uint64_t, std::vector<pid_t>> out;
+Held holders(const std::unordered_set<uint64_t>& inos, pid_t self, uint64_t since_ticks) {
+  Held out;
   if (inos.empty()) return out;
   DIR* proc = opendir("/proc");
   if (proc == nullptr) {
@@ -136,6 +135,7 @@ Watch::~Watch() {
 
 void Watch::add_holder(pid_t pid) {
   if (pid <= 0 || pidfds_.count(pid)) return;
+  ++adds_;
   long fd = syscall(SYS_pidfd_open, pid, 0);
   // Without pidfds (kernel before 5.3) the back-off's re-checks remain.
   pidfds_[pid] = fd >= 0 ? place_high(static_cast<int>(fd)) : -1;
@@ -143,6 +143,7 @@ void Watch::add_holder(pid_t pid) {
 
 void Watch::add_fork(const std::vector<uint64_t>& inos, uint64_t since_ticks, uint64_t now_ms) {
   if (inos.empty()) return;
+  ++adds_;
   if (inos_.empty() || since_ticks < since_ticks_) since_ticks_ = since_ticks;
   for (uint64_t ino : inos)
     if (ino != 0) inos_.insert(ino);
@@ -174,44 +175,65 @@ bool Watch::some_holder_exited() {
   return false;
 }
 
-std::vector<uint64_t> Watch::poll(uint64_t now_ms) {
-  std::vector<uint64_t> released;
-  if (inos_.empty()) return released;
+bool Watch::due(uint64_t now_ms, Ask* a) {
+  if (inos_.empty()) return false;
   const bool exited = some_holder_exited();
-  if (!exited && now_ms < next_ms_) return released;
+  if (!exited && now_ms < next_ms_) return false;
+  a->inos = inos_;
+  a->since_ticks = since_ticks_;
+  a->exited = exited;
+  a->adds = adds_;
+  return true;
+}
+
+std::vector<uint64_t> Watch::answer(const Ask& a, const Held& held, uint64_t now_ms) {
   ++scans_;
-  auto held = holders(inos_, static_cast<pid_t>(syscall(SYS_getpid)), since_ticks_);
+  std::vector<uint64_t> released;
   std::unordered_set<pid_t> still;
-  for (auto it = inos_.begin(); it != inos_.end();) {
-    auto h = held.find(*it);
+  for (uint64_t ino : a.inos) {
+    // Forgotten meanwhile (closed here): nothing to report.
+    if (inos_.count(ino) == 0) continue;
+    auto h = held.find(ino);
     if (h == held.end()) {
-      released.push_back(*it);
-      it = inos_.erase(it);
+      released.push_back(ino);
+      inos_.erase(ino);
       continue;
     }
     for (pid_t p : h->second)
       still.insert(p);
-    ++it;
   }
-  // Watch exactly the processes that hold something now.
-  for (auto it = pidfds_.begin(); it != pidfds_.end();) {
-    if (still.count(it->first)) {
-      ++it;
-      continue;
+  const bool added = adds_ != a.adds; // a fork while the scan ran: not asked yet
+  if (!added) {
+    // Watch exactly the processes that hold something now.
+    for (auto it = pidfds_.begin(); it != pidfds_.end();) {
+      if (still.count(it->first)) {
+        ++it;
+        continue;
+      }
+      if (it->second >= 0) syscall(SYS_close, it->second);
+      it = pidfds_.erase(it);
     }
-    if (it->second >= 0) syscall(SYS_close, it->second);
-    it = pidfds_.erase(it);
   }
   for (pid_t p : still)
     add_holder(p);
-  // A release or an exit starts the back-off over; a scan that found the
-  // same holders waits longer for the next.
-  if (!released.empty() || exited)
+  if (inos_.empty()) {
+    reset();
+    return released;
+  }
+  // A release, an exit or a fork starts the back-off over; a scan that
+  // found the same holders waits longer for the next.
+  if (!released.empty() || a.exited || added)
     delay_ms_ = kFirstRecheckMs;
   else if (delay_ms_ < kMaxRecheckMs)
     delay_ms_ = delay_ms_ * 2 > kMaxRecheckMs ? kMaxRecheckMs : delay_ms_ * 2;
   next_ms_ = now_ms + delay_ms_;
   return released;
+}
+
+std::vector<uint64_t> Watch::poll(uint64_t now_ms) {
+  Ask a;
+  if (!due(now_ms, &a)) return {};
+  return answer(a, holders(a.inos, static_cast<pid_t>(syscall(SYS_getpid)), a.since_ticks), now_ms);
 }
 
 } // namespace xp::stream::fork_share

@@ -13,7 +13,8 @@
 // close-on-exec while it lives on.  A grandchild that inherited the socket
 // is found by the scan itself, whoever its parent is by then.
 //
-// No lock: one Watch is used by one thread (the engine's).
+// No lock inside: the caller serialises (stream/engine_fork.cc holds a
+// lock, but not during the scan: due/answer).
 #pragma once
 #include <sys/types.h>
 
@@ -32,9 +33,18 @@ uint64_t socket_inode(int fd);
 // For every inode of `inos`: the processes other than `self` whose fd table
 // names it, plus (for every inode) the processes started at or after
 // `since_ticks` whose fd table we may not read.  Inodes nobody else holds
-// have no entry.
-std::unordered_map<uint64_t, std::vector<pid_t>> holders(const std::unordered_set<uint64_t>& inos,
-                                                         pid_t self, uint64_t since_ticks);
+// have no entry.  One pass over /proc: no lock should be held meanwhile.
+using Held = std::unordered_map<uint64_t, std::vector<pid_t>>;
+Held holders(const std::unordered_set<uint64_t>& inos, pid_t self, uint64_t since_ticks);
+
+// What a scan is to ask (Watch::due), kept to match its answer
+// (Watch::answer) with what changed meanwhile.
+struct Ask {
+  std::unordered_set<uint64_t> inos;
+  uint64_t since_ticks = 0;
+  bool exited = false;
+  uint64_t adds = 0;
+};
 
 class Watch {
 public:
@@ -58,6 +68,14 @@ public:
   // forgotten).  Cheap unless a watched process exited or a re-check is
   // due: then one scan of /proc answers for every watched socket.
   std::vector<uint64_t> poll(uint64_t now_ms);
+  // poll() in three steps, for a caller that shares the Watch under a lock
+  // and must not hold it during the scan: due() (under the lock) says
+  // whether a scan is due and what to ask; holders() (no lock); answer()
+  // (under the lock) applies it: inodes forgotten meanwhile are not
+  // reported, ones added meanwhile wait for the next scan, which is then
+  // due at the first re-check.
+  bool due(uint64_t now_ms, Ask* a);
+  std::vector<uint64_t> answer(const Ask& a, const Held& held, uint64_t now_ms);
   bool empty() const { return inos_.empty(); }
   size_t scans() const { return scans_; }
 
@@ -76,6 +94,7 @@ private:
   uint64_t next_ms_ = 0;
   uint32_t delay_ms_ = kFirstRecheckMs;
   size_t scans_ = 0;
+  uint64_t adds_ = 0; // add_fork and add_holder calls, to tell an answer what changed
 };
 
 } // namespace xp::stream::fork_share

@@ -260,3 +260,35 @@ TEST_CASE("fork_share: a socket this process closed is no longer watched") {
   reap(child);
   CHECK(w.poll(UINT64_MAX / 2).empty());
 }
+
+TEST_CASE("fork_share: a scan made without the lock answers only what it asked") {
+  // The engine scans /proc between due() and answer() without its lock:
+  // a socket closed meanwhile is not reported, one a new fork added
+  // meanwhile is not taken as free (nobody was asked about it), and the
+  // next scan is due at the first re-check.
+  Pair p, q, r;
+  fork_share::Watch w;
+  uint64_t now = 1000;
+  w.add_fork({p.ino(), q.ino()}, fork_share::boot_ticks(), now);
+  fork_share::Ask a;
+  CHECK_FALSE(w.due(now, &a)); // nobody exited, no re-check due yet
+  now += fork_share::Watch::kFirstRecheckMs;
+  REQUIRE(w.due(now, &a));
+  CHECK(a.inos.size() == 2);
+  // Nobody else holds any of them (no child here): the scan finds none.
+  const fork_share::Held held = fork_share::holders(a.inos, getpid(), a.since_ticks);
+  CHECK(held.empty());
+  w.forget(q.ino());                                    // closed during the scan
+  w.add_fork({r.ino()}, fork_share::boot_ticks(), now); // a fork during the scan
+  auto got = w.answer(a, held, now);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0] == p.ino());
+  CHECK_FALSE(w.empty()); // r is still watched
+  CHECK_FALSE(w.due(now + fork_share::Watch::kFirstRecheckMs - 1, &a));
+  REQUIRE(w.due(now + fork_share::Watch::kFirstRecheckMs, &a));
+  got = w.answer(a, fork_share::holders(a.inos, getpid(), a.since_ticks),
+                 now + fork_share::Watch::kFirstRecheckMs);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0] == r.ino());
+  CHECK(w.empty());
+}
