@@ -560,9 +560,10 @@ void engine::before_fork() {
   if (!s.started || s.cm == nullptr) return;
   fork_prepare();
   s.forking.store(true, std::memory_order_release);
-  // No stream that exists at the fork goes back onto RDMA afterwards (the
-  // socket is shared: the child may be the one using it); one going back
-  // right now gives its new channel up and goes on over TCP.
+  // No stream that exists at the fork goes back onto RDMA while the socket
+  // is shared (the child may be the one using it: stream/engine_fork.cc
+  // watches until it is not); one going back right now gives its new
+  // channel up and goes on over TCP.
   std::vector<Channel*> folding;
   {
     std::lock_guard<std::mutex> l(s.mu);

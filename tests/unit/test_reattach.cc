@@ -244,8 +244,14 @@ TEST_CASE("back to RDMA: a resumed stream a fork shared goes back once it is our
   CHECK(g_attempts == 0);
   const uint64_t total = std::max(p.a.sent, p.b.sent) + 1500000;
   {
-    // The child exited (stream/fork_share.h found no other holder).
+    // The child exited (stream/fork_share.h found no other holder).  A
+    // stream that turned raw at the fork would stay on TCP: only this
+    // one, framed both ways, may go back.
     std::lock_guard<std::mutex> l(p.a.c->mu);
+    p.a.c->moved_stream.store(true);
+    CHECK_FALSE(stream::reattach::unshared(p.a.c));
+    CHECK(p.a.c->reup.never);
+    p.a.c->moved_stream.store(false);
     CHECK(stream::reattach::unshared(p.a.c));
   }
   drive(q, total, 42, [&] { return on_rdma(p); });
