@@ -255,6 +255,8 @@ void* engine_main(void*) {
           if (!s.cm->next(&ev)) break;
           on_cm_event(ev);
         }
+      } else if (d == kTagForkWatch) {
+        tick_forks(now_ms()); // a process that held a socket a fork shared exited
       } else if (d & kTagConn) {
         tcp_event(reinterpret_cast<Conn*>(d & ~kTagConn), evs[i].events);
       } else {

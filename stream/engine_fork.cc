@@ -52,6 +52,8 @@ void engine::fork_shares() {
     }
   }
   std::lock_guard<std::mutex> l(g_mu);
+  // A holder's exit wakes the engine thread (its epoll set): seen at once.
+  g_watch.set_epoll(s.epfd, kTagForkWatch);
   g_watch.add_fork(inos, g_fork_ticks, now_ms());
 }
 
@@ -110,6 +112,9 @@ void engine::fork_closed(uint64_t ino) {
 
 void engine::forks_after_fork_child() {
   new (&g_mu) std::mutex();
+  // The epoll set is the parent's (shared across fork): closing our
+  // copies of the pidfds leaves the parent's registrations as they are.
+  g_watch.set_epoll(-1, 0);
   g_watch.reset();
 }
 

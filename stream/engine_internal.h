@@ -258,7 +258,10 @@ void fork_prepare();
 // after_fork_parent, no lock held: the sockets of streams that left RDMA
 // are watched until no other process holds them (stream/engine_fork.cc).
 void fork_shares();
-// Engine tick (no lock held): sockets a fork shared that are this
+// The engine's epoll tag of a fork's watched holders' pidfds (0 is the
+// command eventfd, 2 the rdma_cm channel, others a Conn or Channel pointer).
+constexpr uint64_t kTagForkWatch = 4;
+// Engine tick, or a watched holder exited (no lock held): sockets a fork shared that are this
 // process's alone again (stream/engine_fork.cc).
 void tick_forks(uint64_t now);
 // In a fork child: the parent's watch of them is not the child's.

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -138,7 +139,17 @@ void Watch::add_holder(pid_t pid) {
   ++adds_;
   long fd = syscall(SYS_pidfd_open, pid, 0);
   // Without pidfds (kernel before 5.3) the back-off's re-checks remain.
-  pidfds_[pid] = fd >= 0 ? place_high(static_cast<int>(fd)) : -1;
+  const int pfd = fd >= 0 ? place_high(static_cast<int>(fd)) : -1;
+  pidfds_[pid] = pfd;
+  arm(pfd, EPOLL_CTL_ADD);
+}
+
+void Watch::arm(int pfd, int op) {
+  if (pfd < 0 || epfd_ < 0) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.u64 = tag_;
+  syscall(SYS_epoll_ctl, epfd_, op, pfd, &ev);
 }
 
 void Watch::add_fork(const std::vector<uint64_t>& inos, uint64_t since_ticks, uint64_t now_ms) {
@@ -214,8 +225,13 @@ std::vector<uint64_t> Watch::answer(const Ask& a, const Held& held, uint64_t now
       it = pidfds_.erase(it);
     }
   }
-  for (pid_t p : still)
-    add_holder(p);
+  for (pid_t p : still) {
+    auto it = pidfds_.find(p);
+    if (it == pidfds_.end())
+      add_holder(p);
+    else
+      arm(it->second, EPOLL_CTL_MOD); // one-shot: fired or not, armed again
+  }
   if (inos_.empty()) {
     reset();
     return released;

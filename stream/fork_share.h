@@ -60,6 +60,12 @@ public:
   // A process known to hold some of them (the child fork() returned):
   // its exit is seen at the next poll, without waiting for the re-check.
   void add_holder(pid_t pid);
+  // Holders' pidfds are also added to this epoll set (EPOLLIN, one-shot,
+  // data = tag), so that the owner of the set polls at once when one exits.
+  void set_epoll(int epfd, uint64_t tag) {
+    epfd_ = epfd;
+    tag_ = tag;
+  }
   // This process closed the socket: no longer watched.
   void forget(uint64_t ino);
   // A fork child's copy: the parent watches, not the child.
@@ -87,6 +93,7 @@ public:
 
 private:
   bool some_holder_exited();
+  void arm(int pfd, int op);
 
   std::unordered_set<uint64_t> inos_;
   std::unordered_map<pid_t, int> pidfds_; // watched holders (-1: no pidfd here)
@@ -94,6 +101,8 @@ private:
   uint64_t next_ms_ = 0;
   uint32_t delay_ms_ = kFirstRecheckMs;
   size_t scans_ = 0;
+  int epfd_ = -1;
+  uint64_t tag_ = 0;
   uint64_t adds_ = 0; // add_fork and add_holder calls, to tell an answer what changed
 };
 

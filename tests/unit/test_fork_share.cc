@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <csignal>
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -291,4 +292,32 @@ TEST_CASE("fork_share: a scan made without the lock answers only what it asked")
   REQUIRE(got.size() == 1);
   CHECK(got[0] == r.ino());
   CHECK(w.empty());
+}
+
+TEST_CASE("fork_share: a holder's exit wakes the owner's epoll set, once per arming") {
+  Pair p;
+  int go[2];
+  REQUIRE(pipe(go) == 0);
+  pid_t child = spawn(go[0], go[1], [] {});
+  close(go[0]);
+  const int ep = epoll_create1(EPOLL_CLOEXEC);
+  REQUIRE(ep >= 0);
+  fork_share::Watch w;
+  w.set_epoll(ep, 4);
+  uint64_t now = 1000;
+  w.add_fork({p.ino()}, fork_share::boot_ticks(), now);
+  w.add_holder(child);
+  epoll_event ev{};
+  CHECK(epoll_wait(ep, &ev, 1, 50) == 0); // it lives
+  close(go[1]);                           // it exits (not reaped yet)
+  REQUIRE(epoll_wait(ep, &ev, 1, 5000) == 1);
+  const uint64_t tag = ev.data.u64;
+  CHECK(tag == 4);
+  CHECK(epoll_wait(ep, &ev, 1, 50) == 0); // one-shot: no busy loop before the poll
+  auto r = w.poll(now);                   // no re-check due: the exit alone makes it scan
+  REQUIRE(r.size() == 1);
+  CHECK(r[0] == p.ino());
+  CHECK(w.empty());
+  reap(child);
+  close(ep);
 }
