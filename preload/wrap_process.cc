@@ -18,7 +18,7 @@ XP_EXPORT pid_t fork(void) noexcept {
     XP_LOG(debug, "fork: child %d", pid);
     // The sockets shared with the child are watched until it (and whatever
     // inherited them from it) let go (docs/protocol.md §7 "After a fork"):
-    // a pidfd for this pid shows its exit at the engine's next tick.
+    // a pidfd for this pid wakes the engine when it exits.
     stream::engine::forked(pid);
   }
   return pid;
