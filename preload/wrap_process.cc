@@ -7,13 +7,20 @@
 
 #include "preload/boundary.h"
 #include "preload/log.h"
+#include "stream/engine.h"
 
 using namespace xp;
 
 XP_EXPORT pid_t fork(void) noexcept {
   ensure_init();
   pid_t pid = XP_REAL(fork);
-  if (pid > 0) XP_LOG(debug, "fork: child %d", pid);
+  if (pid > 0) {
+    XP_LOG(debug, "fork: child %d", pid);
+    // The sockets shared with the child are watched until it (and whatever
+    // inherited them from it) let go (docs/protocol.md §7 "After a fork"):
+    // a pidfd for this pid wakes the engine when it exits.
+    stream::engine::forked(pid);
+  }
   return pid;
 }
 

@@ -99,6 +99,9 @@ public:
   // At fork: a resumed stream still owed bytes to the kernel (or waited for
   // the peer's RESUME); the child must not send them a second time.
   bool fork_unsafe = false;
+  // At fork, in the parent: the socket's inode, watched until no other
+  // process holds it (stream/fork_share.h), under State::mu; 0: none.
+  uint64_t fork_ino = 0;
   bool tx_shut = false;        // shutdown(SHUT_WR) or close while our direction was on TCP
   bool epipe_reported = false; // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the

@@ -255,6 +255,8 @@ void* engine_main(void*) {
           if (!s.cm->next(&ev)) break;
           on_cm_event(ev);
         }
+      } else if (d == kTagForkWatch) {
+        tick_forks(now_ms()); // a process that held a socket a fork shared exited
       } else if (d & kTagConn) {
         tcp_event(reinterpret_cast<Conn*>(d & ~kTagConn), evs[i].events);
       } else {
@@ -268,6 +270,7 @@ void* engine_main(void*) {
     if (now - last_tick >= kTickMs) {
       last_tick = now;
       tick_conns(now);
+      tick_forks(now);
       if (now - last_hook >= kTickHookMs) {
         last_hook = now;
         if (TickHook h = g_tick_hook.load(std::memory_order_acquire)) h();
@@ -504,6 +507,8 @@ void engine::on_close(Conn* c) {
     c->closed.store(true);
     c->gen.fetch_add(1);
     syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
+    if (c->fork_ino != 0) fork_closed(c->fork_ino);
+    c->fork_ino = 0;
     if (Channel* ch = c->ch) {
       std::lock_guard<std::mutex> chl(ch->mu);
       // Going back to RDMA, our direction still on TCP: nothing of ours is
@@ -555,10 +560,12 @@ void engine::renumber(Conn* c, int newfd) {
 void engine::before_fork() {
   State& s = g_state;
   if (!s.started || s.cm == nullptr) return;
+  fork_prepare();
   s.forking.store(true, std::memory_order_release);
-  // No stream that exists at the fork goes back onto RDMA afterwards (the
-  // socket is shared: the child may be the one using it); one going back
-  // right now gives its new channel up and goes on over TCP.
+  // No stream that exists at the fork goes back onto RDMA while the socket
+  // is shared (the child may be the one using it: stream/engine_fork.cc
+  // watches until it is not); one going back right now gives its new
+  // channel up and goes on over TCP.
   std::vector<Channel*> folding;
   {
     std::lock_guard<std::mutex> l(s.mu);
@@ -609,6 +616,7 @@ void engine::after_fork_parent() {
     c->unref();
   }
   s.forking.store(false, std::memory_order_release);
+  fork_shares();
 }
 
 void engine::on_fork_child() {
@@ -621,6 +629,7 @@ void engine::on_fork_child() {
   new (&s.mu) std::mutex();
   new (&s.qmu) std::mutex();
   if (s.used_rdma) s.forked_child = true;
+  forks_after_fork_child();
   // The engine thread stayed in the parent: nothing here wakes sleepers
   // (stream/wake.h), and a moved stream still in user mode (bytes buffered
   // at the fork) is looked at only by the child's own calls.

@@ -54,6 +54,13 @@ void renumber(Conn* c, int newfd);
 void before_fork();
 void after_fork_parent();
 void on_fork_child();
+// After the fork, in the parent, the sockets of streams that left RDMA are
+// watched until no other process holds them (the child and whatever
+// inherited from it let go: stream/fork_share.h); a stream left framed at
+// the fork may then go back onto RDMA (docs/protocol.md §7 "After a
+// fork").  forked: fork() returned this child's pid, whose exit is then
+// seen without waiting for the next re-check.
+void forked(pid_t child);
 
 // Busy-polling before a sleep (docs/design.md, "Completion events").  A
 // blocked call spins spin_budget_ns(avg) first, avg being its recent waits

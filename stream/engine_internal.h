@@ -253,6 +253,21 @@ void keepalive(uint64_t now);
 bool tcp_after_switch(Conn* c);
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);
 void tick_conns(uint64_t now);
+// before_fork: the time the fork starts (a bound on the child's start).
+void fork_prepare();
+// after_fork_parent, no lock held: the sockets of streams that left RDMA
+// are watched until no other process holds them (stream/engine_fork.cc).
+void fork_shares();
+// The engine's epoll tag of a fork's watched holders' pidfds (0 is the
+// command eventfd, 2 the rdma_cm channel, others a Conn or Channel pointer).
+constexpr uint64_t kTagForkWatch = 4;
+// Engine tick, or a watched holder exited (no lock held): sockets a fork shared that are this
+// process's alone again (stream/engine_fork.cc).
+void tick_forks(uint64_t now);
+// In a fork child: the parent's watch of them is not the child's.
+void forks_after_fork_child();
+// g().mu held: the program closed a socket a fork shared (no longer watched).
+void fork_closed(uint64_t ino);
 bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance); // g().mu held
 // g().mu held: ch is unlinked (freed after a grace period): the ATTACHes
 // waiting on it go, so that no pending entry outlives the channel it names.

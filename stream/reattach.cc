@@ -177,6 +177,18 @@ void set_hook(Hook h) {
   g_hook.store(h, std::memory_order_release);
 }
 
+bool unshared(Conn* c) {
+  const Resume* r = c->rs;
+  // Only a stream still framed both ways can take the return path; one
+  // that turned raw at the fork (RAW, or moved) stays on plain TCP.
+  if (!c->resumed.load() || r == nullptr || r->moved || r->rx_raw || c->pinned.load() ||
+      c->moved_stream.load() || (r->tx != Resume::Tx::framed && r->tx != Resume::Tx::wait))
+    return false;
+  c->reup.never = false;
+  c->reup.at_ms = 0; // the next tick schedules an attempt after the back-off
+  return true;
+}
+
 void on_resumed(Conn* c) {
   const EngineParams& p = engine::params();
   c->reup.tcp_since_us = engine::mono_us();

@@ -69,6 +69,12 @@ void fold(Conn* c);
 // read now (the attempt it belonged to failed: a RESUME follows).
 bool on_switchback(Conn* c, Resume* r);
 bool after_switchback(Conn* c, Resume* r);
+// c->mu held: no other process holds c's socket any more (a fork shared
+// it; stream/fork_share.h).  A stream left framed at the fork (its turn to
+// raw TCP did not happen: stream/resume_fork.h) may go back: true.
+// Streams moved or turned raw at the fork, or pinned to TCP by a kernel
+// feature, stay.
+bool unshared(Conn* c);
 
 } // namespace reattach
 } // namespace xp::stream

@@ -534,16 +534,25 @@ net_snap() {
     # and IPv6), then 2 and 4 (roce): summed per kind
     for d in veth0 veth1; do
       kind=""
-      declare -A sum=()
+      declare -A sum=() pkts=()
       while read -r line; do
         case $line in
           *"pref 1 "* | *"pref 3 "*) kind=tcp ;;
           *"pref 2 "* | *"pref 4 "*) kind=roce ;;
-          "Sent "*" bytes "*) [ -z "$kind" ] || { line=${line#Sent }; sum[$kind]=$((${sum[$kind]:-0} + ${line%% *})); kind=""; } ;;
+          "Sent "*" bytes "*) [ -z "$kind" ] || {
+            line=${line#Sent }
+            sum[$kind]=$((${sum[$kind]:-0} + ${line%% *}))
+            line=${line#* bytes }
+            pkts[$kind]=$((${pkts[$kind]:-0} + ${line%% *}))
+            kind=""
+          } ;;
         esac
       done < <(tc -s filter show dev "$d" egress 2>/dev/null)
-      for kind in "${!sum[@]}"; do echo "tc.$d.${kind}_bytes ${sum[$kind]}"; done
-      unset sum
+      for kind in "${!sum[@]}"; do
+        echo "tc.$d.${kind}_bytes ${sum[$kind]}"
+        echo "tc.$d.${kind}_pkts ${pkts[$kind]}"
+      done
+      unset sum pkts
     done
   } >"$1"
 }

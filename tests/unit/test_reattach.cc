@@ -227,6 +227,43 @@ TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways
   }
 }
 
+TEST_CASE("back to RDMA: a resumed stream a fork shared goes back once it is ours alone again") {
+  Back q;
+  RPair& p = q.p;
+  resume_pair(q, 40);
+  {
+    // As at a fork (engine::before_fork): the child may be the one using
+    // the socket, so the stream stays on TCP.
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    p.a.c->reup.never = true;
+  }
+  q.link_up();
+  int steps = 0;
+  drive(q, 1500000, 41, [&] { return ++steps > 20000; });
+  CHECK_FALSE(on_rdma(p));
+  CHECK(g_attempts == 0);
+  const uint64_t total = std::max(p.a.sent, p.b.sent) + 1500000;
+  {
+    // The child exited (stream/fork_share.h found no other holder).  A
+    // stream that turned raw at the fork would stay on TCP: only this
+    // one, framed both ways, may go back.
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    p.a.c->moved_stream.store(true);
+    CHECK_FALSE(stream::reattach::unshared(p.a.c));
+    CHECK(p.a.c->reup.never);
+    p.a.c->moved_stream.store(false);
+    CHECK(stream::reattach::unshared(p.a.c));
+  }
+  drive(q, total, 42, [&] { return on_rdma(p); });
+  REQUIRE(on_rdma(p));
+  CHECK(g_attempts == 1);
+  CHECK(g_returned == 2);
+  const uint64_t total2 = total + 300000;
+  drive(q, total2, 43, [] { return false; });
+  check_delivered(p, total2);
+  CHECK(on_rdma(p));
+}
+
 TEST_CASE("keepalive: a stall of the checking thread is not the peer's silence") {
   // Regression (a flaky CI run of the test above, 1 full ASan run in ~15):
   // the keepalive check that came after the test process had not run for

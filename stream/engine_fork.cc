@@ -1,0 +1,121 @@
+// After a fork, in the parent: which shared sockets are ours alone again
+// (stream/fork_share.h), and what that changes for their streams
+// (docs/protocol.md §7 "After a fork: who else holds the socket").
+#include <algorithm>
+#include <mutex>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/logsink.h"
+#include "stream/engine_internal.h"
+#include "stream/fork_share.h"
+#include "stream/reattach.h"
+
+namespace xp::stream {
+namespace {
+
+// The watch is polled by the engine thread; fork() and close() change it
+// from the program's threads.  A leaf lock: nothing else is taken under
+// it, and it is never held during a scan of /proc.
+std::mutex g_mu;
+fork_share::Watch g_watch;
+// boot_ticks() before the fork under way (fork_prepare).
+uint64_t g_fork_ticks = 0;
+
+} // namespace
+
+void engine::forked(pid_t child) {
+  State& s = g();
+  if (!s.started || s.cm == nullptr || child <= 0) return;
+  std::lock_guard<std::mutex> l(g_mu);
+  if (!g_watch.empty()) g_watch.add_holder(child);
+}
+
+void engine::fork_prepare() {
+  g_fork_ticks = fork_share::boot_ticks();
+}
+
+void engine::fork_shares() {
+  State& s = g();
+  if (!s.started || s.cm == nullptr) return;
+  std::vector<uint64_t> inos;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : s.conns) {
+      // Only streams that left RDMA at this fork or before can gain
+      // anything; a connection that never was on RDMA stays as it is.
+      if (c->closed.load() || !(c->resumed.load() || c->moved_stream.load())) continue;
+      const uint64_t ino = fork_share::socket_inode(c->sock());
+      if (ino == 0) continue;
+      c->fork_ino = ino;
+      inos.push_back(ino);
+    }
+  }
+  std::lock_guard<std::mutex> l(g_mu);
+  // A holder's exit wakes the engine thread (its epoll set): seen at once.
+  g_watch.set_epoll(s.epfd, kTagForkWatch);
+  g_watch.add_fork(inos, g_fork_ticks, now_ms());
+}
+
+void engine::tick_forks(uint64_t now) {
+  // The scan runs without g_mu: close() of a watched socket (under
+  // State::mu and Conn::mu) and fork() take it, and must not wait for a
+  // pass over /proc.
+  fork_share::Ask ask;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    if (g_watch.empty() || !g_watch.due(now, &ask)) return;
+  }
+  const fork_share::Held held =
+      fork_share::holders(ask.inos, static_cast<pid_t>(syscall(SYS_getpid)), ask.since_ticks);
+  std::vector<uint64_t> freed;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    freed = g_watch.answer(ask, held, now);
+  }
+  if (freed.empty()) return;
+  std::sort(freed.begin(), freed.end());
+  std::vector<Conn*> cs;
+  {
+    State& s = g();
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : s.conns) {
+      if (c->fork_ino == 0 || !std::binary_search(freed.begin(), freed.end(), c->fork_ino))
+        continue;
+      c->fork_ino = 0;
+      c->ref();
+      cs.push_back(c);
+    }
+  }
+  for (Conn* c : cs) {
+    bool back = false, moved = false;
+    int fd;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      fd = c->sock();
+      moved = c->moved_stream.load();
+      if (!c->closed.load()) back = reattach::unshared(c);
+    }
+    XP_SLOG(XP_SLOG_INFO, "fd %d: no other process holds the socket since the fork any more: %s",
+            fd,
+            back    ? "its stream may go back onto RDMA"
+            : moved ? "it stays on plain TCP (moved at a fork)"
+                    : "it stays on TCP");
+    c->unref();
+  }
+}
+
+void engine::fork_closed(uint64_t ino) {
+  std::lock_guard<std::mutex> l(g_mu);
+  g_watch.forget(ino);
+}
+
+void engine::forks_after_fork_child() {
+  new (&g_mu) std::mutex();
+  // The epoll set is the parent's (shared across fork): closing our
+  // copies of the pidfds leaves the parent's registrations as they are.
+  g_watch.set_epoll(-1, 0);
+  g_watch.reset();
+}
+
+} // namespace xp::stream
