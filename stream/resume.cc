@@ -511,6 +511,17 @@ bool collect_resend(Channel* ch, Stream* s, Resume* r, uint64_t* first) {
   return true;
 }
 
+// What start() and start_alone() both set: the cause, the clocks, the
+// session's key and direction.
+static void begin_wait(Conn* c, Resume* r, ResumeCause why) {
+  r->cause = why;
+  r->started_us = engine::mono_us();
+  r->started_ms = engine::now_ms();
+  r->deadline_ms = r->started_ms + kWaitMs;
+  c->sess.session_key(r->key);
+  r->dir = c->sess.tx_direction();
+}
+
 void start(Conn* c, ResumeCause why) {
   Channel* ch = c->ch;
   auto* r = new (std::nothrow) Resume(engine::params().stream_window);
@@ -581,12 +592,7 @@ void start(Conn* c, ResumeCause why) {
     wake::notify();
     return;
   }
-  r->cause = why;
-  r->started_us = engine::mono_us();
-  r->started_ms = engine::now_ms();
-  r->deadline_ms = r->started_ms + kWaitMs;
-  c->sess.session_key(r->key);
-  r->dir = c->sess.tx_direction();
+  begin_wait(c, r, why);
   r->rx_framed = rx_known;
   r->raw_left = rx_known ? c->sess.rx_tcp_remaining() : 0;
   r->tx_start = c->sess.tx_offset();
@@ -683,12 +689,7 @@ bool start_alone(Conn* c, ResumeCause why) {
   }
   c->ch = nullptr;
   if (DetachHook h = g_detach_hook.load(std::memory_order_acquire)) h(c);
-  r->cause = why;
-  r->started_us = engine::mono_us();
-  r->started_ms = engine::now_ms();
-  r->deadline_ms = r->started_ms + kWaitMs;
-  c->sess.session_key(r->key);
-  r->dir = c->sess.tx_direction();
+  begin_wait(c, r, why);
   r->rx_framed = false; // the peer's direction never left TCP
   c->reup.never = true; // a failed binding is final (docs/protocol.md §2)
   if (c->phase.load() == Phase::upgrading) c->phase.store(Phase::rdma, std::memory_order_release);

@@ -89,6 +89,23 @@ struct REnd {
   bool reset = false, eof = false;
 };
 
+// Binds e's connection to stream `id` of its channel, as an ATTACH would.
+inline void bind_stream(REnd& e, uint32_t id, const recover::Nonce& peer_nonce) {
+  std::lock_guard<std::mutex> l(e.c->mu);
+  {
+    std::lock_guard<std::mutex> chl(e.ch->mu);
+    e.c->st = e.ch->mux->open(id, 0, 0);
+    REQUIRE(e.c->st != nullptr);
+    e.c->st->owner = e.c;
+    e.ch->conns.push_back(e.c);
+    e.c->ref();
+  }
+  e.c->ch = e.ch;
+  e.c->sid = id;
+  REQUIRE(e.c->sess.adopt(id, peer_nonce) == Status::ok);
+  stream::engine::advance(e.c);
+}
+
 struct RPair {
   int fds[2];
   FakeLink la{64 * 1024, 1024}, lb{64 * 1024, 1024};
@@ -117,21 +134,7 @@ struct RPair {
     bind(a, ps.nonce);
     bind(b, pc.nonce);
   }
-  static void bind(REnd& e, const recover::Nonce& peer_nonce) {
-    std::lock_guard<std::mutex> l(e.c->mu);
-    {
-      std::lock_guard<std::mutex> chl(e.ch->mu);
-      e.c->st = e.ch->mux->open(0, 0, 0);
-      REQUIRE(e.c->st != nullptr);
-      e.c->st->owner = e.c;
-      e.ch->conns.push_back(e.c);
-      e.c->ref();
-    }
-    e.c->ch = e.ch;
-    e.c->sid = 0;
-    REQUIRE(e.c->sess.adopt(0, peer_nonce) == Status::ok);
-    stream::engine::advance(e.c);
-  }
+  static void bind(REnd& e, const recover::Nonce& peer_nonce) { bind_stream(e, 0, peer_nonce); }
   ~RPair() {
     for (REnd* e : {&a, &b}) {
       stream::engine::on_close(e->c);
@@ -251,5 +254,35 @@ void rdrive(RPair& p, uint64_t total, unsigned seed, int at, Hook hook, int step
     }
   }
 }
+
+// A second stream (id 1) on the same channels as p's, with its own
+// socketpair as its TCP connection: a stream of the same channel that has
+// nothing to do with p's.
+struct SecondStream {
+  int fds[2];
+  REnd a{}, b{};
+  explicit SecondStream(RPair& p) {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    auto pc = rparams(recover::Role::client, 7), ps = rparams(recover::Role::server, 8);
+    a.c = new stream::Conn(fds[0], pc);
+    b.c = new stream::Conn(fds[1], ps);
+    a.ch = p.a.ch;
+    b.ch = p.b.ch;
+    a.dir = 0;
+    b.dir = 1;
+    bind_stream(a, 1, ps.nonce);
+    bind_stream(b, 1, pc.nonce);
+  }
+  ~SecondStream() {
+    for (REnd* e : {&a, &b}) {
+      stream::engine::on_close(e->c);
+      e->c->unref();
+    }
+    close(fds[0]);
+    close(fds[1]);
+  }
+  SecondStream(const SecondStream&) = delete;
+  SecondStream& operator=(const SecondStream&) = delete;
+};
 
 } // namespace xp::test

@@ -37,49 +37,6 @@ int count(ResumeCause c) {
   return n;
 }
 
-void bind_id(REnd& e, uint32_t id, const recover::Nonce& peer_nonce) {
-  std::lock_guard<std::mutex> l(e.c->mu);
-  {
-    std::lock_guard<std::mutex> chl(e.ch->mu);
-    e.c->st = e.ch->mux->open(id, 0, 0);
-    REQUIRE(e.c->st != nullptr);
-    e.c->st->owner = e.c;
-    e.ch->conns.push_back(e.c);
-    e.c->ref();
-  }
-  e.c->ch = e.ch;
-  e.c->sid = id;
-  REQUIRE(e.c->sess.adopt(id, peer_nonce) == Status::ok);
-  stream::engine::advance(e.c);
-}
-
-// A second stream (id 1) on the same channels as p's, with its own
-// socketpair as its TCP connection.
-struct Second {
-  int fds[2];
-  REnd a{}, b{};
-  explicit Second(RPair& p) {
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
-    auto pc = rparams(recover::Role::client, 7), ps = rparams(recover::Role::server, 8);
-    a.c = new stream::Conn(fds[0], pc);
-    b.c = new stream::Conn(fds[1], ps);
-    a.ch = p.a.ch;
-    b.ch = p.b.ch;
-    a.dir = 0;
-    b.dir = 1;
-    bind_id(a, 1, ps.nonce);
-    bind_id(b, 1, pc.nonce);
-  }
-  ~Second() {
-    for (REnd* e : {&a, &b}) {
-      stream::engine::on_close(e->c);
-      e->c->unref();
-    }
-    close(fds[0]);
-    close(fds[1]);
-  }
-};
-
 void step_pair(RPair& p, REnd& a, REnd& b, std::mt19937& rng, uint64_t total) {
   switch (rng() % 5) {
   case 0:
@@ -147,7 +104,7 @@ TEST_CASE("move: a stream moves to TCP at any step; bytes once, in order; the ot
     // No keepalive: the checks below say the channel never failed, and a
     // slow (sanitized, loaded) run can leave 30 ms between two polls.
     stream::engine::g().p.keepalive_ms = 0;
-    Second q(p);
+    SecondStream q(p);
     const uint64_t total = 600000 + seed * 977;
     std::mt19937 rng(seed);
     const int at = static_cast<int>(seed * 37 % 200);

@@ -153,44 +153,8 @@ namespace {
 
 // A second connection on p's channels (stream id 1): a stream of the same
 // channel that has nothing to do with the one whose upgrade fails.
-struct Second {
-  int fds[2];
-  REnd a{}, b{};
-  explicit Second(RPair& p) {
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
-    auto pc = rparams(recover::Role::client, 7), ps = rparams(recover::Role::server, 8);
-    a.c = new stream::Conn(fds[0], pc);
-    b.c = new stream::Conn(fds[1], ps);
-    a.ch = p.a.ch;
-    b.ch = p.b.ch;
-    a.dir = 0;
-    b.dir = 1;
-    bind(a, ps.nonce);
-    bind(b, pc.nonce);
-  }
-  static void bind(REnd& e, const recover::Nonce& peer_nonce) {
-    std::lock_guard<std::mutex> l(e.c->mu);
-    {
-      std::lock_guard<std::mutex> chl(e.ch->mu);
-      e.c->st = e.ch->mux->open(1, 0, 0);
-      REQUIRE(e.c->st != nullptr);
-      e.c->st->owner = e.c;
-      e.ch->conns.push_back(e.c);
-      e.c->ref();
-    }
-    e.c->ch = e.ch;
-    e.c->sid = 1;
-    REQUIRE(e.c->sess.adopt(1, peer_nonce) == Status::ok);
-    stream::engine::advance(e.c);
-  }
-  ~Second() {
-    for (REnd* e : {&a, &b}) {
-      stream::engine::on_close(e->c);
-      e->c->unref();
-    }
-    close(fds[0]);
-    close(fds[1]);
-  }
+struct Second : SecondStream {
+  explicit Second(RPair& p) : SecondStream(p) {}
   void step() {
     for (REnd* e : {&a, &b}) {
       {
