@@ -138,7 +138,9 @@ private:
   ExclusiveClaims* claims_;
   std::vector<Reg> regs_;
   std::vector<uint32_t> index_; // open addressing, linear probing: position + 1, 0 = empty
-  static bool user_out(const Reg& r) { return r.src != nullptr && (r.events & EPOLLOUT); }
+  static bool user_out(const Reg& r) {
+    return r.src != nullptr && (r.events & (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND));
+  }
   uint32_t n_user_ = 0, n_user_out_ = 0;
   size_t cursor_ = 0;
 };

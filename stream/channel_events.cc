@@ -35,6 +35,7 @@
 #include <atomic>
 #include <ctime>
 #include <mutex>
+#include <new>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -179,7 +180,7 @@ bool widen_arm(Channel* ch) {
 }
 
 bool arm_for_news(Channel* ch) {
-  if (!params().solicited_events) return rearm(ch);
+  if (!params().solicited_events || !ch->link->peer_solicits()) return rearm(ch);
   if (ch->armed.load(std::memory_order_seq_cst)) return false;
   // Published before the room waiters and the held record are looked at
   // (pairs with room_wait_enter and note_held, all seq_cst): either this
@@ -200,20 +201,32 @@ bool arm_for_news(Channel* ch) {
   return true;
 }
 
-void room_wait_enter() {
+bool room_wait_enter() {
+  if (!params().solicited_events) return false; // no arm is ever solicited-only
   g_room_waiters.fetch_add(1, std::memory_order_seq_cst);
   uint64_t arms = g_solicited_arms.load(std::memory_order_seq_cst);
   // Under the lock while it widens: a waiter that finds nothing new to
   // widen must not go to sleep before the one that looks does.
   std::lock_guard<std::mutex> l(g_widen_mu);
-  if (arms == g_widened_at) return;
+  if (arms == g_widened_at) return true;
   g_widened_at = arms;
+  // What came before the widening raised no event: poll, or leave the poll
+  // to the lock's holder (as the engine does, owe_poll), never waiting for
+  // a channel's lock under this one.
   for (Channel* ch : channels_snapshot())
-    if (!ch->failed.load() && widen_arm(ch)) progress(ch); // what came meanwhile raised no event
+    if (!ch->failed.load() && widen_arm(ch) && !progress_if_free(ch)) owe_poll(ch);
+  return true;
 }
 
 void room_wait_leave() {
   g_room_waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void room_waits_after_fork() {
+  // The child's only thread is in fork(), waiting for no room; the lock may
+  // have been held by a thread that does not exist here.
+  new (&g_widen_mu) std::mutex;
+  g_room_waiters.store(0, std::memory_order_relaxed);
 }
 
 bool may_stay_unarmed(Channel* ch, uint64_t now) {

@@ -57,15 +57,13 @@ void ChannelSleep::end(uint32_t fired) {
   // a readable fd would wake the engine for an event this thread takes.
   for (int i = 0; i < n_; ++i)
     if (fired & (1u << i)) engine::take_event(chs_[i]);
-  // The engine and other waiters rely on every completion again.
-  for (int i = 0; i < n_; ++i) {
-    engine::widen_arm(chs_[i]);
+  // A solicited-only arm stays: the engine arms so itself (arm_for_news),
+  // and whoever needs every completion widens it and polls.
+  for (int i = 0; i < n_; ++i)
     engine::sleep_leave(chs_[i]);
-  }
 }
 
 void ChannelSleep::drop(int i) {
-  engine::widen_arm(chs_[i]); // armed in begin() for solicited completions only?
   if (entered_) engine::sleep_leave(chs_[i]);
   chs_[i]->sleep_refs.fetch_sub(1, std::memory_order_acq_rel);
   for (int j = i + 1; j < n_; ++j) {
@@ -82,9 +80,7 @@ void ChannelSleep::clear() {
 }
 
 void RoomWait::enter() {
-  if (in_) return;
-  in_ = true;
-  engine::room_wait_enter();
+  if (!in_) in_ = engine::room_wait_enter();
 }
 
 void RoomWait::leave() {

@@ -167,8 +167,8 @@ struct Waiter {
       if (registered) awake.start();
       // Room to send comes with credits and acknowledgements: no channel
       // may wait for solicited completions only while this call sleeps.
-      room_waiter = opt == SO_SNDTIMEO;
-      if (room_waiter) engine::room_wait_enter();
+      // (Once: this block runs again while no eventfd could be had.)
+      if (!room_waiter && opt == SO_SNDTIMEO) room_waiter = engine::room_wait_enter();
       if (ch) engine::progress(ch);
       return 0; // check once more now that a change would wake us
     }

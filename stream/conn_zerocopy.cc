@@ -83,6 +83,14 @@ void finish(Conn* c, Send* z) {
   if (Channel* ch = z->ch) {
     const uint64_t spin_until = engine::mono_ns() + uint64_t{engine::params().spin_us} * 1000;
     size_t staged = 0;
+    // Its own send completion ends the wait: unsolicited, so every
+    // completion must raise an event meanwhile (channel_events.cc).
+    struct Room {
+      bool in = engine::room_wait_enter();
+      ~Room() {
+        if (in) engine::room_wait_leave();
+      }
+    } room;
     for (uint64_t round = 0;; ++round) {
       {
         std::lock_guard<std::mutex> l(ch->mu);

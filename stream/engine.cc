@@ -620,6 +620,7 @@ void engine::after_fork_parent() {
 }
 
 void engine::on_fork_child() {
+  room_waits_after_fork();
   // The parent's thread, channels and rdma_cm state do not exist here.  A
   // child of a process that already used rdma_cm cannot use it again (its
   // librdmacm state names the parent's device contexts), so it keeps every

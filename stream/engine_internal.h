@@ -374,9 +374,12 @@ bool widen_arm(Channel* ch);
 // A thread that may wait for room to send (POLLOUT, EPOLLOUT: credits and
 // acknowledgements end its wait) sleeps / woke up: while one does, no
 // channel is armed for solicited completions only, and the ones that are
-// are widened.
-void room_wait_enter();
+// are widened.  enter: false when XPRESS_SOLICITED_EVENTS is off (nothing
+// counted: do not leave).
+bool room_wait_enter();
 void room_wait_leave();
+// In a fork child (on_fork_child): no room waiter, the lock free.
+void room_waits_after_fork();
 // ch, whose event was just taken (or found unarmed by the engine's tick),
 // may stay unarmed: someone spins or sent on it lately, and either one
 // spins now or no thread sleeps waiting for anything (poll, select,

@@ -83,6 +83,9 @@ public:
   // buffer before send() returns), and in the test library by
   // XPRESS_FAULT_QP_ERROR_AT (stream/fault.h).
   virtual Status force_error() { return Status::unsupported; }
+  // The peer posts its readiness records solicited (its ring descriptor's
+  // version is 5 or later): arm(true) may be used.
+  virtual bool peer_solicits() const { return true; }
 };
 
 } // namespace xp::verbs

@@ -86,6 +86,7 @@ Status RcLink::set_peer(const void* priv, size_t len) {
   WireRing w{};
   if (parse_wire_ring(priv, len, &w) != Status::ok) return Status::invalid;
   peer_window_log2_ = w.window_log2;
+  peer_solicits_ = w.version >= 5;
   peer_addr_ = w.addr;
   peer_rkey_ = w.rkey;
   peer_size_ = w.size;

@@ -71,6 +71,7 @@ public:
     return peer_window_log2_ ? size_t{1} << peer_window_log2_ : 0;
   }
   Status force_error() override; // rc_link_fault.cc
+  bool peer_solicits() const override { return peer_solicits_; }
 
   rdma_cm_id* id_ = nullptr;
   rdma_event_channel* ec_ = nullptr; // owned by clients only
@@ -93,6 +94,7 @@ private:
   uint32_t max_inline_ = 0, sq_depth_ = 0, max_sge_ = 1;
   uint8_t window_log2_ = 0, peer_window_log2_ = 0;
   bool qp_created_ = false;
+  bool peer_solicits_ = false;
 };
 
 } // namespace xp::verbs::detail

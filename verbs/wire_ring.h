@@ -20,7 +20,9 @@ constexpr int kRejConsumerDefined = 28;       // IB_CM_REJ_CONSUMER_DEFINED: a p
 // 2: bare data records; 3: stream ids never reused (stream/mux.h); 4: each
 // end's per-stream receive window (window_log2); 5: every record but credit
 // and ack is solicited (docs/protocol.md §4), so a sleeper may arm for those.
+// A version-4 peer is served (its channels are armed for every completion).
 constexpr uint16_t kWireVersion = 5;
+constexpr uint16_t kWireVersionMin = 4;
 
 struct WireRing {
   uint32_t magic;
@@ -40,7 +42,8 @@ static_assert(sizeof(WireRing) <= 56, "must fit rdma_cm's REQ private data");
 constexpr uint8_t kMaxPeerWindowLog2 = 30;
 
 // Checks a peer's descriptor of len bytes (the private data as received)
-// and copies it to *out.  invalid unless: the magic and version are ours;
+// and copies it to *out.  invalid unless: the magic is ours, the version one
+// we speak (kWireVersionMin to kWireVersion);
 // the ring is 4 KiB to sw::kRingMaxBytes (the most XPRESS_RING_KB allows
 // here: the staging mirror this end maps and registers for it is as large,
 // so a peer must not choose it beyond what we would use ourselves) and a
@@ -50,7 +53,8 @@ inline Status parse_wire_ring(const void* priv, size_t len, WireRing* out) {
   WireRing w{};
   if (priv == nullptr || len < offsetof(WireRing, app)) return Status::invalid;
   memcpy(&w, priv, len < sizeof w ? len : sizeof w);
-  if (w.magic != kWireMagic || w.version != kWireVersion) return Status::invalid;
+  if (w.magic != kWireMagic || w.version < kWireVersionMin || w.version > kWireVersion)
+    return Status::invalid;
   if (w.size < 4096 || w.size % 64 != 0 || w.size > sw::kRingMaxBytes) return Status::invalid;
   if (w.app_len > kAppPrivateMax || len < offsetof(WireRing, app) + w.app_len)
     return Status::invalid;

@@ -158,6 +158,8 @@ public:
     armed_solicited = solicited_only;
     return Status::ok;
   }
+  bool peer_solicits() const override { return solicits; }
+  bool solicits = true; // the peer's ring version is 5 or later
   uint64_t solicited_posts = 0, unsolicited_posts = 0, arms = 0;
   bool armed_solicited = false; // the last arm's kind
   // A completion channel, for tests that need one: an eventfd the test

@@ -106,17 +106,28 @@ TEST_CASE("solicited: a channel is armed for solicited completions only while no
   drop(ch);
 }
 
-TEST_CASE("solicited: XPRESS_SOLICITED_EVENTS=0 arms for every completion") {
-  SolicitedSetting off(false);
+TEST_CASE("solicited: XPRESS_SOLICITED_EVENTS=0, or a version-4 peer: every completion") {
   EventLink a, b;
   Channel* ch = client_channel(a, b);
-  ch->armed.store(false);
-  CHECK(engine::arm_for_news(ch));
-  CHECK_FALSE(a.armed_solicited);
+  {
+    SolicitedSetting off(false);
+    ch->armed.store(false);
+    CHECK(engine::arm_for_news(ch));
+    CHECK_FALSE(a.armed_solicited);
+    RoomWait room; // counts nothing: nothing to widen
+    room.enter();
+  }
+  {
+    SolicitedSetting on(true);
+    a.solicits = false; // its data would raise no event
+    ch->armed.store(false);
+    CHECK(engine::arm_for_news(ch));
+    CHECK_FALSE(a.armed_solicited);
+  }
   drop(ch);
 }
 
-TEST_CASE("solicited: a channel sleeper's arm is widened when it leaves") {
+TEST_CASE("solicited: a channel sleeper's arm stays when it leaves; a room waiter widens it") {
   SolicitedSetting on(true);
   bool saved = engine::g().p.sleep_on_channel;
   engine::g().p.sleep_on_channel = true;
@@ -137,7 +148,10 @@ TEST_CASE("solicited: a channel sleeper's arm is widened when it leaves") {
     CHECK(s.begin()); // armed now: look again
     CHECK(a.armed_solicited);
     CHECK_FALSE(s.begin()); // asleep on it
-    s.end(0);               // woken by something else: the engine watches again
+    s.end(0); // woken by something else: the engine watches again, armed as it would arm
+    CHECK(a.armed_solicited);
+    RoomWait room;
+    room.enter();
     CHECK_FALSE(a.armed_solicited);
     CHECK_FALSE(ch->armed_solicited.load());
   }

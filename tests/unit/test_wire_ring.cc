@@ -57,6 +57,10 @@ TEST_CASE("ring descriptor: malformed ones are refused, a good one is copied who
   w = good();
   w.version = kWireVersion + 1;
   CHECK(parse(w) == Status::invalid);
+  w.version = kWireVersionMin - 1;
+  CHECK(parse(w) == Status::invalid);
+  w.version = kWireVersionMin; // served: its records are not solicited
+  CHECK(parse(w) == Status::ok);
   w = good();
   w.size = 4096 - 64;
   CHECK(parse(w) == Status::invalid);
