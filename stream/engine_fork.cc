@@ -18,7 +18,11 @@ namespace {
 // from the program's threads.  A leaf lock: nothing else is taken under
 // it, and it is never held during a scan of /proc.
 std::mutex g_mu;
-fork_share::Watch g_watch;
+// Never destroyed: a program's threads may still fork or close at exit.
+fork_share::Watch& watch() {
+  static fork_share::Watch* w = new fork_share::Watch();
+  return *w;
+}
 // boot_ticks() before the fork under way (fork_prepare).
 uint64_t g_fork_ticks = 0;
 
@@ -28,7 +32,7 @@ void engine::forked(pid_t child) {
   State& s = g();
   if (!s.started || s.cm == nullptr || child <= 0) return;
   std::lock_guard<std::mutex> l(g_mu);
-  if (!g_watch.empty()) g_watch.add_holder(child);
+  if (!watch().empty()) watch().add_holder(child);
 }
 
 void engine::fork_prepare() {
@@ -53,8 +57,8 @@ void engine::fork_shares() {
   }
   std::lock_guard<std::mutex> l(g_mu);
   // A holder's exit wakes the engine thread (its epoll set): seen at once.
-  g_watch.set_epoll(s.epfd, kTagForkWatch);
-  g_watch.add_fork(inos, g_fork_ticks, now_ms());
+  watch().set_epoll(s.epfd, kTagForkWatch);
+  watch().add_fork(inos, g_fork_ticks, now_ms());
 }
 
 void engine::tick_forks(uint64_t now) {
@@ -64,14 +68,14 @@ void engine::tick_forks(uint64_t now) {
   fork_share::Ask ask;
   {
     std::lock_guard<std::mutex> l(g_mu);
-    if (g_watch.empty() || !g_watch.due(now, &ask)) return;
+    if (watch().empty() || !watch().due(now, &ask)) return;
   }
   const fork_share::Held held =
       fork_share::holders(ask.inos, static_cast<pid_t>(syscall(SYS_getpid)), ask.since_ticks);
   std::vector<uint64_t> freed;
   {
     std::lock_guard<std::mutex> l(g_mu);
-    freed = g_watch.answer(ask, held, now);
+    freed = watch().answer(ask, held, now);
   }
   if (freed.empty()) return;
   std::sort(freed.begin(), freed.end());
@@ -107,15 +111,15 @@ void engine::tick_forks(uint64_t now) {
 
 void engine::fork_closed(uint64_t ino) {
   std::lock_guard<std::mutex> l(g_mu);
-  g_watch.forget(ino);
+  watch().forget(ino);
 }
 
 void engine::forks_after_fork_child() {
   new (&g_mu) std::mutex();
   // The epoll set is the parent's (shared across fork): closing our
   // copies of the pidfds leaves the parent's registrations as they are.
-  g_watch.set_epoll(-1, 0);
-  g_watch.reset();
+  watch().set_epoll(-1, 0);
+  watch().reset();
 }
 
 } // namespace xp::stream
