@@ -85,7 +85,11 @@ struct Namer {
     if (random) {
       uint16_t p;
       random_bytes(&p, sizeof p);
-      c.sin_port = htons(static_cast<uint16_t>(1024 + p % 64000));
+      // Below the kernel's ephemeral range (32768 on): a random port never
+      // names a live connection of another process on this host (the
+      // case's accept-latency probe), which a process there may bind
+      // (docs/protocol.md §8): requests naming tuples nobody holds.
+      c.sin_port = htons(static_cast<uint16_t>(1024 + p % (32768 - 1024)));
     }
     recover::TcpTuple t;
     recover::tuple_from_sockaddrs(reinterpret_cast<const sockaddr*>(&c),

@@ -203,10 +203,10 @@ run_case() {
   ok_if "from $A2, $n ATTACHes naming $A0's tuple over its own channel: no ACK, no data, all answered unknown_stream" \
     "ATTACH flood from $A2: $ar" \
     [ "$(field "$ar" attach_ack)" = 0 -a "$(field "$ar" data_bytes)" = 0 -a "$(field "$ar" nak_unknown_stream)" = "$n" ]
-  # A random port may name a connection the server holds from A0 (the
-  # probe's, a plain client): a process on the client's host passes the
-  # address check and may bind it (docs/protocol.md §8); the proof stops it,
-  # so it still gets no byte.
+  # The forger's random ports lie below the ephemeral range, so they name
+  # no live connection; one that did (a process on the client's host passes
+  # the address check and may bind it, docs/protocol.md §8) would still get
+  # no byte: the proof stops it.
   ok_if "from $A0, $n ATTACHes naming random tuples of its address: all answered ($(field "$al" attach_ack) bound a connection of another process there), no data" \
     "ATTACH flood from $A0: $al" \
     [ "$(field "$al" data_bytes)" = 0 -a "$(field "$al" answered)" = "$n" ]
