@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "alloc/mem_stats.h"
+#include "stream/channel_sleep.h"
 #include "stream/conn_zerocopy.h"
 #include "stream/engine_internal.h"
 #include "stream/iov_slice.h"
@@ -96,7 +97,7 @@ void note_wait(Conn* c, uint64_t waited_ns) {
 // Spin, then sleep until something may have changed.
 struct Waiter {
   int opt; // SO_RCVTIMEO or SO_SNDTIMEO
-  bool started = false, registered = false, room_waiter = false;
+  bool started = false, registered = false;
   int efd = -1;
   uint64_t spin_until = 0, began_ns = 0, spin_left_ns = 0;
   int64_t deadline_ms = -1;
@@ -111,6 +112,7 @@ struct Waiter {
   // (signal_gate.h).  Calls that only spin pay nothing.
   SignalGate gate;
   spin_gate::Ticket ticket; // spinning takes one (stream/spin_gate.h)
+  RoomWait room;            // a send's sleep waits for room (stream/channel_sleep.h)
   // Once registered, whatever this thread changes while it runs (polling
   // the channel) is followed by the caller's re-check before the next
   // sleep: it need not write its own eventfd (and read it back after a
@@ -119,7 +121,6 @@ struct Waiter {
   explicit Waiter(int o) : opt(o) {}
   ~Waiter() {
     if (registered) wake::remove(efd);
-    if (room_waiter) engine::room_wait_leave();
     // A call that was still spinning (a request/response loop's usual
     // return) had the clock read by spin_leave: no second read between the
     // record's arrival and the caller.
@@ -167,8 +168,9 @@ struct Waiter {
       if (registered) awake.start();
       // Room to send comes with credits and acknowledgements: no channel
       // may wait for solicited completions only while this call sleeps.
-      // (Once: this block runs again while no eventfd could be had.)
-      if (!room_waiter && opt == SO_SNDTIMEO) room_waiter = engine::room_wait_enter();
+      // (enter() counts once: this block runs again while no eventfd could
+      // be had.)
+      if (opt == SO_SNDTIMEO) room.enter();
       if (ch) engine::progress(ch);
       return 0; // check once more now that a change would wake us
     }
@@ -200,11 +202,10 @@ struct Waiter {
       left = ch;
       idle = engine::mono_ns() - began_ns > engine::kLeftIdleNs;
     }
-    // A send waits for credits and acknowledgements: every completion.
-    if (cfd >= 0 &&
-        (opt == SO_SNDTIMEO
-             ? engine::rearm(ch)
-             : engine::arm_for_news(ch))) { // nobody took events while it spun: poll once more
+    // A send waits for credits and acknowledgements: every completion.  One
+    // that armed the channel (nobody took events while it spun) polls once more.
+    auto arm = opt == SO_SNDTIMEO ? engine::rearm : engine::arm_for_news;
+    if (cfd >= 0 && arm(ch)) {
       engine::progress(ch);
       return 0;
     }

@@ -12,6 +12,7 @@
 #include "alloc/domain.h"
 #include "alloc/mem_stats.h"
 #include "common/logsink.h"
+#include "stream/channel_sleep.h"
 #include "stream/engine_internal.h"
 
 namespace xp::stream::zc {
@@ -85,12 +86,8 @@ void finish(Conn* c, Send* z) {
     size_t staged = 0;
     // Its own send completion ends the wait: unsolicited, so every
     // completion must raise an event meanwhile (channel_events.cc).
-    struct Room {
-      bool in = engine::room_wait_enter();
-      ~Room() {
-        if (in) engine::room_wait_leave();
-      }
-    } room;
+    RoomWait room;
+    room.enter();
     for (uint64_t round = 0;; ++round) {
       {
         std::lock_guard<std::mutex> l(ch->mu);
