@@ -24,6 +24,18 @@ const char* status_name(Status s) {
     return "timed_out";
   case Status::errno_value:
     return "errno_value";
+  case Status::reset:
+    return "reset";
+  case Status::shut_down:
+    return "shut_down";
+  case Status::interrupted:
+    return "interrupted";
+  case Status::bad_fd:
+    return "bad_fd";
+  case Status::to_kernel:
+    return "to_kernel";
+  case Status::look_again:
+    return "look_again";
   }
   return "unknown";
 }

@@ -17,6 +17,13 @@ enum class Status : int32_t {
   io_error,    // transport failure; recovery decides what happens next
   timed_out,
   errno_value, // carry a kernel errno unchanged (stored next to the status)
+  // The data calls' outcomes (stream/conn_io.h, common/io_result.h):
+  reset,       // the connection was reset: reported once, as the kernel's ECONNRESET
+  shut_down,   // the program shut this direction down (EPIPE)
+  interrupted, // a signal ended the wait (EINTR)
+  bad_fd,      // another thread closed the descriptor under the call (EBADF)
+  to_kernel,   // nothing done: the kernel serves this call (the socket is plain TCP)
+  look_again,  // the connection changed state under the call; internal, never returned
 };
 
 const char* status_name(Status s);
@@ -43,6 +50,17 @@ inline int status_errno(Status s) {
     return ETIMEDOUT;
   case Status::errno_value:
     return EIO;
+  case Status::reset:
+    return ECONNRESET;
+  case Status::shut_down:
+    return EPIPE;
+  case Status::interrupted:
+    return EINTR;
+  case Status::bad_fd:
+    return EBADF;
+  case Status::to_kernel:
+  case Status::look_again:
+    return EIO; // never reach the boundary as errors
   }
   return EIO;
 }

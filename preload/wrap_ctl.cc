@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 
 #include "preload/boundary.h"
+#include "preload/io_boundary.h"
 #include "preload/kernel_features.h"
 #include "preload/readiness.h"
 #include "stream/conn_io.h"
@@ -60,9 +61,9 @@ XP_EXPORT int ioctl(int fd, unsigned long request, ...) noexcept {
     SocketRef r = track::lookup(fd);
     stream::Conn* c = r ? r->conn.load(std::memory_order_acquire) : nullptr;
     if (c && c->phase.load() != stream::Phase::tcp) {
-      bool kernel;
-      int x = stream::io::readable_bytes(c, static_cast<int*>(arg), &kernel);
-      if (!kernel) return x;
+      IoResult n = stream::io::readable_bytes(c);
+      if (n.ok()) *static_cast<int*>(arg) = static_cast<int>(n.n);
+      if (!n.is(Status::to_kernel)) return static_cast<int>(preload::libc_return(n));
     }
   }
   int r = XP_REAL(ioctl, fd, request, arg);
@@ -78,14 +79,12 @@ XP_EXPORT int getsockopt(int fd, int level, int name, void* val, socklen_t* len)
     // kernel asks for bytes it cannot map (nothing mapped, recv_skip_hint).
     if (!track::on_kernel_feature(fd, Reason::kernel_feature, true)) {
       auto* zc = static_cast<tcp_zerocopy_receive*>(val);
-      int held = 0;
       SocketRef r = track::lookup(fd);
       stream::Conn* c = r ? r->conn.load(std::memory_order_acquire) : nullptr;
-      bool kernel = true;
-      if (c) stream::io::readable_bytes(c, &held, &kernel);
-      if (!kernel && held > 0) {
+      IoResult held = c ? stream::io::readable_bytes(c) : IoResult::fail(Status::to_kernel);
+      if (held.ok() && held.n > 0) {
         zc->length = 0;
-        zc->recv_skip_hint = static_cast<uint32_t>(held);
+        zc->recv_skip_hint = static_cast<uint32_t>(held.n);
         return 0;
       }
       // Framed on TCP for good (it resumed): the kernel's queue holds

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "preload/boundary.h"
+#include "preload/io_boundary.h"
 #include "stream/conn_io.h"
 
 using namespace xp;
@@ -69,14 +70,19 @@ bool conn_of(int fd, ConnRef* out) {
   return out->c != nullptr && out->c->phase.load(std::memory_order_acquire) != stream::Phase::tcp;
 }
 
-// recv/send through the connection; *kernel when the kernel must do it.
+// recv/send through the connection, as the libc call returns
+// (preload::libc_return); *kernel when the kernel must do it.
+ssize_t served(IoResult io, bool* kernel) {
+  *kernel = io.is(Status::to_kernel);
+  return *kernel ? 0 : preload::libc_return(io);
+}
 ssize_t conn_recv(int fd, const iovec* iov, int n, int flags, bool* kernel) {
   ConnRef r;
   if (!conn_of(fd, &r)) {
     *kernel = true;
     return 0;
   }
-  return stream::io::recv(r.c, iov, n, flags, kernel);
+  return served(stream::io::recv(r.c, iov, n, flags), kernel);
 }
 ssize_t conn_send(int fd, const iovec* iov, int n, int flags, bool* kernel) {
   ConnRef r;
@@ -84,7 +90,7 @@ ssize_t conn_send(int fd, const iovec* iov, int n, int flags, bool* kernel) {
     *kernel = true;
     return 0;
   }
-  return stream::io::send(r.c, iov, n, flags, kernel);
+  return served(stream::io::send(r.c, iov, n, flags), kernel);
 }
 
 // splice needs a pipe on one side (else the kernel's EINVAL).
@@ -368,7 +374,7 @@ ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bo
     if (n == 0) break;
     iovec v{stg, static_cast<size_t>(n)};
     bool k2;
-    ssize_t w = stream::io::send(r.c, &v, 1, done > 0 ? MSG_DONTWAIT : 0, &k2);
+    ssize_t w = served(stream::io::send(r.c, &v, 1, done > 0 ? MSG_DONTWAIT : 0), &k2);
     if (k2) w = XP_REAL(write, out_fd, stg, static_cast<size_t>(n));
     size_t took = w > 0 ? static_cast<size_t>(w) : 0;
     if (offset)
@@ -426,7 +432,7 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
       while (done < static_cast<size_t>(n)) {
         iovec v{stg + done, static_cast<size_t>(n) - done};
         bool k;
-        ssize_t w = stream::io::send(r.c, &v, 1, 0, &k);
+        ssize_t w = served(stream::io::send(r.c, &v, 1, 0), &k);
         if (k) w = XP_REAL(write, fd_out, stg + done, static_cast<size_t>(n) - done);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : -1;
@@ -445,7 +451,7 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
       iovec v{stg, want};
       bool k;
       int f = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
-      ssize_t n = stream::io::recv(r.c, &v, 1, f | MSG_PEEK, &k);
+      ssize_t n = served(stream::io::recv(r.c, &v, 1, f | MSG_PEEK), &k);
       if (!k) {
         if (n <= 0) return n;
         ssize_t w = off_out ? pwrite64(fd_out, stg, static_cast<size_t>(n), *off_out)
@@ -453,7 +459,7 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
         if (w <= 0) return w;
         if (off_out) *off_out += w;
         iovec c{stg, static_cast<size_t>(w)};
-        stream::io::recv(r.c, &c, 1, MSG_DONTWAIT, &k);
+        stream::io::recv(r.c, &c, 1, MSG_DONTWAIT);
         return count_rx(in, w);
       }
     }

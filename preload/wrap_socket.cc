@@ -7,6 +7,7 @@
 
 #include "common/fd_place.h"
 #include "preload/boundary.h"
+#include "preload/io_boundary.h"
 #include "preload/readiness.h"
 #include "stream/conn_io.h"
 
@@ -76,9 +77,8 @@ XP_EXPORT int shutdown(int fd, int how) noexcept {
   if (r) {
     stream::Conn* c = r->conn.load(std::memory_order_acquire);
     if (c && c->phase.load() != stream::Phase::tcp) {
-      bool kernel;
-      int x = stream::io::shutdown(c, how, &kernel);
-      if (!kernel) return x;
+      IoResult x = stream::io::shutdown(c, how);
+      if (!x.is(Status::to_kernel)) return static_cast<int>(preload::libc_return(x));
     }
   }
   return XP_REAL(shutdown, fd, how);

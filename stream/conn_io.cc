@@ -34,16 +34,19 @@ namespace {
 
 using engine::Changes;
 
-constexpr ssize_t kReset = -3; // the stream was reset (after every byte before it)
+// recv_tcp and recv_stream say Status::closed when the stream was reset
+// (after every byte before it).  The error of a reset is reported once,
+// like the kernel's pending socket error; afterwards reads see end of
+// stream and writes EPIPE.
+IoResult reset_read(Conn* c) {
+  if (c->err_pending.exchange(false)) return IoResult::fail(Status::reset);
+  return IoResult::bytes(0);
+}
 
-// The error of a reset is reported once, like the kernel's pending socket
-// error; afterwards reads see end of stream and writes EPIPE.
-ssize_t reset_read(Conn* c) {
-  if (c->err_pending.exchange(false)) {
-    errno = ECONNRESET;
-    return -1;
-  }
-  return 0;
+// The stream is gone from under the call: on TCP now (look again) or reset.
+IoResult stream_gone(Conn* c) {
+  if (c->resumed.load(std::memory_order_acquire)) return IoResult::fail(Status::look_again);
+  return IoResult::fail(Status::reset);
 }
 
 bool fd_nonblocking(int fd) {
@@ -133,8 +136,9 @@ struct Waiter {
     spinning = nullptr;
     ticket.release();
   }
-  // 0: try again; -1: give up with errno (EINTR, EAGAIN on timeout).
-  int step(Conn* c, int tcp_fd, short tcp_events) {
+  // ok: try again; otherwise the call ends with that status (interrupted,
+  // would_block at the socket timeout, a failed sleep's errno).
+  IoResult step(Conn* c, int tcp_fd, short tcp_events) {
     uint64_t now = 0;
     if (!started) {
       started = true;
@@ -158,7 +162,7 @@ struct Waiter {
         engine::spin_enter(ch);
       }
       if (ch && !caller_polled) engine::progress(ch);
-      return 0;
+      return {};
     }
     stop_spinning();
     if (!registered) {
@@ -172,11 +176,11 @@ struct Waiter {
       // be had.)
       if (opt == SO_SNDTIMEO) room.enter();
       if (ch) engine::progress(ch);
-      return 0; // check once more now that a change would wake us
+      return {}; // check once more now that a change would wake us
     }
     int timeout = -1;
     if (!sleep_timeout(deadline_ms, static_cast<int64_t>(engine::now_ms()), -1, &timeout))
-      return -1;
+      return IoResult::fail(Status::would_block);
     if (!registered && (timeout < 0 || timeout > 10)) timeout = 10; // no eventfd: poll slowly
     // Sleep on the channel's completion channel too: a record for us wakes
     // this thread directly, without a hop through the engine thread.
@@ -207,7 +211,7 @@ struct Waiter {
     auto arm = opt == SO_SNDTIMEO ? engine::rearm : engine::arm_for_news;
     if (cfd >= 0 && arm(ch)) {
       engine::progress(ch);
-      return 0;
+      return {};
     }
     pollfd p[3] = {{efd, POLLIN, 0}, {cfd, POLLIN, 0}, {tcp_fd, tcp_events, 0}};
     int n = tcp_fd >= 0 ? 3 : 2;
@@ -222,28 +226,27 @@ struct Waiter {
     // on a readable fd would wake the engine for an event this thread takes.
     if (r > 0 && (p[1].revents & POLLIN)) engine::take_event(ch);
     if (cfd >= 0) engine::sleep_leave(ch);
-    if (r < 0) {
-      errno = saved_errno; // EINTR
-      return -1;
-    }
+    if (r < 0) return IoResult::from_errno(saved_errno); // EINTR
     if (registered && r > 0 && (p[0].revents & POLLIN)) wake::drain(efd);
-    return 0;
+    return {};
   }
 };
 
-// Bytes below the peer's switch offset, from the kernel socket.  >0 bytes,
-// 0 end of stream, -1 errno (EAGAIN: none now), -2 try again (state moved).
-ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
+// Bytes below the peer's switch offset, from the kernel socket: a count
+// (0: end of stream), would_block (none now), look_again (the state moved)
+// or the kernel's error.
+IoResult recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   std::lock_guard<std::mutex> l(c->mu);
   // resumed: checked again under the lock (resume::start holds it): the
   // caller's lock-free look may predate the resume, and the kernel's
   // bytes are frames now.
-  if (c->rx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load()) return -2;
+  if (c->rx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load())
+    return IoResult::fail(Status::look_again);
   bool limited = c->sess.rx_mode() == Mode::rdma;
   uint64_t room = c->sess.rx_tcp_remaining();
   if (limited && room == 0) {
     engine::advance(c);
-    return -2;
+    return IoResult::fail(Status::look_again);
   }
   iovec v[kMaxIov];
   int k = iov_slice(iov, iovcnt, skip, v, limited ? room : SIZE_MAX);
@@ -252,6 +255,7 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
   m.msg_iovlen = static_cast<size_t>(k);
   c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLIN));
   ssize_t n = syscall(SYS_recvmsg, c->sock(), &m, flags | MSG_DONTWAIT);
+  if (n < 0) return IoResult::from_errno(errno);
   if (n > 0) {
     // Readiness must not outlive the bytes: a select() that says "readable"
     // is followed by a blocking read.  A short read drained the socket; a
@@ -275,19 +279,15 @@ ssize_t recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
     // have switched and closed, its SWITCH still on the way over RDMA (late
     // by a retransmission).  It had our PROOF: wait for its answer on the
     // channel (docs/protocol.md §3).
-    if (!peer_ended_on_tcp(c)) return -2;
+    if (!peer_ended_on_tcp(c)) return IoResult::fail(Status::look_again);
   }
-  return n;
+  return IoResult::bytes(static_cast<size_t>(n));
 }
 
-// Bytes from the stream; same returns as recv_tcp.
-ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
+// Bytes from the stream; as recv_tcp, and closed: the stream was reset.
+IoResult recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   Channel* ch = c->ch;
-  if (ch == nullptr) {
-    if (c->resumed.load(std::memory_order_acquire)) return -2; // on TCP now
-    errno = ECONNRESET;
-    return -1;
-  }
+  if (ch == nullptr) return stream_gone(c);
   bool peek = flags & MSG_PEEK;
   size_t got = 0;
   Status st = Status::would_block;
@@ -295,11 +295,7 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
   {
     std::lock_guard<std::mutex> l(ch->mu);
     Stream* s = c->st;
-    if (s == nullptr) {
-      if (c->resumed.load(std::memory_order_acquire)) return -2;
-      errno = ECONNRESET;
-      return -1;
-    }
+    if (s == nullptr) return stream_gone(c);
     iovec v[kMaxIov];
     for (int pass = 0; pass < 2; ++pass) {
       int k = iov_slice(iov, iovcnt, skip + got, v);
@@ -326,28 +322,29 @@ ssize_t recv_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flag
   changed.wake();
   if (got > 0 && !peek)
     alloc::mem_stats().rx_copied_bytes.fetch_add(got, std::memory_order_relaxed);
-  if (got > 0) return static_cast<ssize_t>(got);
-  if (st == Status::ok) return 0; // end of stream
+  if (got > 0) return IoResult::bytes(got);
+  if (st == Status::ok) return IoResult::bytes(0); // end of stream
   if (ch->failed.load() && !c->dead.load()) {
     engine::channel_failed(ch); // the stream resumes on TCP (stream/resume.h)
-    if (c->resumed.load(std::memory_order_acquire)) return -2;
+    if (c->resumed.load(std::memory_order_acquire)) return IoResult::fail(Status::look_again);
   }
-  if (st == Status::closed || ch->failed.load()) return kReset; // after the bytes before it
-  errno = EAGAIN;
-  return -1;
+  if (st == Status::closed || ch->failed.load())
+    return IoResult::fail(Status::closed); // after the bytes before it
+  return IoResult::fail(Status::would_block);
 }
 
-ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
+IoResult send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) {
   std::lock_guard<std::mutex> l(c->mu);
   // resumed: see recv_tcp.  A caller that saw the connection not resumed
   // (or resumed with its direction still on the stream) and then our
   // direction off the stream must not write raw bytes among the frames
   // (VM recovery case, inject run: the peer reset the stream on a
   // "malformed frame").
-  if (c->tx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load()) return -2;
+  if (c->tx_rdma.load() || c->phase.load() == Phase::tcp || c->resumed.load())
+    return IoResult::fail(Status::look_again);
   if (c->ch) {
     engine::advance(c); // switches now if the peer has proven itself
-    if (c->tx_rdma.load()) return -2;
+    if (c->tx_rdma.load()) return IoResult::fail(Status::look_again);
   }
   iovec v[kMaxIov];
   int k = iov_slice(iov, iovcnt, skip, v);
@@ -356,6 +353,7 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
   m.msg_iovlen = static_cast<size_t>(k);
   c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLOUT));
   ssize_t n = syscall(SYS_sendmsg, c->sock(), &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n < 0) return IoResult::from_errno(errno);
   if (n > 0) {
     c->tcp_bits.fetch_or(EPOLLOUT);
     size_t left = static_cast<size_t>(n);
@@ -366,11 +364,11 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
     }
     if (c->ch) engine::advance(c);
   }
-  return n;
+  return IoResult::bytes(static_cast<size_t>(n));
 }
 
 // Nothing (left) to send, as libuv's zero-length write: the stream's state
-// decides as the kernel's does (ok: 0; unsupported: EPIPE after shutdown;
+// decides as the kernel's does (ok: 0; shut_down: EPIPE after shutdown;
 // invalid: no stream), never a wait for room.  Off the data path.
 [[gnu::cold, gnu::noinline]] Status send_empty(Conn* c, Channel* ch, size_t skip, bool more) {
   std::lock_guard<std::mutex> l(ch->mu);
@@ -378,7 +376,7 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
   if (s == nullptr) return Status::invalid;
   size_t d = 0;
   Status st = s->write(nullptr, 0, &d, skip, more);
-  if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
+  if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::shut_down;
   return st;
 }
 
@@ -387,13 +385,9 @@ ssize_t send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags) 
 // left and its memory is registered (key found before the lock); a later
 // one ends this pass so that the next starts with it.
 // more: MSG_MORE (the bytes may wait for the call's successor, Stream::write).
-ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send* z, bool more) {
+IoResult send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send* z, bool more) {
   Channel* ch = c->ch;
-  if (ch == nullptr) {
-    if (c->resumed.load(std::memory_order_acquire)) return -2; // on TCP now
-    errno = ECONNRESET;
-    return -1;
-  }
+  if (ch == nullptr) return stream_gone(c);
   bool zc_first = false;
   const size_t zc_min = engine::params().zerocopy_min;
   if (z) {
@@ -412,11 +406,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
   {
     std::lock_guard<std::mutex> l(ch->mu);
     Stream* s = c->st;
-    if (s == nullptr) {
-      if (c->resumed.load(std::memory_order_acquire)) return -2;
-      errno = ECONNRESET;
-      return -1;
-    }
+    if (s == nullptr) return stream_gone(c);
     for (int pass = 0; pass < 2; ++pass) {
       iovec v[kMaxIov];
       int k = iov_slice(iov, iovcnt, skip + done_total, v);
@@ -463,7 +453,7 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
       // event (and one that came before the arm was widened raised none).
       if (engine::widen_arm(ch)) engine::progress_locked(ch, c, &changed);
     }
-    if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::unsupported;
+    if (st == Status::closed && s->write_shut() && !s->was_reset()) st = Status::shut_down;
     mux_failed = ch->mux->failed();
     if (engine::refresh(c)) changed.add(c);
   }
@@ -473,48 +463,40 @@ ssize_t send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Send
   if (zc_bytes) ms.tx_zero_copy_bytes.fetch_add(zc_bytes, std::memory_order_relaxed);
   if (done_total > zc_bytes)
     ms.tx_copied_bytes.fetch_add(done_total - zc_bytes, std::memory_order_relaxed);
-  if (done_total > 0) return static_cast<ssize_t>(done_total);
+  if (done_total > 0) return IoResult::bytes(done_total);
   if (st == Status::ok && iov_total_len(iov, iovcnt) <= skip) {
     st = send_empty(c, ch, skip, more);
-    if (st == Status::ok) return 0;
-    if (st == Status::invalid) { // the stream is gone
-      if (c->resumed.load(std::memory_order_acquire)) return -2;
-      errno = ECONNRESET;
-      return -1;
-    }
+    if (st == Status::ok) return IoResult::bytes(0);
+    if (st == Status::invalid) return stream_gone(c);
   }
-  if (st == Status::unsupported) {
-    errno = EPIPE; // after shutdown(SHUT_WR)
-    return -1;
-  }
+  if (st == Status::shut_down) return IoResult::fail(st); // after shutdown(SHUT_WR)
   // Stream::write says closed once the mux saw a failed completion, which
   // may be before the channel is marked failed: resume too, not EPIPE
   // (CI: a recovery injection's sender got BrokenPipeError).
   if ((st == Status::io_error || mux_failed || ch->failed.load()) && !c->dead.load()) {
     engine::channel_failed(ch); // the stream resumes on TCP (stream/resume.h)
-    if (c->resumed.load(std::memory_order_acquire)) return -2;
+    if (c->resumed.load(std::memory_order_acquire)) return IoResult::fail(Status::look_again);
   }
   if (st == Status::closed || st == Status::io_error || ch->failed.load()) {
-    errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
+    const Status end = c->err_pending.exchange(false) ? Status::reset : Status::closed;
     XP_SLOG(XP_SLOG_INFO,
-            "fd %d: send on the stream fails (%s): status %d, channel failed %d/%d, "
+            "fd %d: send on the stream fails (%s): status %s, channel failed %d/%d, "
             "resumed %d, dead %d, reset %d",
-            c->sock(), errno == EPIPE ? "EPIPE" : "ECONNRESET", static_cast<int>(st), mux_failed,
+            c->sock(), end == Status::closed ? "EPIPE" : "ECONNRESET", status_name(st), mux_failed,
             ch->failed.load(), c->resumed.load(), c->dead.load(),
             (c->stream_bits.load() & Conn::kReset) != 0);
-    return -1;
+    return IoResult::fail(end);
   }
-  errno = EAGAIN;
-  return -1;
+  return IoResult::fail(Status::would_block);
 }
 
 // A moved stream went back to the kernel in the middle of a call that
 // already moved `done` bytes: the rest as the kernel's call would (a
 // blocking or MSG_WAITALL call takes everything; the first error after
 // some bytes ends it with those).
-ssize_t kernel_rest(Conn* c, const iovec* iov, int iovcnt, size_t done, int flags, bool out) {
+IoResult kernel_rest(Conn* c, const iovec* iov, int iovcnt, size_t done, int flags, bool out) {
   size_t want = iov_total_len(iov, iovcnt);
-  if (done >= want || (!out && !(flags & MSG_WAITALL))) return static_cast<ssize_t>(done);
+  if (done >= want || (!out && !(flags & MSG_WAITALL))) return IoResult::bytes(done);
   iovec v[kMaxIov];
   int k = iov_slice(iov, iovcnt, done, v);
   msghdr m{};
@@ -522,66 +504,70 @@ ssize_t kernel_rest(Conn* c, const iovec* iov, int iovcnt, size_t done, int flag
   m.msg_iovlen = static_cast<size_t>(k);
   long n = out ? syscall(SYS_sendmsg, c->sock(), &m, flags | MSG_NOSIGNAL)
                : syscall(SYS_recvmsg, c->sock(), &m, flags);
-  return static_cast<ssize_t>(done + (n > 0 ? static_cast<size_t>(n) : 0));
+  return IoResult::bytes(done + (n > 0 ? static_cast<size_t>(n) : 0));
+}
+
+// The bytes a call moved before it met `r`: a count ends the call with
+// those, as the kernel's does after a partial transfer.
+inline IoResult partial_or(size_t done, IoResult r) {
+  return done > 0 ? IoResult::bytes(done) : r;
+}
+
+// EPIPE raises SIGPIPE unless MSG_NOSIGNAL, as the kernel's send does.
+inline IoResult send_failed(IoResult r, int flags) {
+  if (r.error() == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
+  return r;
 }
 
 // send()'s loop.  nonblock: known to be non-blocking (or blocking when
 // zcs is set: its caller asked the descriptor); zcs: this call's zero-copy
 // state, null when it copies.
-ssize_t send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel, size_t want,
-                  bool nonblock, zc::Send* zcs) {
+IoResult send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, size_t want, bool nonblock,
+                   zc::Send* zcs) {
   bool checked_fd = zcs != nullptr || nonblock;
   size_t sent = 0;
   std::optional<Waiter> w; // built when the call first waits
   int inner = flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
   while (true) {
-    if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      *kernel = true;
-      return 0;
-    }
-    if (c->closed.load(std::memory_order_acquire)) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = EBADF;
-      return -1;
-    }
+    if (c->phase.load(std::memory_order_acquire) == Phase::tcp)
+      return partial_or(sent, IoResult::fail(Status::to_kernel));
+    if (c->closed.load(std::memory_order_acquire))
+      return partial_or(sent, IoResult::fail(Status::bad_fd));
     if (c->resumed.load(std::memory_order_acquire) && !c->tx_rdma.load(std::memory_order_acquire)) {
       if (zcs) zc::finish(c, zcs); // first: what resume::send queues follows our records
-      ssize_t r = resume::send(c, iov, iovcnt, flags, &sent);
-      if (r == resume::kRetry) {
-        if (sent >= want && want > 0) return static_cast<ssize_t>(sent);
+      IoResult r = resume::send(c, iov, iovcnt, flags, &sent);
+      if (r.is(Status::look_again)) {
+        if (sent >= want && want > 0) return IoResult::bytes(sent);
         continue; // our direction is back on RDMA (stream/reattach.h)
       }
-      if (r != resume::kToKernel) return r;
+      if (!r.is(Status::to_kernel)) return r;
+      // A moved stream: its sends are the kernel's.
       if (sent > 0) return kernel_rest(c, iov, iovcnt, sent, flags, true);
-      *kernel = true; // a moved stream: its sends are the kernel's
-      return 0;
+      return r;
     }
     if (c->dead.load(std::memory_order_acquire) ||
         (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
+      if (sent > 0) return IoResult::bytes(sent);
+      const Status end = c->err_pending.exchange(false) ? Status::reset : Status::closed;
       XP_SLOG(XP_SLOG_INFO, "fd %d: send fails (%s): dead %d, reset %d, resumed %d", c->sock(),
-              errno == EPIPE ? "EPIPE" : "ECONNRESET", c->dead.load(),
+              end == Status::closed ? "EPIPE" : "ECONNRESET", c->dead.load(),
               (c->stream_bits.load() & Conn::kReset) != 0, c->resumed.load());
-      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
-      return -1;
+      return send_failed(IoResult::fail(end), flags);
     }
     bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
-    ssize_t r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
-                       : send_stream(c, iov, iovcnt, sent, zcs && zcs->on ? zcs : nullptr,
-                                     (flags & MSG_MORE) != 0);
-    if (r == -2) continue;
-    if (r > 0) {
-      sent += static_cast<size_t>(r);
-      if (sent >= want) return static_cast<ssize_t>(sent);
+    IoResult r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
+                        : send_stream(c, iov, iovcnt, sent, zcs && zcs->on ? zcs : nullptr,
+                                      (flags & MSG_MORE) != 0);
+    if (r.is(Status::look_again)) continue;
+    if (r.ok() && r.n > 0) {
+      sent += static_cast<size_t>(r.n);
+      if (sent >= want) return IoResult::bytes(sent);
       continue; // a blocking send takes everything; a non-blocking one stops at EAGAIN
     }
-    if (want == 0 && r == 0) return 0;
-    if (r < 0 && errno != EAGAIN) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      if (errno == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
-      return -1;
+    if (want == 0 && r.ok()) return r;
+    if (!r.ok() && !r.is(Status::would_block)) {
+      if (sent > 0) return IoResult::bytes(sent);
+      return send_failed(r, flags);
     }
     if (!checked_fd) {
       checked_fd = true;
@@ -590,16 +576,12 @@ ssize_t send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel
     if (nonblock) {
       // Full: room opening again is an EPOLLET edge (as the kernel's).
       c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT), std::memory_order_acq_rel);
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = EAGAIN;
-      return -1;
+      return partial_or(sent, IoResult::fail(Status::would_block));
     }
     if (!w) w.emplace(SO_SNDTIMEO);
     w->polled = !on_tcp; // send_stream polled before its EAGAIN
-    if (w->step(c, on_tcp ? c->sock() : -1, POLLOUT) != 0) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      return -1;
-    }
+    IoResult slept = w->step(c, on_tcp ? c->sock() : -1, POLLOUT);
+    if (!slept.ok()) return partial_or(sent, slept);
   }
 }
 
@@ -616,17 +598,12 @@ int64_t conn_timeout_ms(Conn* c, int opt) {
   return timeout_ms(c, opt);
 }
 
-ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
-  *kernel = false;
-  if (iovcnt < 0 || iovcnt > IOV_MAX) {
-    errno = EINVAL;
-    return -1;
-  }
+IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags) {
+  if (iovcnt < 0 || iovcnt > IOV_MAX) return IoResult::fail(Status::invalid);
   size_t want = iov_total_len(iov, iovcnt);
   if (flags & MSG_OOB) { // urgent data always travels on TCP
     c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLPRI));
-    *kernel = true;
-    return 0;
+    return IoResult::fail(Status::to_kernel);
   }
   bool peek = flags & MSG_PEEK;
   bool waitall = (flags & MSG_WAITALL) && !peek;
@@ -635,46 +612,41 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
   size_t got = 0;
   std::optional<Waiter> w; // built when the call first waits
   int inner = flags & ~(MSG_WAITALL | MSG_DONTWAIT);
-  if (want == 0) return 0;
+  if (want == 0) return IoResult::bytes(0);
   while (true) {
     if (c->phase.load(std::memory_order_acquire) == Phase::tcp) {
       if (got > 0) return kernel_rest(c, iov, iovcnt, got, flags, false);
-      *kernel = true;
-      return 0;
+      return IoResult::fail(Status::to_kernel);
     }
-    if (c->closed.load(std::memory_order_acquire)) { // closed by another thread
-      if (got > 0) return static_cast<ssize_t>(got);
-      errno = EBADF;
-      return -1;
-    }
-    if (c->rd_shut.load()) return static_cast<ssize_t>(got);
+    if (c->closed.load(std::memory_order_acquire)) // closed by another thread
+      return partial_or(got, IoResult::fail(Status::bad_fd));
+    if (c->rd_shut.load()) return IoResult::bytes(got);
     // On TCP (stream/resume.h), unless this direction went back onto RDMA
     // (stream/reattach.h).
     if (c->resumed.load(std::memory_order_acquire) && !c->rx_rdma.load(std::memory_order_acquire)) {
-      ssize_t r = resume::recv(c, iov, iovcnt, flags, &got);
-      if (r == resume::kRetry) continue;
-      if (r != resume::kToKernel) return r;
+      IoResult r = resume::recv(c, iov, iovcnt, flags, &got);
+      if (r.is(Status::look_again)) continue;
+      if (!r.is(Status::to_kernel)) return r;
       continue; // handed back to the kernel
     }
-    ssize_t r;
+    IoResult r;
     bool on_tcp = !c->rx_rdma.load(std::memory_order_acquire);
     if (c->dead.load(std::memory_order_acquire)) {
       // A broken stream still delivers what arrived before it broke.
-      r = on_tcp ? kReset : recv_stream(c, iov, iovcnt, got, inner);
-      if (r <= 0 && got > 0) return static_cast<ssize_t>(got);
-      if (r <= 0) return reset_read(c);
+      r = on_tcp ? IoResult::fail(Status::closed) : recv_stream(c, iov, iovcnt, got, inner);
+      if (!r.ok() || r.n == 0) return got > 0 ? IoResult::bytes(got) : reset_read(c);
     } else {
       r = on_tcp ? recv_tcp(c, iov, iovcnt, got, inner) : recv_stream(c, iov, iovcnt, got, inner);
     }
-    if (r == -2) continue;
-    if (r == kReset) return got > 0 ? static_cast<ssize_t>(got) : reset_read(c);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-      if (!waitall || got >= want) return static_cast<ssize_t>(got);
+    if (r.is(Status::look_again)) continue;
+    if (r.is(Status::closed)) return got > 0 ? IoResult::bytes(got) : reset_read(c);
+    if (r.ok() && r.n > 0) {
+      got += static_cast<size_t>(r.n);
+      if (!waitall || got >= want) return IoResult::bytes(got);
       continue;
     }
-    if (r == 0) return static_cast<ssize_t>(got);
-    if (errno != EAGAIN) return got > 0 ? static_cast<ssize_t>(got) : -1;
+    if (r.ok()) return IoResult::bytes(got); // end of stream
+    if (!r.is(Status::would_block)) return partial_or(got, r);
     if (!checked_fd) {
       checked_fd = true;
       nonblock = nonblock || nonblocking(c);
@@ -682,27 +654,17 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     if (nonblock) {
       // Drained: the next byte is an EPOLLET edge again (as the kernel's).
       c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN), std::memory_order_acq_rel);
-      if (got > 0) return static_cast<ssize_t>(got);
-      errno = EAGAIN;
-      return -1;
+      return partial_or(got, r);
     }
-    int saved = errno;
     if (!w) w.emplace(SO_RCVTIMEO);
     w->polled = !on_tcp; // recv_stream polled before its EAGAIN
-    if (w->step(c, on_tcp ? c->sock() : -1, POLLIN) != 0) {
-      if (got > 0) return static_cast<ssize_t>(got);
-      return -1;
-    }
-    errno = saved;
+    IoResult slept = w->step(c, on_tcp ? c->sock() : -1, POLLIN);
+    if (!slept.ok()) return partial_or(got, slept);
   }
 }
 
-ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
-  *kernel = false;
-  if (iovcnt < 0 || iovcnt > IOV_MAX) {
-    errno = EINVAL;
-    return -1;
-  }
+IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags) {
+  if (iovcnt < 0 || iovcnt > IOV_MAX) return IoResult::fail(Status::invalid);
   size_t want = iov_total_len(iov, iovcnt);
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
   if ((flags & MSG_OOB) && c->tx_rdma.load() && want > 0) {
@@ -710,20 +672,20 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
     // over RDMA); with SO_OOBINLINE the peer would not see it in order.
     iovec v[kMaxIov];
     int k = iov_slice(iov, iovcnt, 0, v, want - 1);
-    ssize_t r = want > 1 ? send(c, v, k, flags & ~MSG_OOB, kernel) : 0;
-    if (r < 0 || static_cast<size_t>(r) < want - 1) return r;
+    IoResult r = want > 1 ? send(c, v, k, flags & ~MSG_OOB) : IoResult::bytes(0);
+    if (!r.ok() || static_cast<size_t>(r.n) < want - 1) return r;
     iovec last[kMaxIov] = {};
     if (iov_slice(iov, iovcnt, want - 1, last, 1) != 1) return r; // cannot happen: want >= 1
     long o =
         syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
-    return o == 1 ? static_cast<ssize_t>(want) : r;
+    return o == 1 ? IoResult::bytes(want) : r;
   }
   // Zero copy only for blocking sends (a non-blocking one must not wait for
   // the NIC) of at least XPRESS_ZEROCOPY_MIN_KB; finished (the buffer is
   // free again) before any return.  Small sends never build its state.
   const EngineParams& ep = engine::params();
   if (ep.zerocopy && want >= ep.zerocopy_min && !nonblock && c->tx_rdma.load()) {
-    if (nonblocking(c)) return send_loop(c, iov, iovcnt, flags, kernel, want, true, nullptr);
+    if (nonblocking(c)) return send_loop(c, iov, iovcnt, flags, want, true, nullptr);
     zc::Send zcs;
     zcs.on = true;
     struct ZcEnd {
@@ -733,22 +695,15 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel) {
         if (z->on) zc::finish(c, z);
       }
     } zc_end{c, &zcs};
-    return send_loop(c, iov, iovcnt, flags, kernel, want, false, &zcs);
+    return send_loop(c, iov, iovcnt, flags, want, false, &zcs);
   }
-  return send_loop(c, iov, iovcnt, flags, kernel, want, nonblock, nullptr);
+  return send_loop(c, iov, iovcnt, flags, want, nonblock, nullptr);
 }
 
-int shutdown(Conn* c, int how, bool* kernel) {
-  *kernel = false;
-  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) {
-    errno = EINVAL;
-    return -1;
-  }
+IoResult shutdown(Conn* c, int how) {
+  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return IoResult::fail(Status::invalid);
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->phase.load() == Phase::tcp) {
-    *kernel = true;
-    return 0;
-  }
+  if (c->phase.load() == Phase::tcp) return IoResult::fail(Status::to_kernel);
   if (c->resumed.load()) return resume::shutdown(c, how);
   if (how != SHUT_RD) {
     if (c->tx_rdma.load()) {
@@ -769,8 +724,7 @@ int shutdown(Conn* c, int how, bool* kernel) {
         std::lock_guard<std::mutex> chl(ch->mu);
         if (c->st) c->st->shutdown_write();
       }
-      long r = syscall(SYS_shutdown, c->sock(), SHUT_WR);
-      if (r != 0) return -1;
+      if (syscall(SYS_shutdown, c->sock(), SHUT_WR) != 0) return IoResult::from_errno(errno);
     }
   }
   if (how != SHUT_WR) {
@@ -779,27 +733,20 @@ int shutdown(Conn* c, int how, bool* kernel) {
   }
   c->gen.fetch_add(1);
   wake::notify();
-  return 0;
+  return IoResult::bytes(0);
 }
 
-int readable_bytes(Conn* c, int* out, bool* kernel) {
-  *kernel = false;
+IoResult readable_bytes(Conn* c) {
   if (c->phase.load() != Phase::tcp && c->resumed.load(std::memory_order_acquire))
-    return resume::readable_bytes(c, out);
-  if (c->phase.load() == Phase::tcp || !c->rx_rdma.load()) {
-    *kernel = true; // TCP bytes below S (the kernel's count is at most that)
-    return 0;
-  }
+    return resume::readable_bytes(c);
+  // TCP bytes below S: the kernel's count is at most that.
+  if (c->phase.load() == Phase::tcp || !c->rx_rdma.load()) return IoResult::fail(Status::to_kernel);
   Channel* ch = c->ch;
-  if (ch == nullptr) {
-    *out = 0;
-    return 0;
-  }
+  if (ch == nullptr) return IoResult::bytes(0);
   engine::progress(ch);
   std::lock_guard<std::mutex> l(ch->mu);
   size_t n = c->st ? c->st->readable_bytes() : 0;
-  *out = n > INT_MAX ? INT_MAX : static_cast<int>(n);
-  return 0;
+  return IoResult::bytes(n > INT_MAX ? INT_MAX : n);
 }
 
 } // namespace xp::stream::io

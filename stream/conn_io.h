@@ -1,22 +1,24 @@
 // The socket data calls on a connection xpress carries (phase upgrading or
 // rdma): reads and writes go to TCP below each direction's switch offset
 // and to the stream above it, with the kernel's blocking, timeout, EOF and
-// error behaviour.  Each returns like the libc call (-1 with errno set).
-// *kernel = true means the connection is (now) plain TCP: nothing was done
-// and the caller makes the kernel call itself.
+// error behaviour.  Each says what the libc call would (common/io_result.h:
+// a count, or the status whose errno it reports); Status::to_kernel means
+// the connection is (now) plain TCP: nothing was done and the caller makes
+// the kernel call itself.
 #pragma once
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "common/io_result.h"
 #include "stream/conn.h"
 
 namespace xp::stream::io {
 
-ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel);
-ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, bool* kernel);
-int shutdown(Conn* c, int how, bool* kernel);
-// FIONREAD / SIOCINQ.
-int readable_bytes(Conn* c, int* out, bool* kernel);
+IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags);
+IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags);
+IoResult shutdown(Conn* c, int how); // 0 bytes when done
+// FIONREAD / SIOCINQ: the count in bytes.
+IoResult readable_bytes(Conn* c);
 // The program changed some fd's O_NONBLOCK or socket timeouts (fcntl F_SETFL,
 // FIONBIO, setsockopt SOL_SOCKET), or forked: the per-connection copies of
 // them the blocking calls use are stale.  One atomic increment.

@@ -158,7 +158,7 @@ void finish(Conn* c, Resume* r) {
   // (as for any stream on RDMA, stream/conn_io.cc shutdown).
   if (r->app_shut) syscall(SYS_shutdown, c->sock(), SHUT_WR);
   // A data call that waits for Conn::mu finds no resume state and starts
-  // over on the stream (resume_io.cc kRetry).
+  // over on the stream (resume_io.cc: Status::look_again).
   c->rs = nullptr;
   c->resumed.store(false, std::memory_order_release);
   resume::release(r);

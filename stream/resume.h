@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/io_result.h"
 #include "recover/resume_wire.h"
 #include "stream/byte_ring.h"
 
@@ -175,17 +176,15 @@ inline bool peer_frames_waiting(int fd) {
 
 // The data calls of a resumed connection (conn_io.cc hands over); `done`
 // bytes of this call were already moved before the connection resumed.
-// kToKernel (a moved stream): the kernel takes the call from here, *done
-// bytes being moved already (recv: the connection is Phase::tcp again;
-// send: its sends go to the kernel).
-constexpr ssize_t kToKernel = -4;
-// kRetry: a direction went back to the stream (stream/reattach.cc) or the
-// stream is no longer resumed: the caller starts over, *done bytes moved.
-constexpr ssize_t kRetry = -5;
-ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
-ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
-int shutdown(Conn* c, int how); // c->mu held
-int readable_bytes(Conn* c, int* out);
+// Status::to_kernel (a moved stream): the kernel takes the call from here,
+// *done bytes being moved already (recv: the connection is Phase::tcp
+// again; send: its sends go to the kernel).  Status::look_again: a
+// direction went back to the stream (stream/reattach.cc) or the stream is
+// no longer resumed: the caller starts over, *done bytes moved.
+IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
+IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done);
+IoResult shutdown(Conn* c, int how); // c->mu held
+IoResult readable_bytes(Conn* c);    // the count in bytes
 
 } // namespace resume
 } // namespace xp::stream

@@ -78,15 +78,16 @@ int at_end(Conn* c, Resume* r) {
 
 // Sleep until a wake-up for c, the socket's `ev` or 100 ms (every state
 // change is re-checked by the caller).  The first call only holds signals
-// (signal_gate.h) and returns for that re-check.  -1 with errno: EAGAIN at
-// the deadline, EINTR.
-int wait(Conn* c, short ev, int64_t deadline_ms, SignalGate* gate) {
+// (signal_gate.h) and returns for that re-check.  Otherwise the call ends:
+// would_block at the deadline, interrupted.
+IoResult wait(Conn* c, short ev, int64_t deadline_ms, SignalGate* gate) {
   if (!gate->held()) {
     gate->hold();
-    return 0;
+    return {};
   }
   int timeout = 100;
-  if (!sleep_timeout(deadline_ms, static_cast<int64_t>(engine::now_ms()), 100, &timeout)) return -1;
+  if (!sleep_timeout(deadline_ms, static_cast<int64_t>(engine::now_ms()), 100, &timeout))
+    return IoResult::fail(Status::would_block);
   int efd = wake::thread_fd();
   bool reg = efd >= 0 && wake::add(efd, c);
   pollfd p[2] = {{reg ? efd : -1, POLLIN, 0}, {ev ? c->sock() : -1, ev, 0}};
@@ -96,11 +97,8 @@ int wait(Conn* c, short ev, int64_t deadline_ms, SignalGate* gate) {
     wake::drain(efd);
     wake::remove(efd);
   }
-  if (n < 0) {
-    errno = saved; // EINTR
-    return -1;
-  }
-  return 0;
+  if (n < 0) return IoResult::from_errno(saved); // EINTR
+  return {};
 }
 
 int64_t deadline_for(Conn* c, int opt) {
@@ -135,7 +133,7 @@ size_t put_app(Resume* r, const iovec* iov, int iovcnt, size_t skip) {
 
 } // namespace
 
-ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
+IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
   const size_t want = iov_total_len(iov, iovcnt);
   const bool peek = flags & MSG_PEEK;
   const bool waitall = (flags & MSG_WAITALL) && !peek;
@@ -154,14 +152,13 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
         // Back on RDMA (stream/reattach.cc): the stream serves the rest.
         if (!c->closed.load() && (r != nullptr || !c->resumed.load())) {
           *done = got;
-          return kRetry;
+          return IoResult::fail(Status::look_again);
         }
-        errno = EBADF; // closed under us
-        return got > 0 ? static_cast<ssize_t>(got) : -1;
+        return got > 0 ? IoResult::bytes(got) : IoResult::fail(Status::bad_fd); // closed under us
       }
       if (c->phase.load() == Phase::tcp) { // a moved stream, handed back
         *done = got;
-        return kToKernel;
+        return IoResult::fail(Status::to_kernel);
       }
       n = take(r, iov, iovcnt, got, peek);
       bool moved = false;
@@ -179,44 +176,41 @@ ssize_t recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
         reattach::advance(c);
         if (c->rs != r || c->rx_rdma.load()) {
           *done = got;
-          return kRetry;
+          return IoResult::fail(Status::look_again);
         }
       }
     }
     if (to_kernel) {
       *done = got;
-      return kToKernel;
+      return IoResult::fail(Status::to_kernel);
     }
     if (n > 0) {
       got += n;
-      if (!waitall || got >= want) return static_cast<ssize_t>(got);
+      if (!waitall || got >= want) return IoResult::bytes(got);
       continue;
     }
     if (end >= 0) {
-      if (got > 0) return static_cast<ssize_t>(got);
-      if (end == 0) return 0;
-      errno = end;
-      return -1;
+      if (got > 0 || end == 0) return IoResult::bytes(got);
+      return IoResult::fail(Status::reset); // at_end's ECONNRESET
     }
     if (nonblock) {
       c->last_ready.fetch_and(~static_cast<uint32_t>(POLLIN), std::memory_order_acq_rel);
-      if (got > 0) return static_cast<ssize_t>(got);
-      errno = EAGAIN;
-      return -1;
+      return got > 0 ? IoResult::bytes(got) : IoResult::fail(Status::would_block);
     }
     if (deadline == -2) deadline = deadline_for(c, SO_RCVTIMEO);
-    if (wait(c, POLLIN, deadline, &gate) != 0) return got > 0 ? static_cast<ssize_t>(got) : -1;
+    IoResult slept = wait(c, POLLIN, deadline, &gate);
+    if (!slept.ok()) return got > 0 ? IoResult::bytes(got) : slept;
   }
 }
 
-ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
+IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
   const size_t want = iov_total_len(iov, iovcnt);
   const bool nonblock = (flags & MSG_DONTWAIT) || io::conn_nonblocking(c);
   int64_t deadline = -2;
   SignalGate gate;
   size_t sent = *done;
   while (true) {
-    int err = 0;
+    Status err = Status::ok;
     bool waiting = false, empty = false;
     {
       std::lock_guard<std::mutex> l(c->mu);
@@ -226,16 +220,15 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
         // takes the rest.
         if (!c->closed.load() && (r != nullptr || !c->resumed.load())) {
           *done = sent;
-          return kRetry;
+          return IoResult::fail(Status::look_again);
         }
-        errno = EBADF;
-        return sent > 0 ? static_cast<ssize_t>(sent) : -1;
+        return sent > 0 ? IoResult::bytes(sent) : IoResult::fail(Status::bad_fd);
       }
       // A moved stream's bytes go on raw (after its RESUME): the kernel's
       // call, exactly.
       if (r->moved && r->tx != Resume::Tx::dead && r->out.size() == 0) {
         *done = sent;
-        return kToKernel;
+        return IoResult::fail(Status::to_kernel);
       }
       flush_out(c, r);
       if (r->tx == Resume::Tx::wait) { // the peer's RESUME may be in the kernel
@@ -245,17 +238,17 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
       }
       switch (r->tx) {
       case Resume::Tx::dead:
-        err = c->err_pending.exchange(false) ? ECONNRESET : EPIPE;
+        err = c->err_pending.exchange(false) ? Status::reset : Status::closed;
         break;
       case Resume::Tx::shut:
-        err = EPIPE;
+        err = Status::shut_down;
         break;
       case Resume::Tx::wait:
         waiting = true;
         break;
       default:
         if (r->tx_eof || r->app_shut) {
-          err = EPIPE;
+          err = Status::shut_down;
           break;
         }
         sent += put_app(r, iov, iovcnt, sent);
@@ -265,39 +258,36 @@ ssize_t send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
       settle(c, r, false);
       reattach::advance(c); // our frames left: our direction may go back (r may be gone)
     }
-    if (err != 0) {
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      if (err == EPIPE && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE);
-      errno = err;
-      return -1;
+    if (err != Status::ok) {
+      if (sent > 0) return IoResult::bytes(sent);
+      if (err != Status::reset && !(flags & MSG_NOSIGNAL)) raise(SIGPIPE); // EPIPE
+      return IoResult::fail(err);
     }
     // A blocking send returns once its bytes are in the kernel, as the
     // kernel's would; a non-blocking one once they are queued.
-    if (sent >= want && (empty || nonblock)) return static_cast<ssize_t>(sent);
+    if (sent >= want && (empty || nonblock)) return IoResult::bytes(sent);
     if (nonblock) {
       c->last_ready.fetch_and(~static_cast<uint32_t>(POLLOUT), std::memory_order_acq_rel);
-      if (sent > 0) return static_cast<ssize_t>(sent);
-      errno = EAGAIN;
-      return -1;
+      return sent > 0 ? IoResult::bytes(sent) : IoResult::fail(Status::would_block);
     }
     if (deadline == -2) deadline = deadline_for(c, SO_SNDTIMEO);
-    if (wait(c, waiting ? 0 : POLLOUT, deadline, &gate) != 0)
-      return sent > 0 ? static_cast<ssize_t>(sent) : -1;
+    IoResult slept = wait(c, waiting ? 0 : POLLOUT, deadline, &gate);
+    if (!slept.ok()) return sent > 0 ? IoResult::bytes(sent) : slept;
   }
 }
 
-int shutdown(Conn* c, int how) {
+IoResult shutdown(Conn* c, int how) {
   Resume* r = c->rs;
   if (r != nullptr && r->moved) {
     // Nothing of ours waits in user space: the kernel's shutdown, at once
     // (reads of bytes still buffered here end as the kernel's would).
-    if (syscall(SYS_shutdown, c->sock(), how) != 0) return -1;
+    if (syscall(SYS_shutdown, c->sock(), how) != 0) return IoResult::from_errno(errno);
     if (how != SHUT_RD) r->app_shut = true;
     if (how != SHUT_WR) c->rd_shut.store(true);
     settle(c, r, false);
     c->gen.fetch_add(1);
     wake::notify();
-    return 0;
+    return IoResult::bytes(0);
   }
   if (r != nullptr && how != SHUT_RD && !r->app_shut && r->tx == Resume::Tx::back) {
     // Back on RDMA: the FIN goes over the channel after our bytes there.
@@ -324,10 +314,10 @@ int shutdown(Conn* c, int how) {
   if (r) settle(c, r, false);
   c->gen.fetch_add(1);
   wake::notify();
-  return 0;
+  return IoResult::bytes(0);
 }
 
-int readable_bytes(Conn* c, int* out) {
+IoResult readable_bytes(Conn* c) {
   std::lock_guard<std::mutex> l(c->mu);
   Resume* r = c->rs;
   size_t n = 0;
@@ -344,8 +334,7 @@ int readable_bytes(Conn* c, int* out) {
       n += static_cast<size_t>(k);
     settle(c, r, moved);
   }
-  *out = n > INT_MAX ? INT_MAX : static_cast<int>(n);
-  return 0;
+  return IoResult::bytes(n > INT_MAX ? INT_MAX : n);
 }
 
 } // namespace xp::stream::resume

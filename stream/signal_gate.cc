@@ -63,10 +63,7 @@ bool sleep_timeout(int64_t deadline_ms, int64_t now_ms, int cap_ms, int* timeout
   int t = cap_ms;
   if (deadline_ms >= 0) {
     int64_t left = deadline_ms - now_ms;
-    if (left <= 0) {
-      errno = EAGAIN;
-      return false;
-    }
+    if (left <= 0) return false;
     if (t < 0 || left < t) t = left > INT32_MAX ? INT32_MAX : static_cast<int>(left);
   }
   *timeout_ms = t;

@@ -64,8 +64,8 @@ private:
 
 // The timeout of a blocked call's next sleep: what is left until
 // deadline_ms (-1: no deadline; now_ms: the same clock), at most cap_ms
-// (-1: no cap), -1 for neither.  False, with errno EAGAIN, once the
-// deadline passed: the call's socket timeout ends it as the kernel's.
+// (-1: no cap), -1 for neither.  False once the deadline passed: the
+// call's socket timeout ends it with EAGAIN, as the kernel's.
 bool sleep_timeout(int64_t deadline_ms, int64_t now_ms, int cap_ms, int* timeout_ms);
 
 } // namespace xp::stream

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fake_link.h"
+#include "io_calls.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
 
@@ -160,7 +161,7 @@ inline size_t rput(REnd& e, size_t n) {
     buf[k] = rpat(e.dir, e.sent + k);
   iovec v{buf.data(), n};
   bool kernel = false;
-  ssize_t r = stream::io::send(e.c, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL, &kernel);
+  ssize_t r = xp::test::call_send(e.c, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL, &kernel);
   if (kernel) r = ::send(e.c->fd, buf.data(), n, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (r < 0 && errno != EAGAIN) e.reset = true;
   if (r > 0) e.sent += static_cast<uint64_t>(r);
@@ -171,7 +172,7 @@ inline size_t rtake(REnd& e, size_t n, int peer_dir) {
   std::vector<uint8_t> buf(n);
   iovec v{buf.data(), n};
   bool kernel = false;
-  ssize_t r = stream::io::recv(e.c, &v, 1, MSG_DONTWAIT, &kernel);
+  ssize_t r = xp::test::call_recv(e.c, &v, 1, MSG_DONTWAIT, &kernel);
   if (kernel) r = ::recv(e.c->fd, buf.data(), n, MSG_DONTWAIT);
   if (r < 0 && errno != EAGAIN) e.reset = true;
   if (r == 0) e.eof = true;

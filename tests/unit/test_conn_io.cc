@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fake_link.h"
+#include "io_calls.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
 #include "stream/iov_slice.h"
@@ -153,7 +154,7 @@ size_t put(End& e, size_t n) {
     buf[k] = pat(e.dir, e.sent + k);
   iovec v{buf.data(), n};
   bool kernel = false;
-  ssize_t r = io::send(e.c, &v, 1, MSG_DONTWAIT, &kernel);
+  ssize_t r = xp::test::call_send(e.c, &v, 1, MSG_DONTWAIT, &kernel);
   if (kernel) r = ::send(e.c->fd, buf.data(), n, MSG_DONTWAIT);
   if (r > 0) e.sent += static_cast<uint64_t>(r);
   return r > 0 ? static_cast<size_t>(r) : 0;
@@ -163,7 +164,7 @@ size_t take(End& e, size_t n, int peer_dir) {
   std::vector<uint8_t> buf(n);
   iovec v{buf.data(), n};
   bool kernel = false;
-  ssize_t r = io::recv(e.c, &v, 1, MSG_DONTWAIT, &kernel);
+  ssize_t r = xp::test::call_recv(e.c, &v, 1, MSG_DONTWAIT, &kernel);
   if (kernel) r = ::recv(e.c->fd, buf.data(), n, MSG_DONTWAIT);
   if (r <= 0) return 0;
   for (ssize_t k = 0; k < r; ++k)
@@ -311,14 +312,14 @@ TEST_CASE("conn io: end of stream, half-close and reset over the stream") {
   REQUIRE(p.a.c->tx_rdma.load());
   REQUIRE(p.b.c->rx_rdma.load());
   bool kernel = false;
-  REQUIRE(io::shutdown(p.a.c, SHUT_WR, &kernel) == 0);
+  REQUIRE(xp::test::call_shutdown(p.a.c, SHUT_WR, &kernel) == 0);
   CHECK_FALSE(kernel);
   engine::progress(p.b.ch);
   char buf[16];
   iovec v{buf, sizeof buf};
-  CHECK(io::recv(p.b.c, &v, 1, MSG_DONTWAIT, &kernel) == 0); // EOF after the bytes
+  CHECK(xp::test::call_recv(p.b.c, &v, 1, MSG_DONTWAIT, &kernel) == 0); // EOF after the bytes
   // Writing after our own half-close: EPIPE (MSG_NOSIGNAL: no signal).
-  CHECK(io::send(p.a.c, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL, &kernel) == -1);
+  CHECK(xp::test::call_send(p.a.c, &v, 1, MSG_DONTWAIT | MSG_NOSIGNAL, &kernel) == -1);
   CHECK(errno == EPIPE);
   // The other direction still flows.
   CHECK(put(p.b, 100) == 100);
@@ -330,7 +331,7 @@ TEST_CASE("conn io: end of stream, half-close and reset over the stream") {
     p.b.c->st->reset();
   }
   engine::progress(p.a.ch);
-  CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
+  CHECK(xp::test::call_recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
   CHECK(errno == ECONNRESET);
 }
 
@@ -339,15 +340,15 @@ TEST_CASE("conn io: nothing to read is EAGAIN for a non-blocking read, in every 
   char buf[8];
   iovec v{buf, sizeof buf};
   bool kernel = false;
-  CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
+  CHECK(xp::test::call_recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
   CHECK(errno == EAGAIN);
   run(p, 3000, 3);
   settle(p, [&] { return p.a.c->rx_rdma.load(); });
   REQUIRE(p.a.c->rx_rdma.load());
-  CHECK(io::recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
+  CHECK(xp::test::call_recv(p.a.c, &v, 1, MSG_DONTWAIT, &kernel) == -1);
   CHECK(errno == EAGAIN);
   // Urgent data always travels on TCP: the kernel answers MSG_OOB.
-  io::recv(p.a.c, &v, 1, MSG_DONTWAIT | MSG_OOB, &kernel);
+  xp::test::call_recv(p.a.c, &v, 1, MSG_DONTWAIT | MSG_OOB, &kernel);
   CHECK(kernel);
 }
 
@@ -417,7 +418,7 @@ TEST_CASE("conn io: a record one stream's reader polls in wakes the other stream
   char buf[8];
   iovec v{buf, sizeof buf};
   bool kernel = false;
-  CHECK(io::recv(other, &v, 1, MSG_DONTWAIT, &kernel) == -1); // nothing for it...
+  CHECK(xp::test::call_recv(other, &v, 1, MSG_DONTWAIT, &kernel) == -1); // nothing for it...
   pollfd pf{efd, POLLIN, 0};
   CHECK(poll(&pf, 1, 0) == 1); // ...but b's sleeper was told
   wake::remove(efd);
@@ -521,7 +522,7 @@ TEST_CASE("conn io: a blocked read leaves a channel someone spins on to the spin
   auto blocked_read = [&] {
     iovec v{buf.data(), buf.size()};
     bool kernel = false;
-    got = io::recv(p.b.c, &v, 1, 0, &kernel); // blocking
+    got = xp::test::call_recv(p.b.c, &v, 1, 0, &kernel); // blocking
   };
   uint64_t one = 1;
   pollfd pf{p.lb.event_fd, POLLIN, 0};
@@ -797,14 +798,14 @@ TEST_CASE("conn io: O_NONBLOCK and SO_RCVTIMEO set after a blocking call are hon
   REQUIRE(setsockopt(p.fds[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
   io::fd_options_changed(); // what the setsockopt wrapper does
   auto t0 = std::chrono::steady_clock::now();
-  CHECK(io::recv(p.a.c, &v, 1, 0, &kernel) == -1); // blocks 300 ms, then EAGAIN
+  CHECK(xp::test::call_recv(p.a.c, &v, 1, 0, &kernel) == -1); // blocks 300 ms, then EAGAIN
   CHECK(errno == EAGAIN);
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(250));
   int fl = fcntl(p.fds[0], F_GETFL);
   REQUIRE(fcntl(p.fds[0], F_SETFL, fl | O_NONBLOCK) == 0);
   io::fd_options_changed(); // what the fcntl wrapper does
   t0 = std::chrono::steady_clock::now();
-  CHECK(io::recv(p.a.c, &v, 1, 0, &kernel) == -1); // at once: non-blocking now
+  CHECK(xp::test::call_recv(p.a.c, &v, 1, 0, &kernel) == -1); // at once: non-blocking now
   CHECK(errno == EAGAIN);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(150));
 }
@@ -834,11 +835,11 @@ TEST_CASE("conn io: 64-byte ping-pong over a bound stream, every byte in order")
     memset(msg, static_cast<int>(i), sizeof msg);
     iovec v{msg, sizeof msg};
     bool kernel = false;
-    if (io::send(from.c, &v, 1, MSG_DONTWAIT, &kernel) != 64 || kernel) return false;
+    if (xp::test::call_send(from.c, &v, 1, MSG_DONTWAIT, &kernel) != 64 || kernel) return false;
     size_t n = 0;
     for (int tries = 0; n < sizeof got && tries < 1000; ++tries) {
       iovec r{got + n, sizeof got - n};
-      ssize_t k = io::recv(to.c, &r, 1, MSG_DONTWAIT, &kernel);
+      ssize_t k = xp::test::call_recv(to.c, &r, 1, MSG_DONTWAIT, &kernel);
       if (kernel) return false;
       if (k > 0) n += static_cast<size_t>(k);
     }
@@ -852,7 +853,8 @@ TEST_CASE("conn io: 64-byte ping-pong over a bound stream, every byte in order")
   for (long i = 0; i < empty && ok; ++i) {
     iovec r{got, sizeof got};
     bool kernel = false;
-    ok = io::recv(p.a.c, &r, 1, MSG_DONTWAIT, &kernel) == -1 && errno == EAGAIN && !kernel;
+    ok = xp::test::call_recv(p.a.c, &r, 1, MSG_DONTWAIT, &kernel) == -1 && errno == EAGAIN &&
+         !kernel;
   }
   CHECK(ok);
   CHECK(p.a.c->tx_rdma.load());

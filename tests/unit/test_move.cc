@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <thread>
 
+#include "io_calls.h"
 #include "recover/resume_wire.h"
 #include "resume_pair.h"
 #include "stream/move.h"
@@ -312,7 +313,7 @@ TEST_CASE("move: a call blocked in another thread goes on with the moved stream"
     while (got < want) {
       iovec v{buf.data(), buf.size()};
       bool kernel = false;
-      ssize_t r = stream::io::recv(p.a.c, &v, 1, 0, &kernel); // blocking
+      ssize_t r = xp::test::call_recv(p.a.c, &v, 1, 0, &kernel); // blocking
       if (kernel) r = ::recv(p.fds[0], buf.data(), buf.size(), 0);
       if (r <= 0) {
         MESSAGE("reader: " << r << " errno " << errno << " kernel " << kernel << " at " << got);

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "io_calls.h"
 #include "recover/reattach_wire.h"
 #include "resume_pair.h"
 #include "stream/reattach.h"
@@ -621,7 +622,7 @@ TEST_CASE("back to RDMA: a FIN that came over the failed channel still ends the 
     }
     REQUIRE(p.b.sent == total);
     bool kernel = false;
-    REQUIRE(stream::io::shutdown(p.b.c, SHUT_WR, &kernel) == 0);
+    REQUIRE(xp::test::call_shutdown(p.b.c, SHUT_WR, &kernel) == 0);
     for (int i = 0; i < static_cast<int>(seed % 4); ++i)
       step(q); // the FIN on its way, or read already
     // b's return finished before the failure: its FIN went over the channel

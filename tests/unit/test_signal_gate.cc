@@ -167,7 +167,5 @@ TEST_CASE("signal gate: the sleep's timeout follows the call's deadline") {
   CHECK(t == 50);
   CHECK(sleep_timeout(5000, 1000, -1, &t));
   CHECK(t == 4000);
-  errno = 0;
   CHECK(!sleep_timeout(1000, 1000, 100, &t)); // at the deadline: the timeout
-  CHECK(errno == EAGAIN);
 }

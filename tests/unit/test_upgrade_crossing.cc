@@ -8,6 +8,7 @@
 // the receiver a silent end of stream at S.
 #include <doctest/doctest.h>
 
+#include "io_calls.h"
 #include "recover/upgrade_wire.h"
 #include "resume_pair.h"
 
@@ -108,7 +109,7 @@ TEST_CASE("upgrade crossing: the kernel's end of stream before a late SWITCH is 
   a_switched_b_unaware(p, 5000);
   REQUIRE(rput(p.a, 30000) == 30000);
   bool kernel = false;
-  REQUIRE(stream::io::shutdown(p.a.c, SHUT_WR, &kernel) == 0);
+  REQUIRE(xp::test::call_shutdown(p.a.c, SHUT_WR, &kernel) == 0);
   p.lb.late_until_ns = FakeLink::mono_ns() + 50000000ull;
   for (int i = 0; i < 100 && !p.b.eof && !p.b.reset; ++i)
     rtake(p.b, 65536, 0);
@@ -129,7 +130,7 @@ TEST_CASE("upgrade crossing: a direction that ends on TCP says so on the channel
     RPair p;
     REQUIRE(rput(p.a, 5000) == 5000);
     bool kernel = false;
-    REQUIRE(stream::io::shutdown(p.a.c, SHUT_WR, &kernel) == 0);
+    REQUIRE(xp::test::call_shutdown(p.a.c, SHUT_WR, &kernel) == 0);
     CHECK_FALSE(p.a.c->tx_rdma.load());
     const uint64_t t0 = FakeLink::mono_ns();
     for (int i = 0; i < 100 && !p.b.eof && !p.b.reset; ++i)
