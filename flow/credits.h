@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/check.h"
 #include "common/status.h"
 
 namespace xp::flow {
@@ -22,6 +23,7 @@ public:
     if (tail_ + n > limit_) return Status::no_resource;
     *offset = tail_ % capacity_;
     tail_ += n;
+    check();
     return Status::ok;
   }
   // A grant from the receiver: it consumed everything below `consumed`.
@@ -30,12 +32,20 @@ public:
     if (consumed > tail_) return Status::invalid; // peer consumed what we never wrote
     uint64_t limit = consumed + capacity_;
     if (limit > limit_) limit_ = limit;
+    check();
     return Status::ok;
   }
   uint64_t available() const { return limit_ - tail_; }
   uint64_t tail() const { return tail_; }
 
 private:
+  // Never past the credit; never more credit than one ring past what was
+  // written.
+  void check() const {
+    XP_ASSERTV(tail_ <= limit_ && limit_ <= tail_ + capacity_, "tail %llu limit %llu capacity %llu",
+               static_cast<unsigned long long>(tail_), static_cast<unsigned long long>(limit_),
+               static_cast<unsigned long long>(capacity_));
+  }
   uint64_t capacity_;
   uint64_t tail_ = 0; // bytes written so far
   uint64_t limit_;    // may write while tail < limit
@@ -50,12 +60,14 @@ public:
   Status on_arrival(uint64_t n) {
     if (n == 0 || arrived_ + n > granted_consumed_ + capacity_) return Status::invalid;
     arrived_ += n;
+    check();
     return Status::ok;
   }
   // The bytes of the oldest records were consumed (copied out or read).
   Status on_consumed(uint64_t n) {
     if (consumed_ + n > arrived_) return Status::invalid;
     consumed_ += n;
+    check();
     return Status::ok;
   }
   // Grant when a quarter of the ring was freed since the last grant.  With
@@ -67,12 +79,24 @@ public:
   // Returns the cumulative offset to send and remembers it as granted.
   uint64_t take_grant() {
     granted_consumed_ = consumed_;
+    check();
     return consumed_;
   }
   uint64_t in_ring() const { return arrived_ - consumed_; }
   uint64_t consumed() const { return consumed_; }
 
 private:
+  // granted <= consumed <= arrived <= granted + capacity: the ring never
+  // holds more than the credit the sender had.
+  void check() const {
+    XP_ASSERTV(granted_consumed_ <= consumed_ && consumed_ <= arrived_ &&
+                   arrived_ <= granted_consumed_ + capacity_,
+               "granted %llu consumed %llu arrived %llu capacity %llu",
+               static_cast<unsigned long long>(granted_consumed_),
+               static_cast<unsigned long long>(consumed_),
+               static_cast<unsigned long long>(arrived_),
+               static_cast<unsigned long long>(capacity_));
+  }
   uint64_t capacity_;
   uint64_t arrived_ = 0;
   uint64_t consumed_ = 0;

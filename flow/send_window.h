@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/check.h"
 #include "common/status.h"
 
 namespace xp::flow {
@@ -16,8 +17,17 @@ class WindowBudget {
 public:
   explicit WindowBudget(uint64_t limit) : limit_(limit) {}
   bool fits(uint64_t n) const { return in_flight_ + n <= limit_; }
-  void take(uint64_t n) { in_flight_ += n; }
-  void give(uint64_t n) { in_flight_ -= n; }
+  void take(uint64_t n) {
+    in_flight_ += n;
+    XP_ASSERTV(in_flight_ <= limit_, "in flight %llu limit %llu",
+               static_cast<unsigned long long>(in_flight_),
+               static_cast<unsigned long long>(limit_));
+  }
+  void give(uint64_t n) {
+    XP_ASSERTV(n <= in_flight_, "give %llu in flight %llu", static_cast<unsigned long long>(n),
+               static_cast<unsigned long long>(in_flight_));
+    in_flight_ -= n;
+  }
   uint64_t in_flight() const { return in_flight_; }
   uint64_t limit() const { return limit_; }
 
@@ -43,6 +53,7 @@ public:
     next_ += *allowed;
     if (channel_) channel_->take(*allowed);
     if (peer_) peer_->take(*allowed);
+    check();
     return Status::ok;
   }
 
@@ -65,6 +76,7 @@ public:
     acked_ = seq;
     if (channel_) channel_->give(freed);
     if (peer_) peer_->give(freed);
+    check();
     return Status::ok;
   }
 
@@ -74,6 +86,12 @@ public:
 
 private:
   static uint64_t min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+  // acked <= next, and never more unacknowledged than the window.
+  void check() const {
+    XP_ASSERTV(acked_ <= next_ && next_ - acked_ <= limit_, "acked %llu next %llu limit %llu",
+               static_cast<unsigned long long>(acked_), static_cast<unsigned long long>(next_),
+               static_cast<unsigned long long>(limit_));
+  }
   uint64_t acked_, next_, limit_;
   WindowBudget* channel_;
   WindowBudget* peer_;

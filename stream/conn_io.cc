@@ -558,14 +558,14 @@ IoResult send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, size_t want
     IoResult r = on_tcp ? send_tcp(c, iov, iovcnt, sent, inner)
                         : send_stream(c, iov, iovcnt, sent, zcs && zcs->on ? zcs : nullptr,
                                       (flags & MSG_MORE) != 0);
-    if (r.is(Status::look_again)) continue;
-    if (r.ok() && r.n > 0) {
+    if (__builtin_expect(r.ok(), 1)) {
       sent += static_cast<size_t>(r.n);
       if (sent >= want) return IoResult::bytes(sent);
-      continue; // a blocking send takes everything; a non-blocking one stops at EAGAIN
-    }
-    if (want == 0 && r.ok()) return r;
-    if (!r.ok() && !r.is(Status::would_block)) {
+      // A blocking send takes everything; a non-blocking one stops at EAGAIN.
+      if (r.n > 0) continue;
+    } else if (r.is(Status::look_again)) {
+      continue;
+    } else if (!r.is(Status::would_block)) {
       if (sent > 0) return IoResult::bytes(sent);
       return send_failed(r, flags);
     }
@@ -638,14 +638,14 @@ IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags) {
     } else {
       r = on_tcp ? recv_tcp(c, iov, iovcnt, got, inner) : recv_stream(c, iov, iovcnt, got, inner);
     }
-    if (r.is(Status::look_again)) continue;
-    if (r.is(Status::closed)) return got > 0 ? IoResult::bytes(got) : reset_read(c);
-    if (r.ok() && r.n > 0) {
+    if (__builtin_expect(r.ok(), 1)) {
+      if (r.n == 0) return IoResult::bytes(got); // end of stream
       got += static_cast<size_t>(r.n);
       if (!waitall || got >= want) return IoResult::bytes(got);
       continue;
     }
-    if (r.ok()) return IoResult::bytes(got); // end of stream
+    if (r.is(Status::look_again)) continue;
+    if (r.is(Status::closed)) return got > 0 ? IoResult::bytes(got) : reset_read(c);
     if (!r.is(Status::would_block)) return partial_or(got, r);
     if (!checked_fd) {
       checked_fd = true;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/resume_internal.h"
@@ -41,6 +42,7 @@ bool tx_switched(const Conn* c) {
 // SWITCH acknowledged by the peer, the peer's verified and acknowledged by
 // us.  (Otherwise the failure path of §7 sorts it out.)
 bool settled(const Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   const Stream* s = c->st;
   if (s == nullptr) return false;
   if (tx_switched(c) && !s->peer_knows_tx_start()) return false;
@@ -51,6 +53,7 @@ bool settled(const Conn* c) {
 // c->mu and ch->mu held: the peer's MOVE agrees with what we hold.  Only
 // an answer may say the peer has no such stream.
 bool consistent(const Conn* c, bool answer) {
+  XP_ASSERT_HELD(c->mu);
   const Stream* s = c->st;
   const Stream::PeerMove& pm = s->peer_move;
   if (pm.flags & kGone) return answer;
@@ -67,6 +70,7 @@ bool consistent(const Conn* c, bool answer) {
 // ch->mu held: our MOVE after our last record of the stream; nothing of
 // ours for it follows (the stream is frozen).
 bool send_move(Channel* ch, Conn* c) {
+  XP_ASSERT_HELD(ch->mu);
   Stream* s = c->st;
   const bool sw = tx_switched(c);
   recover::MoveInfo mi;
@@ -88,6 +92,7 @@ bool send_move(Channel* ch, Conn* c) {
 // c->mu held, both MOVEs crossed: the stream leaves the channel (no FIN:
 // it goes on) and continues on TCP.
 void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
+  XP_ASSERT_HELD(c->mu);
   Channel* ch = c->ch;
   auto* r = new (std::nothrow) Resume(engine::params().stream_window);
   if (r != nullptr && !r->ok()) {
@@ -185,6 +190,7 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
 // every stream on it resumes by the failure path (§7), which copes with
 // any state.
 void fail_over(Conn* c, ResumeCause why) {
+  XP_ASSERT_HELD(c->mu);
   Channel* ch = c->ch;
   if (ch == nullptr || c->resumed.load()) return;
   engine::mark_failed(ch, why);
@@ -194,18 +200,21 @@ void fail_over(Conn* c, ResumeCause why) {
 } // namespace
 
 bool candidate(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   if (c->resumed.load() || c->closed.load() || c->ch == nullptr || c->st == nullptr) return false;
   std::lock_guard<std::mutex> l(c->ch->mu);
   return tx_switched(c) || c->st->rx_started();
 }
 
 bool begin(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   if (!candidate(c) || c->ch->failed.load()) return false;
   std::lock_guard<std::mutex> l(c->ch->mu);
   return settled(c) && send_move(c->ch, c);
 }
 
 int complete(Conn* c, ResumeCause why, uint64_t t0_us, engine::Changes* changed) {
+  XP_ASSERT_HELD(c->mu);
   Channel* ch = c->ch;
   if (c->resumed.load() || ch == nullptr || c->st == nullptr) return 1;
   bool ok = false, waiting = false;
@@ -224,6 +233,7 @@ int complete(Conn* c, ResumeCause why, uint64_t t0_us, engine::Changes* changed)
 }
 
 int on_record(Channel* ch, const flow::RecordHeader& h, const uint8_t* ring) {
+  XP_ASSERT_HELD(ch->mu);
   if (h.len != kPayloadBytes) return -1;
   // The payload is in the peer-writable ring: copied once, and only the
   // copy is checked and kept (docs/protocol.md §4 "The ring is
@@ -254,6 +264,7 @@ int on_record(Channel* ch, const flow::RecordHeader& h, const uint8_t* ring) {
 }
 
 void on_peer_move(Conn* c, Channel* ch) {
+  XP_ASSERT_HELD(c->mu);
   if (c->resumed.load() || c->closed.load() || c->ch != ch || c->st == nullptr) return;
   // The peer stopped waiting for our answer (none within 1 s: this process
   // stalled) and resumed by the failure path: its RESUME is on TCP already,

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/move.h"
@@ -23,6 +24,7 @@ constexpr uint64_t kCleanMs = 1000;
 // c->mu held: 1 the kernel carries the connection (as pin.h says), 0 not
 // yet, -1 never.
 int clean(Conn* c, bool rx) {
+  XP_ASSERT_HELD(c->mu);
   if (c->closed.load() || c->dead.load()) return 1; // nothing of the stream goes on
   if (!c->resumed.load()) return c->phase.load() == Phase::tcp ? 1 : 0;
   Resume* r = c->rs;

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <sys/mman.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "recover/reattach_wire.h"
 #include "stream/engine_internal.h"
@@ -46,6 +47,7 @@ bool send_ctl(Channel* ch, RecordType t, uint32_t id, uint64_t seq, const void* 
 
 // ch->mu held: c's stream on ch at id (false: id taken or no memory).
 bool bind(Conn* c, Channel* ch, uint32_t id) {
+  XP_ASSERT_HELD(ch->mu);
   if (!engine::bind_stream(c, ch, id)) return false;
   c->reup.peer_switch = false;
   return true;
@@ -178,6 +180,7 @@ void set_hook(Hook h) {
 }
 
 bool unshared(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   const Resume* r = c->rs;
   // Only a stream still framed both ways can take the return path; one
   // that turned raw at the fork (RAW, or moved) stays on plain TCP.
@@ -190,6 +193,7 @@ bool unshared(Conn* c) {
 }
 
 void on_resumed(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   const EngineParams& p = engine::params();
   c->reup.tcp_since_us = engine::mono_us();
   c->reup.state = idle;
@@ -204,6 +208,7 @@ void on_resumed(Conn* c) {
 }
 
 void tick(Conn* c, uint64_t now) {
+  XP_ASSERT_HELD(c->mu);
   Resume* r = c->rs;
   if (r == nullptr) return;
   switch (c->reup.state) {
@@ -237,6 +242,7 @@ void tick(Conn* c, uint64_t now) {
 }
 
 void advance(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   Resume* r = c->rs;
   if (r == nullptr || c->reup.state != bound || c->ch == nullptr) return;
   if (c->ch->failed.load()) return; // fold() follows
@@ -272,6 +278,7 @@ void advance(Conn* c) {
 }
 
 void start(Conn* c) {
+  XP_ASSERT_HELD(engine::g().mu);
   std::lock_guard<std::mutex> l(c->mu);
   if (c->reup.state != queued) return;
   c->reup.state = idle;
@@ -322,6 +329,7 @@ void start(Conn* c) {
 }
 
 void over_channel(Conn* c, Channel* ch) {
+  XP_ASSERT_HELD(engine::g().mu);
   std::lock_guard<std::mutex> l(c->mu);
   if (c->reup.state != connecting) return; // given up meanwhile: the channel idles, then goes
   if (ch == nullptr || !c->resumed.load() || !eligible(c) || c->ch != nullptr)
@@ -336,6 +344,7 @@ void over_channel(Conn* c, Channel* ch) {
 }
 
 void on_reattach(Channel* ch, const ControlRecord& rec) {
+  XP_ASSERT_HELD(engine::g().mu);
   const flow::RecordHeader& h = rec.h;
   auto nak = [&](recover::NakCode code) {
     send_ctl(ch, RecordType::attach_nak, h.stream, static_cast<uint64_t>(code), nullptr, 0);
@@ -382,6 +391,7 @@ void on_reattach(Channel* ch, const ControlRecord& rec) {
 }
 
 void on_record(Conn* c, Channel* ch, const ControlRecord& rec) {
+  XP_ASSERT_HELD(c->mu);
   const flow::RecordHeader& h = rec.h;
   Resume* r = c->rs;
   if (r == nullptr || c->ch != ch || h.stream != c->sid) return; // an earlier attempt's
@@ -415,6 +425,7 @@ void on_record(Conn* c, Channel* ch, const ControlRecord& rec) {
 }
 
 void fold(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   Resume* r = c->rs;
   Channel* ch = c->ch;
   if (r == nullptr || ch == nullptr) return;

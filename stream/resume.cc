@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "recover/reattach_wire.h"
 #include "stream/engine_internal.h"
@@ -460,6 +461,7 @@ void settle(Conn* c, Resume* r, bool moved) {
 }
 
 void pump(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   Resume* r = c->rs;
   if (r == nullptr) return;
   flush_out(c, r);
@@ -471,6 +473,7 @@ void pump(Conn* c) {
 }
 
 void tick(Conn* c, uint64_t now_ms) {
+  XP_ASSERT_HELD(c->mu);
   Resume* r = c->rs;
   if (r == nullptr) return;
   if (r->tx == Resume::Tx::wait && now_ms > r->deadline_ms)
@@ -480,6 +483,7 @@ void tick(Conn* c, uint64_t now_ms) {
 }
 
 bool collect_resend(Channel* ch, Stream* s, Resume* r, uint64_t* first) {
+  XP_ASSERT_HELD(ch->mu);
   // Every byte the peer may lack is in a record it has not credited
   // (docs/protocol.md §7); [acked, next) bounds them.
   const uint64_t acked = s->send_acked(), next = s->send_next();
@@ -523,6 +527,7 @@ static void begin_wait(Conn* c, Resume* r, ResumeCause why) {
 }
 
 void start(Conn* c, ResumeCause why) {
+  XP_ASSERT_HELD(c->mu);
   Channel* ch = c->ch;
   auto* r = new (std::nothrow) Resume(engine::params().stream_window);
   if (r != nullptr && !r->ok()) {
@@ -646,6 +651,7 @@ void start(Conn* c, ResumeCause why) {
 }
 
 bool start_alone(Conn* c, ResumeCause why) {
+  XP_ASSERT_HELD(c->mu);
   Channel* ch = c->ch;
   if (ch == nullptr || !c->sess.peer_reads_plain() || c->sess.rx_mode() == Mode::rdma) return false;
   auto* r = new (std::nothrow) Resume(engine::params().stream_window);

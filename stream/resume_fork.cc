@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "recover/resume_wire.h"
 #include "stream/engine_internal.h"
@@ -23,6 +24,7 @@ constexpr uint64_t kAnswerMs = 1000;
 // to write, the peer's direction either raw or framed with its RESUME read
 // and nothing of an earlier return to RDMA pending.
 bool can_turn(const Conn* c, const Resume* r) {
+  XP_ASSERT_HELD(c->mu);
   if (r == nullptr || c->closed.load() || c->ch != nullptr || c->phase.load() == Phase::tcp)
     return false;
   if (r->moved || r->broken || r->eof || r->fin || r->tx_eof || r->app_shut || r->shut_pending ||

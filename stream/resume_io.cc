@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
@@ -277,6 +278,7 @@ IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
 }
 
 IoResult shutdown(Conn* c, int how) {
+  XP_ASSERT_HELD(c->mu);
   Resume* r = c->rs;
   if (r != nullptr && r->moved) {
     // Nothing of ours waits in user space: the kernel's shutdown, at once

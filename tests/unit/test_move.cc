@@ -116,7 +116,11 @@ TEST_CASE("move: a stream moves to TCP at any step; bytes once, in order; the ot
         REnd& who = seed % 2 ? p.a : p.b;
         // As for_fork: a stream whose switches are still crossing settles
         // first (its engine and the peer's run meanwhile).
-        for (int k = 0; k < 50 && !stream::move::candidate(who.c); ++k)
+        auto candidate = [&] {
+          std::lock_guard<std::mutex> l(who.c->mu); // move.h: c->mu held
+          return stream::move::candidate(who.c);
+        };
+        for (int k = 0; k < 50 && !candidate(); ++k)
           step_pair(p, p.a, p.b, rng, total);
         clean = move_now(p, who);
         for (int k = 0; k < 50 && !clean && !who.c->resumed.load(); ++k) {

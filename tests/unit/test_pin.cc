@@ -108,7 +108,10 @@ TEST_CASE("pin: a receive-side feature is refused while xpress holds unread byte
 TEST_CASE("pin: an upgrade under way ends; the connection stays on TCP with the reason") {
   RPair p;
   stream::engine::g().p.keepalive_ms = 0;
-  if (stream::move::candidate(p.a.c)) return; // switched already at bind: covered above
+  {
+    std::lock_guard<std::mutex> l(p.a.c->mu);   // move.h: c->mu held
+    if (stream::move::candidate(p.a.c)) return; // switched already at bind: covered above
+  }
   CHECK(pin_a(p, Reason::io_uring, false));
   CHECK(p.a.c->reason == Reason::io_uring);
   CHECK(p.a.c->phase.load() == stream::Phase::tcp);

@@ -38,7 +38,7 @@ ASAN_DIR := $(BUILD)/asan
 ASAN_SRCS := $(CORE_SRCS) $(UNIT_SRCS)
 ASAN_OBJS := $(ASAN_SRCS:%.cc=$(ASAN_DIR)/%.o)
 ASAN_FLAGS := -std=c++20 -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
-              -fno-omit-frame-pointer -pthread -I. -I$(BUILD)/gen -MMD -MP -Wall -Wextra -Werror
+              -fno-omit-frame-pointer -pthread -DXP_CHECK_LOCKS -I. -I$(BUILD)/gen -MMD -MP -Wall -Wextra -Werror
 $(ASAN_OBJS): $(ASAN_DIR)/%.o: %.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(ASAN_FLAGS) -c $< -o $@
