@@ -41,8 +41,10 @@ LIB_STATIC_RT := -static-libstdc++ -static-libgcc
 # would) and before our constructor (relocation is done before any
 # constructor runs).  Full RELRO would buy little here: the real functions'
 # pointers (preload/real.cc) are writable data anyway.  test-startup bounds
-# the bindings made at start.
-LIB_LDFLAGS := -Wl,-z,lazy -Wl,-z,relro -Wl,-z,defs
+# the bindings made at start.  No DT_FINI (-fini names a function that does
+# not exist): crt's _fini is empty, and calling it at exit faults in the last
+# text page in every process (destructors run from .fini_array).
+LIB_LDFLAGS := -Wl,-z,lazy -Wl,-z,relro -Wl,-z,defs -Wl,-fini=xp_no_fini
 
 # Test-only code (fault injection, XPRESS_TEST_USER_MODE): compiled, with
 # -DXP_TESTING, only into the test library $(TEST_LIB); the release library
