@@ -31,6 +31,20 @@ LDLIBS := -ldl -pthread
 # and carries the few libgcc helpers it uses: a C program preloaded with it
 # then loads and relocates no libstdc++.
 LIB_STATIC_RT := -static-libstdc++ -static-libgcc
+# Lazy binding (no -z now): a preloaded library is loaded by every process,
+# and -z now makes the loader look up all ~100 of its imports at every exec
+# (two thirds of its start-up instructions) although a process that never
+# opens an inet socket calls a handful of them.  Lazy resolution is safe in
+# every place a wrapper can run: glibc's resolver (_dl_fixup) takes no lock
+# and allocates nothing, so it may run in a signal handler, between fork's
+# atfork handlers, in a vfork child (it writes the same GOT value the parent
+# would) and before our constructor (relocation is done before any
+# constructor runs).  Full RELRO would buy little here: the real functions'
+# pointers (preload/real.cc) are writable data anyway.  test-startup bounds
+# the bindings made at start.  No DT_FINI (-fini names a function that does
+# not exist): crt's _fini is empty, and calling it at exit faults in the last
+# text page in every process (destructors run from .fini_array).
+LIB_LDFLAGS := -Wl,-z,lazy -Wl,-z,relro -Wl,-z,defs -Wl,-fini=xp_no_fini
 
 # Test-only code (fault injection, XPRESS_TEST_USER_MODE): compiled, with
 # -DXP_TESTING, only into the test library $(TEST_LIB); the release library
@@ -71,7 +85,7 @@ $(BUILD)/exports.map: preload/interpose_table.def preload/alloc_table.def tools/
 
 $(LIB): $(WRAP_OBJS) $(CORE) $(BUILD)/exports.map
 	$(CXX) $(LIB_LTO) -shared -o $@ $(WRAP_OBJS) -Wl,--whole-archive $(CORE) -Wl,--no-whole-archive \
-	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LIB_STATIC_RT) $(LDLIBS)
+	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) $(LIB_LDFLAGS) $(LIB_STATIC_RT) $(LDLIBS)
 
 -include $(CORE_OBJS:.o=.d) $(WRAP_OBJS:.o=.d)
 
@@ -88,7 +102,7 @@ $(TEST_OBJS): $(TEST_DIR)/%.o: %.cc
 $(TEST_DIR)/preload/lifecycle.o: $(BUILD)/gen/xp_version.h
 $(TEST_LIB): $(TEST_OBJS) $(ASM_SRCS:%.S=$(BUILD)/%.o) $(BUILD)/exports.map
 	$(CXX) $(LIB_LTO) -shared -o $@ $(TEST_OBJS) $(ASM_SRCS:%.S=$(BUILD)/%.o) \
-	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) -Wl,-z,now -Wl,-z,relro -Wl,-z,defs $(LIB_STATIC_RT) $(LDLIBS)
+	  -Wl,--version-script=$(BUILD)/exports.map -Wl,-soname,libxpress.so.$(SOVERSION) $(LIB_LDFLAGS) $(LIB_STATIC_RT) $(LDLIBS)
 -include $(TEST_OBJS:.o=.d)
 .PHONY: test-lib
 test-lib: $(TEST_LIB)

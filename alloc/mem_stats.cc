@@ -3,7 +3,12 @@
 namespace xp::alloc {
 namespace {
 // Static storage: counted from the first malloc on, before any constructor.
-MemStats g_mem_stats;
+// In a zero-filled section of its own, placed after .bss (x86-64's large-data
+// .lbss): its page alignment would otherwise align the start of .bss, and the
+// first .bss variable, which crt's exit code reads in every process, would sit
+// on a page of its own instead of the one where .data ends (written by the
+// loader anyway; tests/unit/startup.sh).
+__attribute__((section(".lbss.xp_mem_stats"))) MemStats g_mem_stats;
 } // namespace
 
 MemStats& mem_stats() {

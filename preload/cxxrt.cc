@@ -135,4 +135,16 @@ __attribute__((visibility("hidden"))) void __cxa_pure_virtual() {
   fatal("pure virtual function called");
 }
 
+// pthread_atfork as libc_nonshared.a defines it (handlers tied to this
+// library, so that unloading it unregisters them), here so that it sits in
+// the start-up text with the constructors that call it: libc_nonshared's copy
+// lands at the end of the text, on a page of its own that every process
+// would fault in for it.
+extern void* __dso_handle __attribute__((visibility("hidden")));
+int __register_atfork(void (*prepare)(), void (*parent)(), void (*child)(), void* dso);
+__attribute__((visibility("hidden"), section(".text.startup"))) int
+pthread_atfork(void (*prepare)(), void (*parent)(), void (*child)()) noexcept {
+  return __register_atfork(prepare, parent, child, __dso_handle);
+}
+
 } // extern "C"

@@ -35,6 +35,9 @@ cat > "$root/usr/share/lintian/overrides/xpress" <<O
 # A preload library: loaded as LD_PRELOAD=libxpress.so, never linked against.
 xpress: link-to-shared-library-in-wrong-package *
 xpress: package-name-doesnt-match-sonames libxpress0
+# Lazy binding on purpose: every preloaded process would otherwise bind all
+# of the library's imports at exec (Makefile, LIB_LDFLAGS).
+xpress: hardening-no-bindnow [usr/lib/*/libxpress.so.*]
 O
 # Dependencies from the binaries' own needs (dpkg-shlibdeps wants a source
 # tree's debian/control: a minimal one in a scratch directory).  rdma-core
