@@ -21,7 +21,8 @@ const char* state_name(State s) {
 }
 
 UpgradeSession::UpgradeSession(const SessionParams& p)
-    : role_(p.role), tuple_(p.tuple), nonce_(p.nonce), timeout_ms_(p.timeout_ms) {
+    : role_(p.role), tuple_(p.tuple), nonce_(p.nonce), timeout_ms_(p.timeout_ms),
+      wait_ms_(p.wait_ms > p.timeout_ms ? p.wait_ms : p.timeout_ms) {
   memcpy(seed_, p.seed, sizeof seed_);
 }
 
@@ -444,26 +445,31 @@ Status UpgradeSession::try_switch_tx() {
 
 // ---- Time, failure, output ---------------------------------------------
 
-bool UpgradeSession::waiting_for_peer() const {
-  if (state_ == State::attaching) return true;
-  // Our share left (the peer owes its answer), the bytes we saw reach a
-  // coverage form (the client can open the exchange), or a share waits for
-  // the bytes it covers: every wait of the binding ends at the timeout,
-  // whoever chose the form.
-  uint64_t cover[2];
-  return state_ == State::bound && !peer_proven_ &&
-         (share_sent_ || peer_share_.present || reach(cover));
+UpgradeSession::Wait UpgradeSession::waiting() const {
+  if (state_ == State::attaching) return Wait::program; // the server accepts first
+  if (state_ != State::bound || peer_proven_) return Wait::none;
+  if (keyed_) return Wait::peer; // both shares crossed: its PROOF is due
+  // A share waits here for the bytes its form covers (our program reads
+  // them), or ours waits there (its program reads them): every such wait
+  // ends, whoever chose the form.
+  if (peer_share_.present || share_sent_) return Wait::program;
+  // Nothing sent yet: the client's SHARE leaves once its program read the
+  // bytes its form covers, which nothing here can see.  A client that
+  // reached a form shares at once (maybe_share).
+  return Wait::none;
 }
 
 void UpgradeSession::tick(uint64_t now_ms) {
   if (state_ == State::failed) return;
-  if (!waiting_for_peer()) {
+  const Wait w = waiting();
+  if (w == Wait::none) {
     timer_armed_ = false;
     return;
   }
-  if (!timer_armed_) {
+  if (!timer_armed_ || timer_kind_ != w) {
     timer_armed_ = true;
-    deadline_ms_ = now_ms + timeout_ms_;
+    timer_kind_ = w;
+    deadline_ms_ = now_ms + (w == Wait::peer ? timeout_ms_ : wait_ms_);
     return;
   }
   if (now_ms >= deadline_ms_) fail_internal(Reason::handshake_timeout, true, "timeout");

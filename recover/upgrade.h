@@ -44,6 +44,10 @@ struct SessionParams {
   Nonce nonce;                         // this end's nonce (getrandom)
   uint8_t seed[pake::kSeedBytes] = {}; // this end's key exchange secret (getrandom)
   uint32_t timeout_ms;                 // XPRESS_HANDSHAKE_TIMEOUT_MS: longest wait for the peer
+  // XPRESS_PROGRAM_WAIT_MS: longest wait that a program's pace decides
+  // (the server's accept, the server's read of the bytes the client's
+  // SHARE covers); 0: timeout_ms.  See tick().
+  uint32_t wait_ms = 0;
 };
 
 class UpgradeSession {
@@ -92,11 +96,26 @@ public:
   // session failed; invalid: already switched.
   Status try_switch_tx();
 
-  // Fails the session with handshake_timeout when it waited longer than
-  // timeout_ms for the peer (an answer to ATTACH, or the peer's proof once
-  // the peer has sent bytes and so can prove).  The wait is timed from the
-  // first tick that sees it.
+  // Fails the session with handshake_timeout when a wait outlasted its
+  // bound (docs/protocol.md §2, "Every wait"), timed from the first tick
+  // that sees it and again whenever its kind changes:
+  //   program (wait_ms): an answer to ATTACH (the server's program must
+  //     accept first), the server's answer to our SHARE (it must have read
+  //     the bytes the form covers), a SHARE of the client's held until our
+  //     program read those bytes;
+  //   peer (timeout_ms): the peer's PROOF once both shares crossed (its
+  //     engine answers at once);
+  //   none: a server waiting for the client's opening SHARE, which the
+  //     client sends once its program read 64 bytes of ours: the same wait
+  //     as too few bytes (coverage_short), for the client's bytes.
   void tick(uint64_t now_ms);
+  enum class Wait : uint8_t { none, peer, program };
+  Wait waiting() const;
+  // Bound, nobody owes anything timed: the program's bytes move it on
+  // (no engine tick needed for the timer).
+  bool untimed() const {
+    return state_ == State::bound && !peer_proven_ && waiting() == Wait::none;
+  }
   // Whether tick(now_ms) would fail the session now.
   bool timer_due(uint64_t now_ms) const {
     return state_ != State::failed && timer_armed_ && now_ms >= deadline_ms_;
@@ -160,7 +179,6 @@ private:
   const Nonce& nonce_s() const { return role_ == Role::client ? peer_nonce_ : nonce_; }
   // The coverage form our own counts reach now (false: none yet).
   bool reach(uint64_t cover[2]) const;
-  bool waiting_for_peer() const;
   void record(int d, const void* data, size_t len);
 
   Status reject(Reason why, const char* detail); // fail and return invalid
@@ -183,7 +201,7 @@ private:
   const char* detail_ = "";
   TcpTuple tuple_;
   Nonce nonce_, peer_nonce_{};
-  uint32_t timeout_ms_;
+  uint32_t timeout_ms_, wait_ms_;
   uint32_t stream_id_ = 0;
   uint16_t channel_port_ = 0;
 
@@ -206,6 +224,7 @@ private:
   uint64_t tx_offset_ = 0, rx_offset_ = 0;
 
   bool timer_armed_ = false;
+  Wait timer_kind_ = Wait::none; // the wait the armed timer is for
   uint64_t deadline_ms_ = 0;
 
   // At most one SHARE, one PROOF, one SWITCH and one NAK are ever queued

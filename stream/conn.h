@@ -161,9 +161,11 @@ public:
   ListenShare* share = nullptr;             // server: the listener's rendezvous state
   bool cm_tried = false;                    // client: an rdma_cm connection was attempted
   std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
-  // Bound, but too few bytes crossed for a proof (docs/protocol.md §2): only
-  // the program's own data calls move it on, so the engine need not tick.
-  std::atomic<bool> short_of_bytes{false};
+  // Bound, and nothing timed owed by either end (recover/upgrade.h
+  // untimed: too few bytes crossed for a proof, or a server waiting for the
+  // client's opening SHARE): only the programs' data calls move it on, so
+  // the engine need not tick.
+  std::atomic<bool> untimed{false};
   bool attach_refused = false; // client: an ATTACH was NAKed; use rdma_cm
   bool parked_once = false;    // client: waited for another connection's channel set-up
   // Client: the connecting thread's lane (engine.cc, thread_lane): its

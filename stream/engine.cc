@@ -213,7 +213,7 @@ int wait_ms() {
   if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
   for (Conn* c : s.conns)
     if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading &&
-        !c->short_of_bytes.load(std::memory_order_relaxed))
+        !c->untimed.load(std::memory_order_relaxed))
       return kTickMs;
   if (!s.channels.empty() || !s.dying.empty() || !s.conns.empty()) {
     // Keepalives every third of their timeout (engine_control.cc).
@@ -303,6 +303,7 @@ Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockadd
   recover::SessionParams p;
   p.role = role;
   p.timeout_ms = g_state.p.handshake_timeout_ms;
+  p.wait_ms = g_state.p.program_wait_ms;
   const sockaddr* client = role == recover::Role::client ? local : peer;
   const sockaddr* server = role == recover::Role::client ? peer : local;
   if (recover::tuple_from_sockaddrs(client, server, &p.tuple) != Status::ok) {

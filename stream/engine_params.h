@@ -12,6 +12,7 @@ namespace xp::stream {
 
 struct EngineParams {
   uint32_t handshake_timeout_ms = 2000; // XPRESS_HANDSHAKE_TIMEOUT_MS
+  uint32_t program_wait_ms = 60000;     // XPRESS_PROGRAM_WAIT_MS (recover/upgrade.h tick)
   // XPRESS_SPIN_US: how long a blocked call busy-polls before it sleeps,
   // while its connection's recent waits average within it; waits longer
   // than this spin kMinSpinUs (engine::spin_budget_ns).

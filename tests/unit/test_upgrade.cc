@@ -58,6 +58,7 @@ SessionParams params(Role r, const TcpTuple& t, uint8_t seed) {
   for (size_t i = 0; i < sizeof p.seed; ++i) // the key exchange secret
     p.seed[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
   p.timeout_ms = 1000;
+  p.wait_ms = 5000;
   return p;
 }
 
@@ -466,27 +467,61 @@ TEST_CASE("upgrade: malformed, duplicate, late and misdirected control records")
 }
 
 TEST_CASE("upgrade: deadlines") {
-  SUBCASE("no answer to ATTACH") {
+  SUBCASE("no answer to ATTACH: the server's program may not have accepted yet") {
     Pair p;
     Message a, nak;
     REQUIRE(p.c.start_attach(5, &a) == Status::ok);
     p.c.tick(100); // arms
-    p.c.tick(1099);
+    p.c.tick(5099);
     CHECK(p.c.state() == State::attaching);
-    p.c.tick(1100);
+    p.c.tick(5100);
     CHECK((p.c.state() == State::failed && p.c.fallback_reason() == Reason::handshake_timeout));
     REQUIRE(p.c.pop_output(&nak));
     CHECK(nak.seq == code(NakCode::timeout));
   }
-  SUBCASE("the peer sent bytes but never proves; the NAK carries the reason over") {
+  SUBCASE("the client's SHARE is lost: the server does not time out, the client does") {
     Pair p;
     p.attach();
     p.c2s(kReq);
     p.s2c(kResp);
     for (Message drop; p.c.pop_output(&drop);) {
-    } // the client's PROOF is lost
+    } // the client's SHARE is lost
+    Message none;
+    CHECK_FALSE(p.s.pop_output(&none)); // the server has nothing to send before it
+    p.s.tick(0), p.c.tick(0);
+    p.s.tick(999), p.c.tick(999);
+    p.s.tick(100000), p.c.tick(4999);
+    CHECK(p.s.state() == State::bound); // as if the client had not read our reply yet
+    CHECK(p.s.untimed());
+    CHECK(p.c.state() == State::bound);
+    p.c.tick(5000); // the server's program may read late, not never
+    CHECK((p.c.state() == State::failed && p.c.fallback_reason() == Reason::handshake_timeout));
+    p.pump();
+    CHECK((p.s.state() == State::failed && p.s.fallback_reason() == Reason::handshake_timeout));
+  }
+  SUBCASE("a client that reads late still binds") {
+    // The server echoed long before the client's program read it (a burst
+    // of connects under load): its opening SHARE comes late, and binds.
+    Pair p;
+    p.attach();
+    p.c2s(kReq);
+    p.s.on_tcp_sent(kResp.data(), kResp.size());
+    for (uint64_t t = 0; t <= 60000; t += 1000)
+      p.s.tick(t), p.c.tick(t);
+    p.c.on_tcp_received(kResp.data(), kResp.size());
+    p.pump();
+    CHECK((p.c.peer_proven() && p.s.peer_proven()));
+  }
+  SUBCASE("the peer sent its SHARE but never proves; the NAK carries the reason over") {
+    Pair p;
+    p.attach();
+    p.c2s(kReq);
+    p.s2c(kResp);
+    Message m;
+    REQUIRE(p.c.pop_output(&m)); // the client's SHARE arrives
+    REQUIRE(deliver(p.s, m) == Status::ok);
     for (Message drop; p.s.pop_output(&drop);) {
-    } // the server's too: it proved, and still waits for the client
+    } // the server's SHARE and PROOF are lost: it proved, and waits for the client
     p.s.tick(0);
     p.s.tick(999);
     CHECK(p.s.state() == State::bound);
