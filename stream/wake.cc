@@ -31,60 +31,116 @@ void notify_mode(int fd, ReadySource* now) {
 namespace wake {
 namespace {
 
-constexpr int kMaxSleepers = 1024;
-std::mutex g_mu;
-int g_fds[kMaxSleepers];
-const void* g_keys[kMaxSleepers];
-bool g_watch[kMaxSleepers]; // a watcher's registration (any_sleepers)
-std::atomic<int> g_count{0};
-// Which sleepers there are, without the lock: how many wait for anything
-// (key null: poll, select, epoll) and, per bucket of keys, how many wait for
-// a key that hashes there.  notify(key) looks at these two and returns when
-// both are zero: a data call that changed its own connection's readiness
-// takes no process-wide lock merely because some other connection's caller
-// sleeps (xpress-bench's idle control connection; a thread-per-connection
-// server, where all but the running threads sleep, took g_mu on every call).
-// Another key in the same bucket costs only the scan it costs anyway.
+// A registration: efd waits for key (null: for anything).  Each thread
+// keeps its own in a block made on its first sleep (kPerThread: a poll over
+// 16 epoll sets and its own connections, an epoll_wait over 8 sets of 8
+// members each), linked into the list of its key's bucket, so that
+// notify(key) looks only at that bucket's list and the list of sleepers
+// for anything, each under its own lock: no process-wide lock, no scan of
+// every registration.  remove() unlinks the calling thread's own entries
+// only: threads sleeping on one epoll set share its wake eventfd, and the
+// first to wake must not take the others' registrations with it.
+struct Entry {
+  const void* key = nullptr;
+  Entry* prev = nullptr;
+  Entry* next = nullptr;
+  int efd = -1;
+  int16_t shard = -1; // -1: not linked
+  bool watch = false;
+};
+constexpr int kPerThread = 128;
 constexpr int kKeyBuckets = 256;
+constexpr int kAnyShard = kKeyBuckets; // the sleepers for anything
+struct Shard {
+  std::mutex mu;
+  Entry* head = nullptr;
+};
+Shard g_shards[kKeyBuckets + 1];
+// Which sleepers there are, without a lock: all of them, those for
+// anything (poll, select, epoll over many members) and, per bucket of
+// keys, those for a key that hashes there.  notify(key) returns after three
+// loads when neither its bucket nor the sleepers for anything have any: a
+// data call that changed its own connection's readiness takes no lock
+// merely because some other connection's caller sleeps.
+std::atomic<int> g_count{0};
 std::atomic<int> g_any{0};
 std::atomic<int> g_bucket[kKeyBuckets];
 // Registrations of watchers, keyed or not (any_sleepers()).
 std::atomic<int> g_watchers{0};
-uint64_t g_scans = 0; // notify() calls that scanned, under g_mu (tests)
+std::atomic<uint64_t> g_scans{0};   // notify() calls that took a lock (tests)
+std::atomic<uint64_t> g_visited{0}; // registrations they looked at (tests)
 
 int bucket_of(const void* key) {
   auto k = reinterpret_cast<uintptr_t>(key);
   return static_cast<int>(((k >> 6) ^ (k >> 14)) & (kKeyBuckets - 1));
 }
-std::atomic<int>& counter_of(const void* key) {
-  return key ? g_bucket[bucket_of(key)] : g_any;
+int shard_of(const void* key) {
+  return key ? bucket_of(key) : kAnyShard;
+}
+std::atomic<int>& counter_of(int shard) {
+  return shard == kAnyShard ? g_any : g_bucket[shard];
 }
 std::atomic<void (*)()> g_before_sleep{nullptr};
 std::atomic<bool> g_no_waker{false};
 
-struct ThreadFd {
+void unlink_entry(Entry& e);
+
+// Heap blocks, not static TLS: the library's TLS stays small (tests/unit/tls.sh).
+struct ThreadState {
   int fd = -1;
-  ~ThreadFd() {
+  Entry* regs = nullptr; // kPerThread entries
+  int n = 0;             // entries in use, regs[0..n)
+  ~ThreadState() {
+    if (regs) {
+      for (int i = 0; i < n; ++i)
+        unlink_entry(regs[i]);
+      delete[] regs;
+    }
     if (fd >= 0) syscall(SYS_close, fd);
   }
 };
-thread_local ThreadFd t_fd;
+thread_local ThreadState t_st;
 thread_local bool t_self_awake = false;
+
+void unlink_entry(Entry& e) {
+  if (e.shard < 0) return;
+  Shard& sh = g_shards[e.shard];
+  {
+    std::lock_guard<std::mutex> g(sh.mu);
+    if (e.prev)
+      e.prev->next = e.next;
+    else
+      sh.head = e.next;
+    if (e.next) e.next->prev = e.prev;
+  }
+  counter_of(e.shard).fetch_sub(1, std::memory_order_relaxed);
+  if (e.watch) g_watchers.fetch_sub(1, std::memory_order_relaxed);
+  g_count.fetch_sub(1, std::memory_order_relaxed);
+  e.shard = -1;
+  e.prev = e.next = nullptr;
+}
 
 } // namespace
 
 int thread_fd() {
   // Raw system calls: this layer sits below the interposed libc functions.
-  if (t_fd.fd < 0)
-    t_fd.fd = static_cast<int>(place_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
-  return t_fd.fd;
+  if (t_st.fd < 0)
+    t_st.fd = static_cast<int>(place_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
+  return t_st.fd;
 }
 
 namespace {
-// A fork child has one thread and none of the parent's sleepers; another
-// parent thread may have held the lock at the fork.
+// A fork child has one thread and none of the parent's sleepers (the
+// forking thread had none registered: it was not asleep); another parent
+// thread may have held a lock at the fork.
 void atfork_child() {
-  new (&g_mu) std::mutex;
+  for (Shard& sh : g_shards) {
+    new (&sh.mu) std::mutex;
+    sh.head = nullptr;
+  }
+  for (int i = 0; i < t_st.n; ++i)
+    t_st.regs[i] = Entry{};
+  t_st.n = 0;
   g_count.store(0, std::memory_order_relaxed);
   g_any.store(0, std::memory_order_relaxed);
   g_watchers.store(0, std::memory_order_relaxed);
@@ -92,34 +148,70 @@ void atfork_child() {
     b.store(0, std::memory_order_relaxed);
 }
 
-bool add_locked(int efd, const void* const* keys, int nkeys, bool watch) {
+bool add_entries(int efd, const void* const* keys, int nkeys, bool watch) {
   static const bool atfork = pthread_atfork(nullptr, nullptr, atfork_child) == 0;
   (void)atfork;
-  std::lock_guard<std::mutex> g(g_mu);
-  int n = g_count.load(std::memory_order_relaxed);
-  if (n + nkeys > kMaxSleepers) return false;
+  if (g_no_waker.load(std::memory_order_acquire)) return false;
+  ThreadState& st = t_st;
+  if (st.regs == nullptr) {
+    st.regs = new (std::nothrow) Entry[kPerThread];
+    if (st.regs == nullptr) return false;
+  }
+  if (st.n + nkeys > kPerThread) return false;
   for (int i = 0; i < nkeys; ++i) {
-    g_fds[n + i] = efd;
-    g_keys[n + i] = keys[i];
-    g_watch[n + i] = watch;
-    // seq_cst: the sleeper's next load of the readiness it waits for must
-    // not be ordered before these stores (notify() reads the counts after
-    // the change it publishes, behind a seq_cst fence; the engine reads
-    // g_watchers after publishing a channel unarmed).
-    counter_of(keys[i]).fetch_add(1, std::memory_order_seq_cst);
+    Entry& e = st.regs[st.n++];
+    e.key = keys[i];
+    e.efd = efd;
+    e.watch = watch;
+    e.shard = static_cast<int16_t>(shard_of(keys[i]));
+    Shard& sh = g_shards[e.shard];
+    std::lock_guard<std::mutex> g(sh.mu);
+    e.prev = nullptr;
+    e.next = sh.head;
+    if (sh.head) sh.head->prev = &e;
+    sh.head = &e;
+    // seq_cst, inside the lock: a notify() that sees the count takes the
+    // lock after us and finds the entry; the sleeper's next load of the
+    // readiness it waits for is not ordered before these stores (notify()
+    // reads the counts after the change it publishes, behind a seq_cst
+    // fence; the engine reads g_watchers after publishing a channel unarmed).
+    g_count.fetch_add(1, std::memory_order_seq_cst);
+    counter_of(e.shard).fetch_add(1, std::memory_order_seq_cst);
     if (watch) g_watchers.fetch_add(1, std::memory_order_seq_cst);
   }
-  g_count.store(n + nkeys, std::memory_order_seq_cst);
+  if (void (*fn)() = g_before_sleep.load(std::memory_order_acquire)) fn();
   return true;
 }
 
-bool add_entries(int efd, const void* const* keys, int nkeys, bool watch) {
-  if (g_no_waker.load(std::memory_order_acquire)) return false;
-  bool ok = add_locked(efd, keys, nkeys, watch);
-  if (ok)
-    if (void (*fn)() = g_before_sleep.load(std::memory_order_acquire)) fn();
-  return ok;
-}
+// Writes each eventfd of shard's list that waits for key (null: any key)
+// once per call, as far as `seen` can tell.
+struct Writes {
+  static constexpr int kSeen = 16;
+  int seen[kSeen];
+  int n = 0;
+  int self = -1;
+  bool fresh(int efd) {
+    if (efd == self) return false;
+    for (int i = 0; i < n; ++i)
+      if (seen[i] == efd) return false;
+    if (n < kSeen) seen[n++] = efd;
+    return true;
+  }
+  void scan(int shard, const void* key) {
+    Shard& sh = g_shards[shard];
+    std::lock_guard<std::mutex> g(sh.mu);
+    uint64_t visited = 0;
+    uint64_t one = 1;
+    for (Entry* e = sh.head; e; e = e->next) {
+      ++visited;
+      if (key != nullptr && e->key != nullptr && e->key != key) continue;
+      if (!fresh(e->efd)) continue;
+      long r = syscall(SYS_write, e->efd, &one, sizeof one);
+      (void)r; // EAGAIN: the counter is saturated, the sleeper wakes anyway
+    }
+    g_visited.fetch_add(visited, std::memory_order_relaxed);
+  }
+};
 } // namespace
 
 bool add(int efd, const void* key) {
@@ -144,21 +236,29 @@ void set_before_sleep(void (*fn)()) {
 }
 
 void remove(int efd) {
-  std::lock_guard<std::mutex> g(g_mu);
-  int n = g_count.load(std::memory_order_relaxed);
-  for (int i = 0; i < n;) {
-    if (g_fds[i] != efd) {
-      ++i;
+  ThreadState& st = t_st;
+  int kept = 0;
+  for (int i = 0; i < st.n; ++i) {
+    Entry& e = st.regs[i];
+    if (e.efd == efd) {
+      unlink_entry(e);
       continue;
     }
-    counter_of(g_keys[i]).fetch_sub(1, std::memory_order_relaxed);
-    if (g_watch[i]) g_watchers.fetch_sub(1, std::memory_order_relaxed);
-    --n;
-    g_fds[i] = g_fds[n];
-    g_keys[i] = g_keys[n];
-    g_watch[i] = g_watch[n];
+    if (kept != i) {
+      // Moves a linked entry: its neighbours point at the new place.
+      Entry& to = st.regs[kept];
+      Shard& sh = g_shards[e.shard];
+      std::lock_guard<std::mutex> g(sh.mu);
+      to = e;
+      if (to.prev)
+        to.prev->next = &to;
+      else
+        sh.head = &to;
+      if (to.next) to.next->prev = &to;
+    }
+    ++kept;
   }
-  g_count.store(n, std::memory_order_relaxed);
+  st.n = kept;
 }
 
 void notify(const void* key) {
@@ -166,27 +266,30 @@ void notify(const void* key) {
   // sleeper that registered after it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (g_count.load(std::memory_order_relaxed) == 0) return;
-  if (key != nullptr && g_any.load(std::memory_order_relaxed) == 0 &&
-      g_bucket[bucket_of(key)].load(std::memory_order_relaxed) == 0)
-    return; // nobody waits for key, nor for anything
-  std::lock_guard<std::mutex> g(g_mu);
-  ++g_scans;
-  int n = g_count.load(std::memory_order_relaxed);
-  uint64_t one = 1;
-  int self = t_self_awake ? t_fd.fd : -1;
-  int last = -1; // a watcher's keys sit side by side, mostly: one write
-  for (int i = 0; i < n; ++i) {
-    if (key != nullptr && g_keys[i] != nullptr && g_keys[i] != key) continue;
-    if (g_fds[i] == self || g_fds[i] == last) continue;
-    last = g_fds[i];
-    long r = syscall(SYS_write, g_fds[i], &one, sizeof one);
-    (void)r; // EAGAIN: the counter is saturated, the sleeper wakes anyway
+  Writes w;
+  w.self = t_self_awake ? t_st.fd : -1;
+  if (key != nullptr) {
+    int b = bucket_of(key);
+    bool in_bucket = g_bucket[b].load(std::memory_order_relaxed) != 0;
+    bool any = g_any.load(std::memory_order_relaxed) != 0;
+    if (!in_bucket && !any) return; // nobody waits for key, nor for anything
+    g_scans.fetch_add(1, std::memory_order_relaxed);
+    if (in_bucket) w.scan(b, key);
+    if (any) w.scan(kAnyShard, key);
+    return;
   }
+  // Every sleeper: a change announced to all (a mode change, a failure).
+  g_scans.fetch_add(1, std::memory_order_relaxed);
+  for (int s = 0; s <= kKeyBuckets; ++s)
+    if (counter_of(s).load(std::memory_order_relaxed) != 0) w.scan(s, nullptr);
 }
 
 uint64_t scans_for_tests() {
-  std::lock_guard<std::mutex> g(g_mu);
-  return g_scans;
+  return g_scans.load(std::memory_order_relaxed);
+}
+
+uint64_t visited_for_tests() {
+  return g_visited.load(std::memory_order_relaxed);
 }
 
 void SelfAwake::start() {

@@ -15,7 +15,8 @@ namespace xp::stream::wake {
 // closed at thread exit); -1 if none could be made.
 int thread_fd();
 // Register / unregister an eventfd as a sleeper.  add() returns false when
-// the registry is full (the caller then sleeps with a short timeout).
+// the calling thread has no room for more registrations (the caller then
+// sleeps with a short timeout).
 // key: what the sleeper waits for (a connection: its ReadySource, which is
 // where a Conn starts, so the Conn* the stream layer notifies with is the
 // same key); null: anything (a watcher, see any_sleepers()).
@@ -26,11 +27,13 @@ bool add(int efd, const void* key = nullptr);
 // its own connection: every answer woke all four).  All or nothing.
 constexpr int kMaxWatchKeys = 8;
 bool add_watch(int efd, const void* const* keys, int n);
-// Removes every registration of efd.
+// Removes every registration of efd that the calling thread made (another
+// thread asleep on the same epoll set keeps its own).
 void remove(int efd);
 // Wake the sleepers waiting for key and those waiting for anything (key
 // null: every sleeper).  One relaxed load when nobody sleeps; three, and no
-// lock, when nobody waits for key or for anything.
+// lock, when nobody waits for key or for anything; else the registrations
+// of key's bucket and those for anything, not every registration.
 void notify(const void* key = nullptr);
 // Some thread sleeps (or is about to) as a watcher: a poll, select or
 // epoll_wait over user-mode fds, waiting for anything or for the keys of
@@ -39,8 +42,10 @@ void notify(const void* key = nullptr);
 // armed while it sleeps (stream/channel_events.cc).  seq_cst: pairs with the
 // sleeper's registration, which comes before its arm_before_sleep().
 bool any_sleepers();
-// How many notify() calls took the lock to scan the sleepers (tests).
+// How many notify() calls took a lock to scan sleepers (tests).
 uint64_t scans_for_tests();
+// How many registrations notify() calls looked at, in all (tests).
+uint64_t visited_for_tests();
 // While one lives, notify() in this thread skips this thread's own eventfd:
 // a sleeper that woke and polls before it re-checks its condition need not
 // wake itself (a write now, a read later).  Only where that re-check follows.

@@ -32,6 +32,7 @@ extern const struct sem_case sem_fd_cases[];
 extern const struct sem_case sem_proc_cases[];
 extern const struct sem_case sem_data_cases[];
 extern const struct sem_case sem_misc_cases[];
+extern const struct sem_case sem_wait_sets_cases[];
 extern const struct sem_case sem_fortify_cases[];
 
 // Runs the cases of `groups` (NULL-terminated) selected by argv; see sem_core.c.

@@ -567,3 +567,82 @@ TEST_CASE("spin gate: no more spinners than the limit, descheduled spinners stop
   }
   spin_gate::set_limit_for_tests(0);
 }
+
+TEST_CASE("wake: notify looks only at the sleepers of its key, however many sleep") {
+  // 16 threads, each a sleeper registered under 64 connections (1,024
+  // registrations): a change of one connection looks at the registrations
+  // that share its key's bucket, not at all of them.
+  constexpr int kThreads = 16, kKeys = 64;
+  alignas(64) static char keys[kThreads * kKeys * 64];
+  std::atomic<int> ready{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> ts;
+  int efds[kThreads];
+  for (int t = 0; t < kThreads; ++t) {
+    efds[t] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    REQUIRE(efds[t] >= 0);
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      bool ok = true;
+      for (int k = 0; k < kKeys; ++k)
+        ok = ok && wake::add(efds[t], &keys[(t * kKeys + k) * 64]);
+      ready.fetch_add(ok ? 1 : 1000);
+      while (!done.load())
+        std::this_thread::yield();
+      wake::remove(efds[t]);
+    });
+  }
+  while (ready.load() < kThreads)
+    std::this_thread::yield();
+  CHECK(ready.load() == kThreads); // every registration fitted
+  const void* one = &keys[(5 * kKeys + 7) * 64];
+  uint64_t v0 = wake::visited_for_tests();
+  wake::notify(one);
+  uint64_t visited = wake::visited_for_tests() - v0;
+  pollfd p{efds[5], POLLIN, 0};
+  CHECK(poll(&p, 1, 0) == 1); // its sleeper was woken
+  pollfd q{efds[6], POLLIN, 0};
+  CHECK(poll(&q, 1, 0) == 0); // another's was not
+  CHECK(visited >= 1);
+  CHECK(visited <= 32); // 1,024 before: every registration
+  done.store(true);
+  for (auto& t : ts)
+    t.join();
+  for (int t = 0; t < kThreads; ++t)
+    close(efds[t]);
+}
+
+TEST_CASE("wake: a sleeper's remove leaves another thread's registration of the same eventfd") {
+  // Two threads sleeping on one epoll set both register the set's wake
+  // eventfd; the first to wake unregisters.  The other still sleeps in the
+  // kernel and must still be woken by its members' changes.
+  int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  REQUIRE(efd >= 0);
+  alignas(64) static char key[64];
+  std::atomic<int> step{0};
+  std::thread other([&] {
+    bool ok = wake::add(efd, key);
+    step.store(ok ? 1 : -1);
+    while (step.load() != 2)
+      std::this_thread::yield();
+    wake::remove(efd);
+    step.store(3);
+  });
+  while (step.load() == 0)
+    std::this_thread::yield();
+  REQUIRE(step.load() == 1);
+  REQUIRE(wake::add(efd, key));
+  wake::remove(efd); // this thread woke and left
+  wake::notify(key);
+  pollfd p{efd, POLLIN, 0};
+  CHECK(poll(&p, 1, 0) == 1); // the other thread's registration wrote it
+  step.store(2);
+  while (step.load() != 3)
+    std::this_thread::yield();
+  wake::drain(efd);
+  wake::notify(key); // both gone now
+  CHECK(poll(&p, 1, 0) == 0);
+  other.join();
+  close(efd);
+}
