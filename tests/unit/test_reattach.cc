@@ -631,9 +631,14 @@ TEST_CASE("back to RDMA: a FIN that came over the failed channel still ends the 
     fail_new_links(q, seed);
     step(q);
     drive(q, total, 700 + seed, [] { return false; });
-    for (int i = 0; i < 200 && !p.a.eof && !p.a.reset; ++i) {
+    // 200 rounds, then up to 5 s more: the end may wait for a resumed
+    // stream's timer (resume::tick runs on the wall clock).
+    const uint64_t until_ms = stream::engine::now_ms() + 5000;
+    for (int i = 0; !p.a.eof && !p.a.reset && (i < 200 || stream::engine::now_ms() < until_ms);
+         ++i) {
       rtake(p.a, 65536, 1);
       step(q);
+      if (i >= 200) usleep(1000);
     }
     CHECK(p.a.bad == 0);
     // The one known exception (docs/protocol.md §7): b's kernel FIN went
