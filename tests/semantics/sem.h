@@ -149,6 +149,8 @@ void sink_join(struct sink* s);
 void fill_pattern(void* buf, size_t n, unsigned seed);
 uint32_t fnv1a(const void* buf, size_t n);
 long now_ms(void);
+int thread_sleeping(pid_t tid); // 1 while the thread sleeps (/proc/self/task/TID/stat: S)
+int ep_add(int ep, int fd, unsigned events, uint64_t data); // EPOLL_CTL_ADD
 void msleep(int ms);
 int fd_open(int fd);          // 1 when fcntl(F_GETFD) succeeds
 int roundtrip(int x, int y);  // 4 bytes x->y and y->x (quiet); 1 when both arrived intact

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -550,4 +551,21 @@ int sem_main(int argc, char** argv, const struct sem_case* const* groups) {
   if (skipped) say("%d skipped (environment)", skipped);
   say("%d passed, %d failed", passed, failed);
   return failed ? 1 : 0;
+}
+
+int thread_sleeping(pid_t tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char* p = strrchr(buf, ')');
+  return p && p[1] == ' ' && p[2] == 'S';
+}
+
+int ep_add(int ep, int fd, unsigned events, uint64_t data) {
+  struct epoll_event ev = {.events = events, .data.u64 = data};
+  return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
 }

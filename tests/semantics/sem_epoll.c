@@ -14,11 +14,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-static int ep_add(int ep, int fd, unsigned events, uint64_t data) {
-  struct epoll_event ev = {.events = events, .data.u64 = data};
-  return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-}
-
 static int ep_mod(int ep, int fd, unsigned events, uint64_t data) {
   struct epoll_event ev = {.events = events, .data.u64 = data};
   return epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
@@ -166,18 +161,6 @@ static void* waiter_main(void* arg) {
   }
   __atomic_add_fetch(&waiters_done, 1, __ATOMIC_SEQ_CST);
   return NULL;
-}
-
-static int thread_sleeping(pid_t tid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-  FILE* f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  char* p = strrchr(buf, ')');
-  return p && p[1] == ' ' && p[2] == 'S';
 }
 
 // Until thread tid sleeps (3 s at most).

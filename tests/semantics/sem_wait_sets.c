@@ -11,23 +11,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static int add(int ep, int fd, unsigned events, uint64_t data) {
-  struct epoll_event ev = {.events = events, .data.u64 = data};
-  return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-}
-
-static int sleeping(pid_t tid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-  FILE* f = fopen(path, "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  char* p = strrchr(buf, ')');
-  return p && p[1] == ' ' && p[2] == 'S';
-}
-
 enum { kMembers = 12 }; // more than xpress keys a sleeper by (stream/wake.h)
 
 struct sleeper {
@@ -58,10 +41,10 @@ static void epoll_shared_set_one_leaves(void) {
   int as[kMembers], bs[kMembers], pp[2];
   REQUIRE(pipe(pp) == 0);
   int ep = OK(epoll_create1(0));
-  RC(0, add(ep, pp[0], EPOLLIN | EPOLLONESHOT, 1));
+  RC(0, ep_add(ep, pp[0], EPOLLIN | EPOLLONESHOT, 1));
   for (int i = 0; i < kMembers; i++) {
     tcp_pair(&as[i], &bs[i]);
-    REQUIRE(add(ep, bs[i], EPOLLIN, i == 4 ? 2 : 10 + i) == 0);
+    REQUIRE(ep_add(ep, bs[i], EPOLLIN, i == 4 ? 2 : 10 + i) == 0);
   }
   int a = as[4];
   struct sleeper s[2];
@@ -71,7 +54,7 @@ static void epoll_shared_set_one_leaves(void) {
     REQUIRE(pthread_create(&s[i].thread, NULL, sleeper_main, &s[i]) == 0);
   }
   long end = now_ms() + 3000;
-  while (!(s[0].tid && s[1].tid && sleeping(s[0].tid) && sleeping(s[1].tid))) {
+  while (!(s[0].tid && s[1].tid && thread_sleeping(s[0].tid) && thread_sleeping(s[1].tid))) {
     REQUIRE(now_ms() < end);
     msleep(1);
   }
@@ -108,7 +91,7 @@ static void epoll_many_members_one_ready(void) {
   int ep = OK(epoll_create1(0));
   for (int i = 0; i < kMembers; i++) {
     tcp_pair(&a[i], &b[i]);
-    REQUIRE(add(ep, b[i], EPOLLIN | EPOLLRDHUP | EPOLLET, 100 + i) == 0);
+    REQUIRE(ep_add(ep, b[i], EPOLLIN | EPOLLRDHUP | EPOLLET, 100 + i) == 0);
   }
   struct epoll_event ev[kMembers];
   RC(0, epoll_wait(ep, ev, kMembers, 0));
@@ -117,7 +100,7 @@ static void epoll_many_members_one_ready(void) {
     struct sleeper s = {.ep = ep};
     REQUIRE(pthread_create(&s.thread, NULL, sleeper_main, &s) == 0);
     long end = now_ms() + 3000;
-    while (!(s.tid && sleeping(s.tid))) {
+    while (!(s.tid && thread_sleeping(s.tid))) {
       REQUIRE(now_ms() < end);
       msleep(1);
     }
