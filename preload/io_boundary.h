@@ -15,4 +15,12 @@ inline ssize_t libc_return(const IoResult& r) {
   return -1;
 }
 
+// ioctl(FIONREAD/SIOCINQ) from a count (stream::io::readable_bytes): the
+// count in *arg and 0, as the kernel's.
+inline int ioctl_count_return(const IoResult& r, int* arg) {
+  if (!r.ok()) return static_cast<int>(libc_return(r));
+  *arg = static_cast<int>(r.n);
+  return 0;
+}
+
 } // namespace xp::preload

@@ -62,8 +62,7 @@ XP_EXPORT int ioctl(int fd, unsigned long request, ...) noexcept {
     stream::Conn* c = r ? r->conn.load(std::memory_order_acquire) : nullptr;
     if (c && c->phase.load() != stream::Phase::tcp) {
       IoResult n = stream::io::readable_bytes(c);
-      if (n.ok()) *static_cast<int*>(arg) = static_cast<int>(n.n);
-      if (!n.is(Status::to_kernel)) return static_cast<int>(preload::libc_return(n));
+      if (!n.is(Status::to_kernel)) return preload::ioctl_count_return(n, static_cast<int*>(arg));
     }
   }
   int r = XP_REAL(ioctl, fd, request, arg);

@@ -86,10 +86,14 @@ std::atomic<bool> g_no_waker{false};
 void unlink_entry(Entry& e);
 
 // Heap blocks, not static TLS: the library's TLS stays small (tests/unit/tls.sh).
+// Once destroyed (the thread's TLS destructors, which exit() runs before
+// atexit handlers and static destructors that may still make socket calls)
+// it registers nothing and has no eventfd: such a call sleeps in slices.
 struct ThreadState {
   int fd = -1;
   Entry* regs = nullptr; // kPerThread entries
   int n = 0;             // entries in use, regs[0..n)
+  bool dead = false;
   ~ThreadState() {
     if (regs) {
       for (int i = 0; i < n; ++i)
@@ -97,6 +101,10 @@ struct ThreadState {
       delete[] regs;
     }
     if (fd >= 0) syscall(SYS_close, fd);
+    regs = nullptr;
+    n = 0;
+    fd = -1;
+    dead = true;
   }
 };
 thread_local ThreadState t_st;
@@ -124,7 +132,7 @@ void unlink_entry(Entry& e) {
 
 int thread_fd() {
   // Raw system calls: this layer sits below the interposed libc functions.
-  if (t_st.fd < 0)
+  if (t_st.fd < 0 && !t_st.dead)
     t_st.fd = static_cast<int>(place_high(syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC)));
   return t_st.fd;
 }
@@ -132,8 +140,12 @@ int thread_fd() {
 namespace {
 // A fork child has one thread and none of the parent's sleepers (the
 // forking thread had none registered: it was not asleep); another parent
-// thread may have held a lock at the fork.
+// thread may have held a lock at the fork.  Its eventfd is its own: the
+// inherited one is the parent thread's, whose wake-ups the child would
+// drain (and the parent's sleeps take the child's).
 void atfork_child() {
+  if (t_st.fd >= 0) syscall(SYS_close, t_st.fd);
+  t_st.fd = -1;
   for (Shard& sh : g_shards) {
     new (&sh.mu) std::mutex;
     sh.head = nullptr;
@@ -153,6 +165,7 @@ bool add_entries(int efd, const void* const* keys, int nkeys, bool watch) {
   (void)atfork;
   if (g_no_waker.load(std::memory_order_acquire)) return false;
   ThreadState& st = t_st;
+  if (st.dead) return false;
   if (st.regs == nullptr) {
     st.regs = new (std::nothrow) Entry[kPerThread];
     if (st.regs == nullptr) return false;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -484,6 +485,23 @@ static void warm(int a, int b) {
   }
 }
 
+// FIONREAD on a connection whose bytes came over RDMA: 0, the count in
+// the argument (the kernel's return, not the count).
+static void fionread_switched(void) {
+  int a, b;
+  tcp_pair(&a, &b);
+  warm(a, b);
+  char data[1234];
+  fill_pattern(data, sizeof data, 9);
+  send_all(a, data, sizeof data);
+  wait_avail(b, sizeof data);
+  int n = -1;
+  RC(0, ioctl(b, FIONREAD, &n));
+  EQ("FIONREAD", n, 1234);
+  RC(0, close(a));
+  RC(0, close(b));
+}
+
 struct poller {
   pthread_t thread;
   int fd;
@@ -737,6 +755,7 @@ const struct sem_case sem_epoll_cases[] = {
     {"wait_poll_and_epoll_one_channel", wait_poll_and_epoll_one_channel},
     {"wait_member_removed_or_closed", wait_member_removed_or_closed},
     {"wait_signal_while_asleep", wait_signal_while_asleep},
+    {"fionread_switched", fionread_switched},
     {"wait_room_beside_reader", wait_room_beside_reader},
     {NULL, NULL},
 };

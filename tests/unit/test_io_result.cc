@@ -51,3 +51,16 @@ TEST_CASE("io result: the boundary sets errno for a failure only") {
   CHECK(xp::preload::libc_return(IoResult::from_errno(EHOSTUNREACH)) == -1);
   CHECK(errno == EHOSTUNREACH);
 }
+
+TEST_CASE("io result: FIONREAD returns 0 with the count in its argument") {
+  int n = -1;
+  CHECK(xp::preload::ioctl_count_return(IoResult::bytes(1234), &n) == 0);
+  CHECK(n == 1234);
+  n = -1;
+  CHECK(xp::preload::ioctl_count_return(IoResult::bytes(0), &n) == 0);
+  CHECK(n == 0);
+  n = 7;
+  CHECK(xp::preload::ioctl_count_return(IoResult::fail(Status::bad_fd), &n) == -1);
+  CHECK(errno == EBADF);
+  CHECK(n == 7); // untouched on failure
+}
