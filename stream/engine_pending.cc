@@ -159,10 +159,10 @@ bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover
   }
   ++n;
   ++m;
-  // The program's accept may take longer than the peer's answer: the
-  // client's session waits as long (recover/upgrade.h, Wait::program).
-  const uint64_t wait = std::max(g().p.program_wait_ms, g().p.handshake_timeout_ms);
-  g().attaches.push_back(PendingAttach{ch, from, r, now_ms() + wait});
+  // At most the handshake timeout: an ATTACH naming a 4-tuple the program
+  // never accepts (a forger's random tuple, docs/protocol.md §8) holds a
+  // slot of the caps no longer than that.
+  g().attaches.push_back(PendingAttach{ch, from, r, now_ms() + g().p.handshake_timeout_ms});
   g().attaches_by_key.emplace(tkey(key), std::prev(g().attaches.end()));
   return true;
 }
