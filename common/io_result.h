@@ -26,10 +26,6 @@ struct IoResult {
     if (e == EINTR) return fail(Status::interrupted);
     return {0, Status::errno_value, e};
   }
-  // A system call's result: a count, or -1 with errno set by the kernel.
-  static IoResult from_syscall(long r) {
-    return r >= 0 ? bytes(static_cast<size_t>(r)) : from_errno(errno);
-  }
 
   constexpr bool ok() const { return st == Status::ok; }
   constexpr bool is(Status s) const { return st == s; }

@@ -15,6 +15,13 @@ inline ssize_t libc_return(const IoResult& r) {
   return -1;
 }
 
+// A data call's result as the libc call returns it; *kernel (nothing
+// done, 0 returned) when the kernel must make the call (Status::to_kernel).
+inline ssize_t served(const IoResult& r, bool* kernel) {
+  *kernel = r.is(Status::to_kernel);
+  return *kernel ? 0 : libc_return(r);
+}
+
 // ioctl(FIONREAD/SIOCINQ) from a count (stream::io::readable_bytes): the
 // count in *arg and 0, as the kernel's.
 inline int ioctl_count_return(const IoResult& r, int* arg) {

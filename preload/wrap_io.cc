@@ -71,11 +71,8 @@ bool conn_of(int fd, ConnRef* out) {
 }
 
 // recv/send through the connection, as the libc call returns
-// (preload::libc_return); *kernel when the kernel must do it.
-ssize_t served(IoResult io, bool* kernel) {
-  *kernel = io.is(Status::to_kernel);
-  return *kernel ? 0 : preload::libc_return(io);
-}
+// (preload::served); *kernel when the kernel must do it.
+using preload::served;
 ssize_t conn_recv(int fd, const iovec* iov, int n, int flags, bool* kernel) {
   ConnRef r;
   if (!conn_of(fd, &r)) {

@@ -7,18 +7,14 @@
 
 namespace xp::test {
 
-inline ssize_t libc_call(IoResult r, bool* kernel) {
-  *kernel = r.is(Status::to_kernel);
-  return *kernel ? 0 : preload::libc_return(r);
-}
 inline ssize_t call_recv(stream::Conn* c, const iovec* v, int n, int flags, bool* kernel) {
-  return libc_call(stream::io::recv(c, v, n, flags), kernel);
+  return preload::served(stream::io::recv(c, v, n, flags), kernel);
 }
 inline ssize_t call_send(stream::Conn* c, const iovec* v, int n, int flags, bool* kernel) {
-  return libc_call(stream::io::send(c, v, n, flags), kernel);
+  return preload::served(stream::io::send(c, v, n, flags), kernel);
 }
 inline int call_shutdown(stream::Conn* c, int how, bool* kernel) {
-  return static_cast<int>(libc_call(stream::io::shutdown(c, how), kernel));
+  return static_cast<int>(preload::served(stream::io::shutdown(c, how), kernel));
 }
 
 } // namespace xp::test
