@@ -663,23 +663,27 @@ IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags) {
   }
 }
 
+// Urgent data goes on TCP, out of band (the stream's bytes before it over
+// RDMA); with SO_OOBINLINE the peer would not see it in order.  Apart from
+// send() so that the data path's send stays small enough to inline.
+[[gnu::cold, gnu::noinline]] static IoResult send_oob(Conn* c, const iovec* iov, int iovcnt,
+                                                      int flags, size_t want) {
+  iovec v[kMaxIov];
+  int k = iov_slice(iov, iovcnt, 0, v, want - 1);
+  IoResult r = want > 1 ? send(c, v, k, flags & ~MSG_OOB) : IoResult::bytes(0);
+  if (!r.ok() || static_cast<size_t>(r.n) < want - 1) return r;
+  iovec last[kMaxIov] = {};
+  if (iov_slice(iov, iovcnt, want - 1, last, 1) != 1) return r; // cannot happen: want >= 1
+  long o = syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
+  return o == 1 ? IoResult::bytes(want) : r;
+}
+
 IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags) {
   if (iovcnt < 0 || iovcnt > IOV_MAX) return IoResult::fail(Status::invalid);
   size_t want = iov_total_len(iov, iovcnt);
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
-  if ((flags & MSG_OOB) && c->tx_rdma.load() && want > 0) {
-    // Urgent data goes on TCP, out of band (the stream's bytes before it
-    // over RDMA); with SO_OOBINLINE the peer would not see it in order.
-    iovec v[kMaxIov];
-    int k = iov_slice(iov, iovcnt, 0, v, want - 1);
-    IoResult r = want > 1 ? send(c, v, k, flags & ~MSG_OOB) : IoResult::bytes(0);
-    if (!r.ok() || static_cast<size_t>(r.n) < want - 1) return r;
-    iovec last[kMaxIov] = {};
-    if (iov_slice(iov, iovcnt, want - 1, last, 1) != 1) return r; // cannot happen: want >= 1
-    long o =
-        syscall(SYS_sendto, c->sock(), last[0].iov_base, 1, MSG_OOB | MSG_NOSIGNAL, nullptr, 0);
-    return o == 1 ? IoResult::bytes(want) : r;
-  }
+  if ((flags & MSG_OOB) && c->tx_rdma.load() && want > 0)
+    return send_oob(c, iov, iovcnt, flags, want);
   // Zero copy only for blocking sends (a non-blocking one must not wait for
   // the NIC) of at least XPRESS_ZEROCOPY_MIN_KB; finished (the buffer is
   // free again) before any return.  Small sends never build its state.
