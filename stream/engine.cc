@@ -1,5 +1,6 @@
 // The engine thread and the connection tables (see engine.h).
 #include "stream/engine.h"
+#include "common/lock_check.h"
 
 #include <cerrno>
 #include <csignal>
@@ -112,6 +113,7 @@ void watch_tcp(Conn* c) {
 } // namespace
 
 void watch_channel(Channel* ch) {
+  XP_ASSERT_HELD(g().mu);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = reinterpret_cast<uintptr_t>(ch); // tag 0, never 0 or 2

@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/listen_addr.h"
@@ -46,6 +47,7 @@ bool send_msg(Channel* ch, const recover::Message& m) {
 // Handle one ATTACH; false when no connection with its 4-tuple exists here
 // (yet: the application may not have accepted it).
 bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
+  XP_ASSERT_HELD(g().mu);
   recover::TcpTuple t;
   recover::Nonce n;
   recover::NakCode nak;
@@ -206,6 +208,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
 } // namespace
 
 void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
+  XP_ASSERT_HELD(ch->mu);
   st->owner = c;
   conn_add<&Conn::pos_ch>(ch->conns, c);
   ch->idle_since_ms = 0;
@@ -223,12 +226,14 @@ bool bind_stream(Conn* c, Channel* ch, uint32_t id) {
 }
 
 void detach(Conn* c, Channel* ch) {
+  XP_ASSERT_HELD(ch->mu);
   if (c->st) ch->mux->close(c->st);
   c->st = nullptr;
   if (conn_remove<&Conn::pos_ch>(ch->conns, c)) c->unref();
 }
 
 void flush(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   recover::Message m;
   while (c->sess.pop_output(&m)) {
     if (c->ch == nullptr || !send_msg(c->ch, m)) { // send_msg logged why
@@ -242,6 +247,7 @@ void flush(Conn* c) {
 }
 
 void advance(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
   flush(c);
   c->untimed.store(c->sess.untimed(), std::memory_order_relaxed);
   if (c->sess.state() == recover::State::failed) return fail(c, c->sess.fallback_reason());
@@ -384,6 +390,7 @@ void fail(Conn* c, Reason why, const char* detail) {
 bool refresh(Conn* c) {
   Stream* s = c->st;
   if (s == nullptr) return false;
+  XP_ASSERT_HELD(c->ch->mu);
   uint32_t b = (s->readable() ? Conn::kIn : 0) | (s->writable() ? Conn::kOut : 0) |
                (s->peer_finished() ? Conn::kFin : 0) | (s->was_reset() ? Conn::kReset : 0) |
                (s->write_shut() ? Conn::kWriteShut : 0);
@@ -512,6 +519,7 @@ void mark_failed(Channel* ch, ResumeCause why) {
 }
 
 void progress_locked(Channel* ch, Conn* except, Changes* out) {
+  XP_ASSERT_HELD(ch->mu);
   ++ch->polls;
   Status st = ch->mux->progress();
   if (st != Status::ok)

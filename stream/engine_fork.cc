@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/fork_share.h"
@@ -110,6 +111,7 @@ void engine::tick_forks(uint64_t now) {
 }
 
 void engine::fork_closed(uint64_t ino) {
+  XP_ASSERT_HELD(g().mu);
   std::lock_guard<std::mutex> l(g_mu);
   watch().forget(ino);
 }

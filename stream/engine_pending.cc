@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "recover/siphash.h"
 #include "stream/engine_internal.h"
@@ -114,6 +115,7 @@ void look_at_shares() {
 } // namespace
 
 void index_server(Conn* c) {
+  XP_ASSERT_HELD(g().mu);
   if (c->role != recover::Role::server) return;
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(c->tuple, key);
@@ -122,6 +124,7 @@ void index_server(Conn* c) {
 }
 
 void unindex_server(Conn* c) {
+  XP_ASSERT_HELD(g().mu);
   if (c->role != recover::Role::server) return;
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(c->tuple, key);
@@ -131,11 +134,13 @@ void unindex_server(Conn* c) {
 }
 
 Conn* find_by_key(const uint8_t key[recover::kTupleIdBytes]) {
+  XP_ASSERT_HELD(g().mu);
   auto it = g().servers.find(tkey(key));
   return it != g().servers.end() && !it->second->closed.load() ? it->second : nullptr;
 }
 
 bool queue_request(const PendingReq& p) {
+  XP_ASSERT_HELD(g().mu);
   uint32_t& n = g().reqs_per_addr[p.from];
   if (g().reqs.size() >= kMaxPendingReqs || n >= kMaxPendingReqsPerPeer) {
     if (n == 0) g().reqs_per_addr.erase(p.from);
@@ -148,6 +153,7 @@ bool queue_request(const PendingReq& p) {
 }
 
 bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover::kTupleIdBytes]) {
+  XP_ASSERT_HELD(g().mu);
   const recover::IpAddr from = ch->peer_addr;
   uint32_t& n = g().attaches_per_ch[ch];
   uint32_t& m = g().attaches_per_addr[from];
@@ -168,11 +174,13 @@ bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover
 }
 
 size_t pending_attaches_of(Channel* ch) {
+  XP_ASSERT_HELD(g().mu);
   auto it = g().attaches_per_ch.find(ch);
   return it == g().attaches_per_ch.end() ? 0 : it->second;
 }
 
 void drop_attaches(Channel* ch) {
+  XP_ASSERT_HELD(g().mu);
   if (pending_attaches_of(ch) == 0) return;
   for (auto it = g().attaches.begin(); it != g().attaches.end();) {
     auto next = std::next(it);
@@ -196,6 +204,7 @@ void clear_pending() {
 }
 
 void retry_pending(uint64_t now) {
+  XP_ASSERT_HELD(g().mu);
   look_at_shares();
   std::vector<TupleKey> ready;
   ready.swap(g().ready_keys);

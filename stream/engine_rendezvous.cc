@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "recover/rendezvous_wire.h"
 #include "stream/engine_internal.h"
@@ -237,6 +238,7 @@ void send_reject_busy(verbs::CmRequest* req) {
 bool answer_request(verbs::CmRequest* req, ListenShare* sh,
                     const uint8_t key[recover::kTupleIdBytes], uint16_t sid,
                     const recover::Nonce& nonce, bool reattach) {
+  XP_ASSERT_HELD(g().mu);
   if (Conn* c = find_by_key(key)) {
     if (reattach)
       accept_channel(c, req);
@@ -295,12 +297,14 @@ bool channel_serves(const Channel* ch, const Conn* c) {
 }
 
 bool recently_closed(const uint8_t key[recover::kTupleIdBytes]) {
+  XP_ASSERT_HELD(g().mu);
   for (const auto& k : g().closed_keys)
     if (memcmp(k.data(), key, k.size()) == 0) return true;
   return false;
 }
 
 void forget_attempts(Conn* c) {
+  XP_ASSERT_HELD(g().mu);
   for (CmUser* u : g().inflight)
     if (u->conn == c) return attempt_done(u);
   // Closed between its first attempt and the retry: nothing will release
@@ -358,6 +362,7 @@ bool cm_reattach(Conn* c, uint16_t port) {
 }
 
 void start_client(Conn* c) {
+  XP_ASSERT_HELD(g().mu);
   if (c->resumed.load()) return reattach::start(c); // back to RDMA (stream/reattach.cc)
   std::lock_guard<std::mutex> l(c->mu);
   if (c->closed.load() || c->phase.load() != Phase::upgrading ||
@@ -456,6 +461,7 @@ void start_client(Conn* c) {
 }
 
 void serve_share(ListenShare* sh) {
+  XP_ASSERT_HELD(g().mu);
   const int32_t me = getpid();
   bool known = false;
   for (ListenShare* k : g().shares)
@@ -510,6 +516,7 @@ void serve_share(ListenShare* sh) {
 }
 
 void on_cm_event(const verbs::CmEvent& ev) {
+  XP_ASSERT_HELD(g().mu);
   using K = verbs::CmEvent::Kind;
   auto* u = static_cast<CmUser*>(ev.user);
   switch (ev.kind) {
@@ -734,6 +741,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
 }
 
 void reap_channels(uint64_t now) {
+  XP_ASSERT_HELD(g().mu);
   auto& chs = g().channels;
   for (size_t i = 0; i < chs.size();) {
     Channel* ch = chs[i];
@@ -781,6 +789,7 @@ void reap_channels(uint64_t now) {
 }
 
 void relisten(uint64_t now) {
+  XP_ASSERT_HELD(g().mu);
   if (now < g().relisten_ms) return;
   g().relisten_ms = now + 500; // a device comes back in seconds: no hurry
   for (OwnedListener& o : g().listeners) {
