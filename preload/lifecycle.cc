@@ -181,10 +181,29 @@ void before_exit() {
 extern "C" {
 __attribute__((weak)) XP_STARTUP_DATA bool xp_tool_process = false;
 }
+// The constructor scans environ itself rather than calling getenv, and
+// compares with a name kept in the start-up section: getenv's code, and a
+// string in .rodata, would each be a page every process faults in for a
+// variable nearly none sets.  (Not the environment glibc passes to
+// constructors: link-time optimisation merges them into one function
+// without parameters.)
+namespace {
+XP_STARTUP_DATA char g_backtrace_var[] = "XPRESS_BACKTRACE=";
+bool env_has(char** env, const char* key) {
+  for (; env != nullptr && *env != nullptr; ++env) {
+    const char* e = *env;
+    size_t i = 0;
+    while (key[i] != '\0' && e[i] == key[i])
+      ++i;
+    if (key[i] == '\0') return true;
+  }
+  return false;
+}
+} // namespace
 __attribute__((constructor)) static void xp_constructor() {
   if (xp_tool_process) return;
   register_fork_handlers();
-  if (getenv("XPRESS_BACKTRACE") != nullptr) ensure_init();
+  if (env_has(environ, g_backtrace_var)) ensure_init();
 }
 __attribute__((destructor)) static void xp_destructor() {
   if (g_init_state.load(std::memory_order_acquire) != 2) return;
