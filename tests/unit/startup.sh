@@ -148,6 +148,16 @@ else
   bad "no_page_touched_for_nothing: $layout"
 fi
 
+# Two LOAD segments (Makefile, -z noseparate-code): each further segment is
+# an mmap at every exec and its own first page fault; no segment both
+# writable and executable.
+loads=$(readelf -lW "$lib" | grep -E '^ +LOAD ')
+if [ "$(grep -c . <<<"$loads")" -le 2 ] && ! grep -q 'RWE' <<<"$loads"; then
+  ok "two_load_segments"
+else
+  bad "two_load_segments: $(tr -s ' \n' ' ' <<<"$loads")"
+fi
+
 # Page faults of a preloaded /bin/true, against an empty preloaded library
 # (the floor of any preload; the smallest of 7 runs each, interleaved).
 # A regression such as a constructor that allocates (the C++ run time's
