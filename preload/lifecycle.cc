@@ -68,8 +68,8 @@ void register_fork_handlers() {
 }
 
 // The start-up line bug reports need: version, revision, the settings that
-// differ from the defaults (with where each came from), and why nothing
-// will be accelerated when that is known already.
+// differ from the defaults (with where each came from), why nothing will be
+// accelerated when that is known already, and where the devices are told.
 void log_banner() {
   char set[768];
   size_t o = 0;
@@ -84,8 +84,12 @@ void log_banner() {
     o += static_cast<size_t>(w);
   }
   if (o >= sizeof set) o = sizeof set - 1;
-  XP_LOG(info, "xpress %s (%s), pid %ld%s; settings:%s", XP_VERSION, XP_GIT_REV,
-         static_cast<long>(::syscall(SYS_getpid)),
+  // Devices are looked up only when a connection could use one (rdma-core
+  // is loaded then): the engine's own start-up line lists them.
+  XP_LOG(info,
+         "xpress %s (%s), pid %ld%s; settings:%s; RDMA devices: listed when the engine starts "
+         "(first connection that may use RDMA)",
+         XP_VERSION, XP_GIT_REV, static_cast<long>(::syscall(SYS_getpid)),
          g_config.enabled ? "" : " (disabled: passing everything through)", o ? set : " defaults");
 }
 
