@@ -68,8 +68,8 @@ void register_fork_handlers() {
 }
 
 // The start-up line bug reports need: version, revision, the settings that
-// differ from the defaults (with where each came from), and why nothing
-// will be accelerated when that is known already.
+// differ from the defaults (with where each came from), why nothing will be
+// accelerated when that is known already, and where the devices are told.
 void log_banner() {
   char set[768];
   size_t o = 0;
@@ -84,8 +84,12 @@ void log_banner() {
     o += static_cast<size_t>(w);
   }
   if (o >= sizeof set) o = sizeof set - 1;
-  XP_LOG(info, "xpress %s (%s), pid %ld%s; settings:%s", XP_VERSION, XP_GIT_REV,
-         static_cast<long>(::syscall(SYS_getpid)),
+  // Devices are looked up only when a connection could use one (rdma-core
+  // is loaded then): the engine's own start-up line lists them.
+  XP_LOG(info,
+         "xpress %s (%s), pid %ld%s; settings:%s; RDMA devices: listed when the engine starts "
+         "(first connection that may use RDMA)",
+         XP_VERSION, XP_GIT_REV, static_cast<long>(::syscall(SYS_getpid)),
          g_config.enabled ? "" : " (disabled: passing everything through)", o ? set : " defaults");
 }
 
@@ -181,10 +185,29 @@ void before_exit() {
 extern "C" {
 __attribute__((weak)) XP_STARTUP_DATA bool xp_tool_process = false;
 }
+// The constructor scans environ itself rather than calling getenv, and
+// compares with a name kept in the start-up section: getenv's code, and a
+// string in .rodata, would each be a page every process faults in for a
+// variable nearly none sets.  (Not the environment glibc passes to
+// constructors: link-time optimisation merges them into one function
+// without parameters.)
+namespace {
+XP_STARTUP_DATA char g_backtrace_var[] = "XPRESS_BACKTRACE=";
+bool env_has(char** env, const char* key) {
+  for (; env != nullptr && *env != nullptr; ++env) {
+    const char* e = *env;
+    size_t i = 0;
+    while (key[i] != '\0' && e[i] == key[i])
+      ++i;
+    if (key[i] == '\0') return true;
+  }
+  return false;
+}
+} // namespace
 __attribute__((constructor)) static void xp_constructor() {
   if (xp_tool_process) return;
   register_fork_handlers();
-  if (getenv("XPRESS_BACKTRACE") != nullptr) ensure_init();
+  if (env_has(environ, g_backtrace_var)) ensure_init();
 }
 __attribute__((destructor)) static void xp_destructor() {
   if (g_init_state.load(std::memory_order_acquire) != 2) return;

@@ -14,6 +14,7 @@
 #include "preload/config.h"
 #include "preload/log.h"
 #include "stream/resume.h"
+#include "stream/startup_checks.h"
 
 namespace xp::stats {
 namespace {
@@ -528,6 +529,14 @@ bool nothing_accelerated(const StatsBlock& b, char* why, size_t n) {
   return true;
 }
 
+bool exit_hint_warns(const StatsBlock& b, bool device_present) {
+  if (!device_present || get(b.c.connections[kRdma]) != 0) return false;
+  for (Reason r : {Reason::handshake_failed, Reason::handshake_timeout, Reason::resources_exhausted,
+                   Reason::rdma_error_fallback})
+    if (get(b.c.fallbacks[static_cast<int>(r)]) != 0) return true;
+  return false;
+}
+
 void at_exit() {
   StatsBlock* b = g_block.load(std::memory_order_acquire);
   const Config& cfg = config();
@@ -537,7 +546,11 @@ void at_exit() {
                            b->c.fallbacks[static_cast<int>(Reason::not_stream_socket)].load(
                                std::memory_order_relaxed) != 0);
   char why[200];
-  if (saw_sockets && log::enabled(LogLevel::info) && nothing_accelerated(*b, why, sizeof why))
+  // Once per process: at_exit runs once (the destructor, or _exit's wrapper).
+  if (saw_sockets && exit_hint_warns(*b, stream::rdma_device_found()) &&
+      nothing_accelerated(*b, why, sizeof why))
+    XP_LOG(warn, "exit: no connection went over RDMA (%s; see xpress(7), STATISTICS)", why);
+  else if (saw_sockets && log::enabled(LogLevel::info) && nothing_accelerated(*b, why, sizeof why))
     XP_LOG(info, "exit: no connection went over RDMA (%s; see xpress(7), STATISTICS)", why);
   if (cfg.stats != StatsFormat::off && saw_sockets) {
     StatsBlock& blk = block();

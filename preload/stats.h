@@ -131,6 +131,14 @@ void totals(const StatsBlock& b, Totals* t);
 // A process whose connections all stayed on TCP: true, and the top reasons
 // ("name=count ...") in why.  For the hint line at exit.
 bool nothing_accelerated(const StatsBlock& b, char* why, size_t n);
+// The exit hint's level: warn (true) only when it names something to fix on
+// a host that has an RDMA device: no connection went over RDMA and at least
+// one fell back because an upgrade with an xpress peer failed
+// (handshake_failed, handshake_timeout, resources_exhausted,
+// rdma_error_fallback).  Otherwise info: a program's stderr is its own, and
+// connections to peers without xpress, kept on TCP by rules or by kernel
+// features, or on a host without a device, are no fault.
+bool exit_hint_warns(const StatsBlock& b, bool device_present);
 
 // Writes the human table (json=false) or one JSON object to out; the
 // registered-memory counters too when mem is given.

@@ -41,10 +41,17 @@ bool memlock_advice(uint64_t limit, uint64_t need, bool cap_ipc_lock, char* out,
   return true;
 }
 
+bool rdma_device_found() {
+  return verbs::device_found();
+}
+
 void log_startup_checks(const EngineParams& p) {
-  char devs[256];
-  verbs::device_names(devs, sizeof devs);
-  XP_SLOG(XP_SLOG_INFO, "RDMA devices: %s", devs[0] ? devs : "none");
+  // Opening each device for its ports costs milliseconds: only for the line.
+  if (logsink::g_level.load(std::memory_order_relaxed) >= XP_SLOG_INFO) {
+    char devs[512];
+    verbs::describe_devices(devs, sizeof devs);
+    XP_SLOG(XP_SLOG_INFO, "RDMA devices: %s", devs[0] ? devs : "none");
+  }
   rlimit rl{};
   char advice[320];
   if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&

@@ -10,6 +10,7 @@ namespace {
 
 Ibv g_ibv;
 RdmaCm g_rdmacm;
+QueryGidTable g_query_gid_table = nullptr;
 
 LoadOnce g_load;
 
@@ -41,6 +42,8 @@ bool load() {
   ok = resolve(cm_lib, "rdma_" #name, version, &g_rdmacm.name) && ok;
   XP_RDMACM_FUNCTIONS(XP_RESOLVE)
 #undef XP_RESOLVE
+  g_query_gid_table =
+      reinterpret_cast<QueryGidTable>(dlvsym(ibv_lib, "_ibv_query_gid_table", "IBVERBS_1.11"));
   // The libraries stay loaded either way (never dlclose'd: a half-resolved
   // table is simply never used).
   return ok;
@@ -58,6 +61,10 @@ const Ibv& ibv() {
 
 const RdmaCm& rdmacm() {
   return g_rdmacm;
+}
+
+QueryGidTable query_gid_table() {
+  return g_query_gid_table;
 }
 
 } // namespace xp::verbs::detail

@@ -21,6 +21,7 @@ namespace xp::verbs::detail {
 #define XP_IBV_FUNCTIONS(F)                                                                        \
   F(ack_cq_events, "IBVERBS_1.1")                                                                  \
   F(alloc_pd, "IBVERBS_1.1")                                                                       \
+  F(close_device, "IBVERBS_1.1")                                                                   \
   F(create_comp_channel, "IBVERBS_1.0")                                                            \
   F(create_cq, "IBVERBS_1.1")                                                                      \
   F(dealloc_pd, "IBVERBS_1.1")                                                                     \
@@ -32,6 +33,9 @@ namespace xp::verbs::detail {
   F(get_device_list, "IBVERBS_1.1")                                                                \
   F(get_device_name, "IBVERBS_1.1")                                                                \
   F(modify_qp, "IBVERBS_1.1")                                                                      \
+  F(open_device, "IBVERBS_1.1")                                                                    \
+  F(query_device, "IBVERBS_1.1")                                                                   \
+  F(query_port, "IBVERBS_1.1")                                                                     \
   F(reg_mr, "IBVERBS_1.1")
 
 #define XP_RDMACM_FUNCTIONS(F)                                                                     \
@@ -79,5 +83,11 @@ bool rdma_loaded();
 // The tables; only after rdma_loaded() returned true.
 const Ibv& ibv();
 const RdmaCm& rdmacm();
+
+// _ibv_query_gid_table (rdma-core 32 and later), for the start-up line
+// only: nullptr when this rdma-core lacks it (nothing else needs it, so its
+// absence does not turn RDMA off).  Only after rdma_loaded() returned true.
+using QueryGidTable = decltype(&::_ibv_query_gid_table);
+QueryGidTable query_gid_table();
 
 } // namespace xp::verbs::detail

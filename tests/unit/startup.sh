@@ -148,6 +148,16 @@ else
   bad "no_page_touched_for_nothing: $layout"
 fi
 
+# Two LOAD segments (Makefile, -z noseparate-code): each further segment is
+# an mmap at every exec and its own first page fault; no segment both
+# writable and executable.
+loads=$(readelf -lW "$lib" | grep -E '^ +LOAD ')
+if [ "$(grep -c . <<<"$loads")" -le 2 ] && ! grep -q 'RWE' <<<"$loads"; then
+  ok "two_load_segments"
+else
+  bad "two_load_segments: $(tr -s ' \n' ' ' <<<"$loads")"
+fi
+
 # Page faults of a preloaded /bin/true, against an empty preloaded library
 # (the floor of any preload; the smallest of 7 runs each, interleaved).
 # A regression such as a constructor that allocates (the C++ run time's
@@ -262,6 +272,25 @@ if [ "$binds" -le 15 ]; then
   ok "bindings_at_start: $binds symbols of the library bound for /bin/true (at most 15)"
 else
   bad "bindings_at_start: $binds symbols of the library bound for /bin/true (at most 15)"
+fi
+
+# The constructor calls no libc function but pthread_atfork: getenv (for
+# XPRESS_BACKTRACE) faulted in a page of libc's text, one of getenv's
+# strlen and one of the library's .rodata in every process; the constructor
+# reads the environment glibc passes it (preload/lifecycle.cc).
+calls=$(timeout 20 env -u LD_BIND_NOW LD_DEBUG=bindings LD_PRELOAD="$lib" /bin/true 2>&1 |
+  grep "binding file $lib " | grep -oE "symbol \`[^']*'" | grep -vE "\`(__register_atfork|__cxa_finalize|environ|memcpy|program_invocation_short_name|stderr)'")
+if [ -z "$calls" ]; then
+  ok "constructor_calls_only_atfork"
+else
+  bad "constructor_calls_only_atfork: /bin/true bound $(tr '\n' ' ' <<<"$calls")"
+fi
+out=$(LD_PRELOAD=$lib XPRESS_BACKTRACE=1 timeout 20 grep -c libunwind /proc/self/maps)
+out0=$(LD_PRELOAD=$lib XPRESS_BACKTRACEX=1 XPRESS_BACKTRAC=1 timeout 20 grep -c libunwind /proc/self/maps)
+if [ "$out" -ge 1 ] && [ "$out0" -eq 0 ]; then
+  ok "backtrace_variable_read_at_start: exact name only"
+else
+  bad "backtrace_variable_read_at_start: libunwind maps $out with XPRESS_BACKTRACE, $out0 with similar names"
 fi
 
 # Where a wrapper can make its first call of a libc function (and so run the

@@ -3,9 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <string>
 #include <sys/resource.h>
 
 #include "stream/startup_checks.h"
+#include "verbs/device.h"
 
 using namespace xp::stream;
 
@@ -24,4 +26,24 @@ TEST_CASE("start-up: RLIMIT_MEMLOCK below what one peer's channels register is r
   CHECK(!memlock_advice(RLIM_INFINITY, need, false, out, sizeof out));
   CHECK(!memlock_advice(64 << 10, need, true, out, sizeof out)); // CAP_IPC_LOCK: no limit
   CHECK(out[0] == '\0');
+}
+
+TEST_CASE("start-up: the engine's device line gives each port's state, link layer and GIDs") {
+  char out[160];
+  unsigned at = 0;
+  out[0] = '\0';
+  xp::verbs::format_port(out, sizeof out, &at, "rxe0", 1, 4, 2, 2);    // active, Ethernet
+  xp::verbs::format_port(out, sizeof out, &at, "mlx5_0", 1, 1, 1, 1);  // down, InfiniBand
+  xp::verbs::format_port(out, sizeof out, &at, "mlx4_0", 2, 9, 0, -1); // unknown state, GIDs
+  CHECK(std::string(out) == "rxe0 port 1 active Ethernet 2 GIDs, mlx5_0 port 1 down InfiniBand "
+                            "1 GID, mlx4_0 port 2 unknown InfiniBand ? GIDs");
+  CHECK(at == strlen(out));
+  // A full buffer is cut, never overrun.
+  char small[20];
+  at = 0;
+  small[0] = '\0';
+  xp::verbs::format_port(small, sizeof small, &at, "rxe0", 1, 4, 2, 2);
+  xp::verbs::format_port(small, sizeof small, &at, "rxe1", 1, 4, 2, 2);
+  CHECK(strlen(small) == sizeof small - 1);
+  CHECK(at == sizeof small - 1);
 }

@@ -216,3 +216,36 @@ TEST_CASE("stats: the registered-memory counters appear in both dumps when given
   CHECK(out.find("\"zero_copy\":{\"tx\":1234") != std::string::npos);
   CHECK(dump_to_string(*b, false).find("arena") == std::string::npos); // not asked for
 }
+
+TEST_CASE("stats: the exit hint warns only for an upgrade that failed on a host with a device") {
+  auto b = std::make_unique<StatsBlock>();
+  auto fall = [&](Reason r, uint64_t n) {
+    b->c.fallbacks[static_cast<int>(r)].store(n, std::memory_order_relaxed);
+  };
+  b->c.connections[static_cast<int>(Mode::tcp)].store(3, std::memory_order_relaxed);
+  fall(Reason::peer_not_accelerated, 2);
+  fall(Reason::rule_denied, 1);
+  // Peers without xpress and the rules' choices are no fault: info only.
+  CHECK(!stats::exit_hint_warns(*b, true));
+  fall(Reason::handshake_timeout, 1);
+  CHECK(stats::exit_hint_warns(*b, true));
+  // A plain host (no device found) stays silent.
+  CHECK(!stats::exit_hint_warns(*b, false));
+  // One connection over RDMA: nothing to hint.
+  b->c.connections[static_cast<int>(Mode::rdma)].store(1, std::memory_order_relaxed);
+  CHECK(!stats::exit_hint_warns(*b, true));
+  b->c.connections[static_cast<int>(Mode::rdma)].store(0, std::memory_order_relaxed);
+  fall(Reason::handshake_timeout, 0);
+  for (Reason r :
+       {Reason::handshake_failed, Reason::resources_exhausted, Reason::rdma_error_fallback}) {
+    fall(r, 1);
+    CHECK(stats::exit_hint_warns(*b, true));
+    fall(r, 0);
+  }
+  for (Reason r : {Reason::no_device, Reason::disabled, Reason::kernel_tls, Reason::io_uring,
+                   Reason::closed_during_upgrade, Reason::too_few_bytes}) {
+    fall(r, 1);
+    CHECK(!stats::exit_hint_warns(*b, true));
+    fall(r, 0);
+  }
+}

@@ -62,7 +62,7 @@ kill $rtpid; wait $rtpid 2>/dev/null
 out=$(XPRESS_LOG_LEVEL=info XPRESS_STATS=1 tools/xpress-run /usr/bin/python3 -c "
 import socket
 l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connection(l.getsockname()); s,_=l.accept()" 2>&1)
-if grep -q "info: xpress $(cat VERSION) ([0-9a-f]*\|unknown), pid [0-9]*; settings: .*XPRESS_LOG_LEVEL=info" <<<"$out"; then ok "start-up line: version, revision, settings"; else bad "start-up line: $out"; fi
+if grep -q "info: xpress $(cat VERSION) ([0-9a-f]*\|unknown), pid [0-9]*; settings: .*XPRESS_LOG_LEVEL=info.*; RDMA devices: listed when the engine starts" <<<"$out"; then ok "start-up line: version, revision, settings, where devices are told"; else bad "start-up line: $out"; fi
 if grep -q "hint  *no connection went over RDMA (rule_denied=2" <<<"$out" && grep -q "info: exit: no connection went over RDMA" <<<"$out"; then ok "exit hint with the top reasons"; else bad "exit hint: $out"; fi
 
 # Live statistics are off unless asked for.
