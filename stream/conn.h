@@ -107,6 +107,9 @@ public:
   // nothing: the counts that tell later whether another process used the
   // socket (stream/fork_bytes.h), under Conn::mu.
   fork_bytes::Mark fork_mark;
+  // ... and another process read or wrote it (or the counts disagreed):
+  // it stays on TCP for good.
+  bool fork_used_elsewhere = false;
   bool tx_shut = false;        // shutdown(SHUT_WR) or close while our direction was on TCP
   bool epipe_reported = false; // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the

@@ -44,6 +44,10 @@ void engine::fork_prepare() {
 void engine::mark_fork_bytes(Conn* c) {
   XP_ASSERT_HELD(c->mu);
   fork_bytes::Mark& m = c->fork_mark;
+  // The earliest mark of a socket still shared stays: a child of an
+  // earlier fork may have used the stream since.  One another process
+  // used stays on TCP for good: no new mark.
+  if ((m.valid && c->fork_ino != 0) || c->fork_used_elsewhere) return;
   m = fork_bytes::Mark{};
   const Resume* r = c->rs;
   // Only a moved stream that owes the kernel nothing and reads nothing
@@ -123,6 +127,8 @@ void engine::tick_forks(uint64_t now) {
         const Resume* r = c->rs;
         const uint64_t held_left = r ? r->pre.size() + r->buf.size() : 0;
         judged = fork_bytes::observe(fd, c->fork_mark, held_left, 3, &use);
+        c->fork_mark.valid = false;
+        c->fork_used_elsewhere = judged && use != fork_bytes::Use::alone;
       }
     }
     // A moved stream another process used stays on TCP for good; one only

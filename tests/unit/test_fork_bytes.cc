@@ -195,6 +195,7 @@ Use after_child(Child what) {
   REQUIRE(p.a.c->rs->moved);
   Mark mark;
   {
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
     std::lock_guard<std::mutex> l(p.a.c->mu);
     stream::engine::mark_fork_bytes(p.a.c);
     mark = p.a.c->fork_mark;
@@ -221,7 +222,18 @@ Use after_child(Child what) {
   REQUIRE(waitpid(pid, &status, 0) == pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  traffic(p, 93, 200);            // and after
+  traffic(p, 93, 200); // and after
+  {
+    // A second fork while the socket is still watched keeps the first
+    // mark (the first child may have used the stream since).
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    p.a.c->fork_ino = 1;
+    stream::engine::mark_fork_bytes(p.a.c);
+    CHECK(p.a.c->fork_mark.k == mark.k);
+    CHECK(p.a.c->fork_mark.app_tx == mark.app_tx);
+    p.a.c->fork_ino = 0;
+  }
   for (int i = 0; i < 200; ++i) { // what is left both ways
     rtake(p.a, 1 << 20, 1);
     rtake(p.b, 1 << 20, 0);
@@ -240,6 +252,15 @@ Use after_child(Child what) {
   }
   CHECK(held_left == 0);
   CHECK(stream::fork_bytes::observe(fd, mark, held_left, 3, &u));
+  {
+    // Once another process used it, no later fork marks it again.
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    std::lock_guard<std::mutex> l(p.a.c->mu);
+    p.a.c->fork_mark.valid = false;
+    p.a.c->fork_used_elsewhere = true;
+    stream::engine::mark_fork_bytes(p.a.c);
+    CHECK_FALSE(p.a.c->fork_mark.valid);
+  }
   stream::fork_bytes::set_app_counts(nullptr);
   g_pair = nullptr;
   return u;
