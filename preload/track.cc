@@ -15,6 +15,7 @@
 #include "preload/test_user_mode.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
+#include "stream/fork_bytes.h"
 #include "stream/pin.h"
 #include "stream/ready_source.h"
 #include "stream/reattach.h"
@@ -267,10 +268,21 @@ constinit SocketPool g_pool;
 constinit FdTable g_table;
 
 namespace {
+// The program's byte counts on fd, for the stream layer's after-fork check
+// (stream/fork_bytes.h): its statistics row counts every call's result.
+bool fork_counts(int fd, uint64_t* tx, uint64_t* rx) {
+  SocketRef r = lookup(fd);
+  if (!r || r->slot == nullptr) return false;
+  *tx = r->slot->bytes_tx.load(std::memory_order_relaxed);
+  *rx = r->slot->bytes_rx.load(std::memory_order_relaxed);
+  return true;
+}
+
 void attach_pool() {
   static const bool attached = [] {
     g_pool.on_recycle = recycle;
     g_table.set_pool(&g_pool);
+    stream::fork_bytes::set_app_counts(fork_counts);
     return true;
   }();
   (void)attached;

@@ -17,6 +17,7 @@
 
 #include "common/reasons.h"
 #include "recover/upgrade.h"
+#include "stream/fork_bytes.h"
 #include "stream/mux.h"
 #include "stream/ready_source.h"
 #include "stream/resume.h"
@@ -102,6 +103,13 @@ public:
   // At fork, in the parent: the socket's inode, watched until no other
   // process holds it (stream/fork_share.h), under State::mu; 0: none.
   uint64_t fork_ino = 0;
+  // At fork, in the parent, for a moved stream that owed the kernel
+  // nothing: the counts that tell later whether another process used the
+  // socket (stream/fork_bytes.h), under Conn::mu.
+  fork_bytes::Mark fork_mark;
+  // ... and another process read or wrote it (or the counts disagreed):
+  // it stays on TCP for good.
+  bool fork_used_elsewhere = false;
   bool tx_shut = false;        // shutdown(SHUT_WR) or close while our direction was on TCP
   bool epipe_reported = false; // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the

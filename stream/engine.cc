@@ -590,10 +590,12 @@ void engine::before_fork() {
   // Resumed streams (framed on TCP) turn back into plain TCP: parent and
   // child would each number frames from their own copy of the state.
   resume::raw_for_fork();
-  // Wait out a switch in progress (switches happen under Conn::mu).
+  // Wait out a switch in progress (switches happen under Conn::mu); the
+  // moved streams' byte counts are taken last (stream/engine_fork.cc).
   std::lock_guard<std::mutex> l(s.mu);
   for (Conn* c : s.conns) {
     c->mu.lock();
+    mark_fork_bytes(c);
     c->mu.unlock();
   }
 }

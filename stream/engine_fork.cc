@@ -9,6 +9,7 @@
 #include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
+#include "stream/fork_bytes.h"
 #include "stream/fork_share.h"
 #include "stream/reattach.h"
 
@@ -38,6 +39,27 @@ void engine::forked(pid_t child) {
 
 void engine::fork_prepare() {
   g_fork_ticks = fork_share::boot_ticks();
+}
+
+void engine::mark_fork_bytes(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
+  fork_bytes::Mark& m = c->fork_mark;
+  // The earliest mark of a socket still shared stays: a child of an
+  // earlier fork may have used the stream since.  One another process
+  // used stays on TCP for good: no new mark.
+  if ((m.valid && c->fork_ino != 0) || c->fork_used_elsewhere) return;
+  m = fork_bytes::Mark{};
+  const Resume* r = c->rs;
+  // Only a moved stream that owes the kernel nothing and reads nothing
+  // more of it ahead (the peer's RESUME was read): from here every byte
+  // our program moves through the kernel is one our calls count.
+  if (c->closed.load() || !c->moved_stream.load() || r == nullptr || !r->moved || r->broken ||
+      r->eof || r->fin || c->fork_unsafe || r->out.size() > 0 || r->tx != Resume::Tx::raw ||
+      r->raw_left > 0 || (r->rx_framed && !r->rx_raw))
+    return;
+  m.held_rx = r->pre.size() + r->buf.size();
+  m.valid = fork_bytes::kernel(c->sock(), &m.k) &&
+            fork_bytes::app_counts(c->sock(), &m.app_tx, &m.app_rx);
 }
 
 void engine::fork_shares() {
@@ -93,19 +115,35 @@ void engine::tick_forks(uint64_t now) {
     }
   }
   for (Conn* c : cs) {
-    bool back = false, moved = false;
+    bool back = false, moved = false, judged = false;
+    fork_bytes::Use use = fork_bytes::Use::inconsistent;
     int fd;
     {
       std::lock_guard<std::mutex> l(c->mu);
       fd = c->sock();
       moved = c->moved_stream.load();
       if (!c->closed.load()) back = reattach::unshared(c);
+      if (!c->closed.load() && moved && c->fork_mark.valid) {
+        const Resume* r = c->rs;
+        const uint64_t held_left = r ? r->pre.size() + r->buf.size() : 0;
+        judged = fork_bytes::observe(fd, c->fork_mark, held_left, 3, &use);
+        c->fork_mark.valid = false;
+        c->fork_used_elsewhere = judged && use != fork_bytes::Use::alone;
+      }
     }
-    XP_SLOG(XP_SLOG_INFO, "fd %d: no other process holds the socket since the fork any more: %s",
+    // A moved stream another process used stays on TCP for good; one only
+    // this process used could go back (docs/protocol.md §7 "The return of
+    // a moved stream": its switch is not built).
+    XP_SLOG(XP_SLOG_INFO, "fd %d: no other process holds the socket since the fork any more: %s%s",
             fd,
             back    ? "its stream may go back onto RDMA"
-            : moved ? "it stays on plain TCP (moved at a fork)"
-                    : "it stays on TCP");
+            : moved ? "it stays on plain TCP (moved at a fork; "
+                    : "it stays on TCP",
+            !moved || back                  ? ""
+            : !judged                       ? "its use since the fork unknown)"
+            : use == fork_bytes::Use::alone ? "no other process read or wrote it)"
+            : use == fork_bytes::Use::other ? "another process read or wrote it)"
+                                            : "counts inconsistent)");
     c->unref();
   }
 }

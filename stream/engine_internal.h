@@ -255,6 +255,10 @@ Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* 
 void tick_conns(uint64_t now);
 // before_fork: the time the fork starts (a bound on the child's start).
 void fork_prepare();
+// before_fork, g().mu and c->mu held, last: a moved stream's byte counts, to tell
+// once the socket is ours alone whether another process used it
+// (stream/engine_fork.cc, stream/fork_bytes.h).
+void mark_fork_bytes(Conn* c);
 // after_fork_parent, no lock held: the sockets of streams that left RDMA
 // are watched until no other process holds them (stream/engine_fork.cc).
 void fork_shares();

@@ -107,12 +107,36 @@ inline void bind_stream(REnd& e, uint32_t id, const recover::Nonce& peer_nonce) 
   stream::engine::advance(e.c);
 }
 
+// A connected pair of loopback TCP sockets (for what only TCP has: the
+// kernel's byte counts, stream/fork_bytes.h).
+inline void tcp_loopback_pair(int fds[2]) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(l >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(l, 1) == 0);
+  REQUIRE(getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fds[0] >= 0);
+  REQUIRE(connect(fds[0], reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  fds[1] = accept(l, nullptr, nullptr);
+  REQUIRE(fds[1] >= 0);
+  close(l);
+}
+
 struct RPair {
   int fds[2];
   FakeLink la{64 * 1024, 1024}, lb{64 * 1024, 1024};
   REnd a{}, b{};
-  explicit RPair(size_t sock_buf = 0) {
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  // tcp: a loopback TCP connection instead of a socketpair.
+  explicit RPair(size_t sock_buf = 0, bool tcp = false) {
+    if (tcp)
+      tcp_loopback_pair(fds);
+    else
+      REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
     if (sock_buf) {
       int v = static_cast<int>(sock_buf);
       for (int fd : fds) {

@@ -4,7 +4,9 @@
 # socket").  At the fork every client stream moves to TCP; the parent then
 # watches who else holds each socket and logs when the BGSAVE child has let
 # go.  Checked: every request answered (no error from redis-benchmark), the
-# parent found every moved socket its own again after the child exited.
+# parent found every moved socket its own again after the child exited,
+# and the kernel's byte counts told it that the child read and wrote none
+# of them (stream/fork_bytes.h: the first step of their return).
 # Reported: rxe packets against TCP segments in 8 s of traffic before the
 # BGSAVE and in the 8 s after the child exited (a stream moved at a fork
 # stays on plain TCP: its return is not built, docs/protocol.md §7 "Not
@@ -70,7 +72,7 @@ run_case() {
     test "$errs" = 0
   stop_server "$name-srv" "$srv" TERM
 
-  local moved freed back
+  local moved freed back alone other
   moved=$(grep -ho 'fork: [0-9]* stream(s) moved.*' "$CD"/xpress."$name"-srv.*.log 2>/dev/null | head -n 1)
   # Log lines carry the wall clock: when the first and the last socket were
   # seen free, against the child's last log line (its exit follows it).
@@ -84,9 +86,14 @@ run_case() {
   fi
   freed=$(cat "$CD"/xpress."$name"-srv.*.log 2>/dev/null | grep -c 'no other process holds the socket since the fork')
   back=$(cat "$CD"/xpress."$name"-srv.*.log 2>/dev/null | grep -c 'back on RDMA after')
+  alone=$(cat "$CD"/xpress."$name"-srv.*.log 2>/dev/null | grep -c 'no other process read or wrote it')
+  other=$(cat "$CD"/xpress."$name"-srv.*.log 2>/dev/null | grep -c 'another process read or wrote it')
   note "the move at the fork: ${moved:-not logged}"
   ok_if "after the BGSAVE child exited, the parent found $freed socket(s) its own again (of $RF_CLIENTS clients)" \
     "after the BGSAVE child exited, the parent found $freed socket(s) its own again (want $RF_CLIENTS)" \
     test "$freed" -ge $RF_CLIENTS
+  ok_if "the kernel's byte counts: the BGSAVE child read and wrote none of the $alone moved stream(s) ($other used by another process)" \
+    "the kernel's byte counts: $alone moved stream(s) untouched by the child, $other used by another process (want $RF_CLIENTS and 0)" \
+    test "$alone" -ge $RF_CLIENTS -a "$other" = 0
   note "rxe packets / TCP segments: $before_rxe / $before_tcp before the BGSAVE, $after_rxe / $after_tcp in the 8 s after the child exited; streams back on RDMA: $back (the return of a stream moved at a fork is not built)"
 }
