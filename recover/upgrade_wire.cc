@@ -66,6 +66,7 @@ Reason nak_reason(uint64_t code) {
     // connection: for it, this TCP connection is not accelerated.
     return Reason::peer_not_accelerated;
   case NakCode::busy:
+  case NakCode::limit:
     return Reason::resources_exhausted;
   case NakCode::timeout:
     return Reason::handshake_timeout;

@@ -76,6 +76,10 @@ enum class NakCode : uint64_t {
   version = 3,        // protocol version not spoken here
   failed = 4,         // binding failed (bad proof, protocol violation)
   timeout = 5,        // the peer did not answer in time
+  // The server holds as many streams from this client address waiting for
+  // their clients' first proof as it allows (docs/protocol.md §8): this
+  // one stays on TCP (a new channel would not help: no rdma_cm retry).
+  limit = 6,
 };
 // Flag above the code in an ATTACH_NAK's seq: its sender had processed no
 // SWITCH of ours when it gave up, and reads our direction as plain TCP from

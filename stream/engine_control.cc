@@ -96,6 +96,13 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::busy));
     return true;
   }
+  // Its address holds as many streams waiting for their clients' first
+  // proof as we allow (docs/protocol.md §8): this one stays on TCP.
+  if (c->sess.state() == recover::State::idle && !unproven_room(ch->peer_addr)) {
+    send_msg(ch, recover::make_nak(h.stream, recover::NakCode::limit));
+    fail(c, Reason::resources_exhausted, "streams waiting for their client's proof at the cap");
+    return true;
+  }
   recover::Message reply;
   c->sess.set_channel_port(ch->cm_port);
   Status st = c->sess.on_attach(h.stream, h.seq, r.payload, h.len, &reply);
@@ -250,6 +257,7 @@ void advance(Conn* c) {
   XP_ASSERT_HELD(c->mu);
   flush(c);
   c->untimed.store(c->sess.untimed(), std::memory_order_relaxed);
+  mark_unproven(c);
   if (c->sess.state() == recover::State::failed) return fail(c, c->sess.fallback_reason());
   if (c->st == nullptr) return;
   // While the process forks no direction switches (streams on RDMA move to

@@ -449,6 +449,13 @@ void unindex_server(Conn* c);
 bool queue_request(const PendingReq& p);
 bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover::kTupleIdBytes]);
 size_t pending_attaches_of(Channel* ch);
+// Room for one more server stream from `from` waiting for its client's
+// first proof (XPRESS_SERVER_UNPROVEN_PER_PEER, docs/protocol.md §8): the
+// marked streams (Mux::marked_count) of the live server channels from
+// that address, an IPv6 one counted per full address.
+bool unproven_room(const recover::IpAddr& from);
+// c->mu held: mark or unmark c's stream as one such (advance()).
+void mark_unproven(Conn* c);
 // Forget every pending entry (fork child).
 void clear_pending();
 bool recently_closed(const uint8_t key[recover::kTupleIdBytes]);

@@ -32,6 +32,11 @@ struct EngineParams {
   // request is rejected busy and the connection stays on TCP.
   uint32_t server_channels = 256;
   uint32_t server_channels_per_peer = 32;
+  // XPRESS_SERVER_UNPROVEN_PER_PEER: server streams from one requester
+  // address bound and waiting, untimed, for their client's first proof
+  // (its program's pace decides when it comes: docs/protocol.md §2, §8);
+  // beyond it a new connection from that address stays on TCP.
+  uint32_t server_unproven_per_peer = 16384;
   size_t ring_bytes = 512u << 10;     // XPRESS_RING_KB: each channel's receive ring
   size_t stream_window = 256u << 10;  // XPRESS_STREAM_WINDOW_KB
   uint32_t negative_cache_ms = 10000; // XPRESS_NEGATIVE_CACHE_MS

@@ -173,6 +173,24 @@ bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover
   return true;
 }
 
+bool unproven_room(const recover::IpAddr& from) {
+  uint64_t n = 0;
+  for (const Channel* ch : g().channels)
+    if (!ch->client_side && !ch->failed.load() && ch->peer_addr == from)
+      n += ch->mux->marked_count();
+  return n < g().p.server_unproven_per_peer;
+}
+
+void mark_unproven(Conn* c) {
+  // A server stream bound and waiting, untimed, for the client's opening
+  // SHARE (recover/upgrade.h untimed): the client's program decides when
+  // it comes, so nothing but this count bounds how many a client holds.
+  const bool on = c->role == recover::Role::server && c->sess.untimed();
+  if (c->ch == nullptr || c->st == nullptr || c->st->marked() == on) return;
+  std::lock_guard<std::mutex> l(c->ch->mu);
+  c->ch->mux->set_marked(c->st, on);
+}
+
 size_t pending_attaches_of(Channel* ch) {
   XP_ASSERT_HELD(g().mu);
   auto it = g().attaches_per_ch.find(ch);

@@ -192,6 +192,13 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
     send_reject(req, rej_busy);
     return;
   }
+  // As an ATTACH over the cap of streams waiting for their client's first
+  // proof (handle_attach): this one stays on TCP.
+  if (!unproven_room(requester(req))) {
+    send_reject(req, rej_busy);
+    fail(c, Reason::resources_exhausted, "streams waiting for their client's proof at the cap");
+    return;
+  }
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
@@ -681,7 +688,9 @@ void on_cm_event(const verbs::CmEvent& ev) {
       } else {
         XP_SLOG(XP_SLOG_DEBUG, "fd %d: rendezvous answer: code %u, event %d", c->sock(),
                 static_cast<unsigned>(r.code), static_cast<int>(ev.kind));
-        fail(c, Reason::handshake_failed, "rendezvous refused");
+        // Busy: one of the server's caps (docs/protocol.md §8).
+        fail(c, r.code == rej_busy ? Reason::resources_exhausted : Reason::handshake_failed,
+             "rendezvous refused");
       }
     }
     c->unref();

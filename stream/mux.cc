@@ -365,8 +365,18 @@ bool Mux::fresh_id(uint32_t* id) const {
   return true;
 }
 
+void Mux::set_marked(Stream* s, bool on) {
+  if (s == nullptr || find(s->id_) != s || s->marked_ == on) return;
+  s->marked_ = on;
+  if (on)
+    marked_.fetch_add(1, std::memory_order_relaxed);
+  else
+    marked_.fetch_sub(1, std::memory_order_relaxed);
+}
+
 void Mux::close(Stream* s) {
   if (s == nullptr || find(s->id_) != s) return;
+  set_marked(s, false);
   if (!s->fin_sent_ && !s->reset_ && !failed_) s->shutdown_write();
   // Unacknowledged bytes leave the channel budget with the stream.
   budget_.give(s->window_.unacked());
@@ -376,6 +386,7 @@ void Mux::close(Stream* s) {
 
 void Mux::forget(Stream* s) {
   if (s == nullptr || find(s->id_) != s) return;
+  set_marked(s, false);
   budget_.give(s->window_.unacked());
   streams_.erase(s->id_);
   delete s;

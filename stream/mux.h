@@ -9,6 +9,7 @@
 // caller (the preload layer); nothing here blocks, allocates on the data
 // path or makes a system call other than through the Link.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <sys/uio.h>
@@ -155,6 +156,8 @@ public:
   // lookups by stream id.
   void* owner = nullptr;
   bool frozen() const { return frozen_; }
+  // Marked by the engine (Mux::set_marked): counted by its Mux while open.
+  bool marked() const { return marked_; }
   PeerMove peer_move;
 
 private:
@@ -198,6 +201,7 @@ private:
   uint64_t zc_lo_ = 0, zc_hi_ = 0, zc_last_wr_ = 0;
   const uint8_t* zc_src_ = nullptr;
   bool frozen_ = false;
+  bool marked_ = false;
   // early_bytes(): kept from set_tx_start until the peer's first ACK.
   bool early_keep_ = false;
   uint64_t early_start_ = 0;
@@ -249,6 +253,14 @@ public:
   }
   Stream* find(uint32_t id) const { return streams_.find(id); }
   size_t stream_count() const { return streams_.size(); }
+  // A mark the owner sets on its streams and the count of the open ones
+  // that carry it (the engine marks a server stream that waits for its
+  // client's first proof: docs/protocol.md §8).  A stream's mark leaves
+  // the count with it (close, forget, the Mux's end), so the count needs
+  // no bookkeeping on the owner's many ways out.  marked_count() may be
+  // read without the caller's lock.
+  void set_marked(Stream* s, bool on);
+  uint32_t marked_count() const { return marked_.load(std::memory_order_relaxed); }
   // Recovery: stop using the channel (no record is processed or sent any
   // more; the streams' state is frozen for the resume).
   void fail() {
@@ -265,6 +277,7 @@ private:
   MuxParams params_;
   flow::WindowBudget budget_;
   IdTable<Stream> streams_;
+  std::atomic<uint32_t> marked_{0};
   uint32_t fresh_from_ = 1; // above every id opened here (0: the first stream's)
   MuxCounters counters_;
   bool failed_ = false;

@@ -23,7 +23,7 @@
 #   cut to what is left, a case with less than 20 s left is not run),
 #   RDMA_MIN_PCT / TCP_MAX_PCT / TCP_CONN_ALLOW (thresholds, see lib.sh);
 #   FORGER_N / FORGER_REPORT (cases/forger.sh: flood size, print numbers);
-#   SCALE_N / SCALE_ROUNDS / BASE_LIB / SCALE_PERF (cases/scale.sh);
+#   SCALE_N / SCALE_ROUNDS / BASE_LIB / SCALE_PERF (cases/scale.sh); IPERF_ONLY (cases/iperf3.sh);
 #   the caller's XPRESS_* (e.g. XPRESS_LOG_LEVEL) reach the programs.
 # Logs: $RDMA_PROGRAMS_LOG/CASE/: each command (.cmd, .out, .err), the
 #   statistics (stats/NAME.PID.json), results.tsv.
@@ -62,7 +62,7 @@ if [ -z "${XPRESS_SOFTROCE_VM:-}" ]; then
   start=$SECONDS
   # The VM passes the caller's XPRESS_* on by itself; our own knobs too:
   envs=(-e "RDMA_PROGRAMS_LOG=$LOG")
-  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL RECOVERY_RUNS FORGER_N FORGER_REPORT SCALE_N SCALE_ROUNDS BASE_LIB SCALE_PERF; do
+  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL RECOVERY_RUNS FORGER_N FORGER_REPORT SCALE_N SCALE_ROUNDS BASE_LIB SCALE_PERF IPERF_ONLY; do
     [ -z "${!v:-}" ] || envs+=(-e "$v=${!v}")
   done
   "$REPO/tools/softroce/vm" run -q --timeout "${RDMA_PROGRAMS_VM_TIMEOUT:-1560}" "${envs[@]}" -- bash "$SELF" "$@" | tee "$out"

@@ -118,6 +118,7 @@ TEST_CASE("settings: the table's defaults match the structs and the fixed limits
   CHECK(got.channels_per_peer == e.channels_per_peer);
   CHECK(got.server_channels == e.server_channels);
   CHECK(got.server_channels_per_peer == e.server_channels_per_peer);
+  CHECK(got.server_unproven_per_peer == e.server_unproven_per_peer);
   CHECK(got.ring_bytes == e.ring_bytes);
   CHECK(got.stream_window == e.stream_window);
   CHECK(got.negative_cache_ms == e.negative_cache_ms);
