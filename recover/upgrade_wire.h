@@ -76,6 +76,11 @@ enum class NakCode : uint64_t {
   version = 3,        // protocol version not spoken here
   failed = 4,         // binding failed (bad proof, protocol violation)
   timeout = 5,        // the peer did not answer in time
+  // The server process forked and let the connection go: the process that
+  // holds it now answers a new request through rdma_cm (once, and only
+  // before either end's SHARE: docs/protocol.md §7 "A fork child that
+  // holds an accepted connection").
+  moved = 6,
 };
 // Flag above the code in an ATTACH_NAK's seq: its sender had processed no
 // SWITCH of ours when it gave up, and reads our direction as plain TCP from
