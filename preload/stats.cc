@@ -541,10 +541,12 @@ void at_exit() {
   StatsBlock* b = g_block.load(std::memory_order_acquire);
   const Config& cfg = config();
   // A process that never touched an inet socket (a shell, a helper) prints
-  // nothing: the dump is about connections.
+  // nothing: the dump is about connections.  A fork child that counted an
+  // inherited connection (it upgraded it: stream/fork_handover.h) did.
   bool saw_sockets = b && (b->c.sockets_tracked.load(std::memory_order_relaxed) != 0 ||
                            b->c.fallbacks[static_cast<int>(Reason::not_stream_socket)].load(
-                               std::memory_order_relaxed) != 0);
+                               std::memory_order_relaxed) != 0 ||
+                           get(b->c.connections[kRdma]) != 0 || get(b->c.connections[kTcp]) != 0);
   char why[200];
   // Once per process: at_exit runs once (the destructor, or _exit's wrapper).
   if (saw_sockets && exit_hint_warns(*b, stream::rdma_device_found()) &&

@@ -164,6 +164,18 @@ Status UpgradeSession::on_message(uint8_t type, uint32_t stream, uint64_t seq,
   case msg::attach_nak: {
     if (len != 0) return reject(Reason::handshake_failed, "NAK with a payload");
     const auto code = static_cast<NakCode>(seq & kNakCodeMask);
+    if (code == NakCode::moved && role_ == Role::client && !moved_ && !share_sent_ &&
+        !peer_share_seen_ && !tx_switched_ && !rx_switched_) {
+      // The server forked and let the connection go before any share
+      // crossed: one more try through rdma_cm finds the process that holds
+      // it (docs/protocol.md §7).  A second one, or one after a share, is
+      // a failure like any NAK.
+      moved_ = moved_pending_ = true;
+      state_ = State::refused;
+      reason_ = Reason::shared_by_fork;
+      timer_armed_ = false;
+      return Status::ok;
+    }
     if (state_ == State::attaching && (code == NakCode::unknown_stream || code == NakCode::busy)) {
       // The protocol's answer is another try through UPGRADE_REQ (another
       // process may hold the tuple, or a fresh channel has room): keep what
@@ -473,6 +485,36 @@ void UpgradeSession::tick(uint64_t now_ms) {
     return;
   }
   if (now_ms >= deadline_ms_) fail_internal(Reason::handshake_timeout, true, "timeout");
+}
+
+bool UpgradeSession::can_hand_over() const {
+  return role_ == Role::server && state_ != State::failed && !share_sent_ && !peer_share_seen_ &&
+         !peer_share_.present && !tx_switched_ && !rx_switched_;
+}
+
+bool UpgradeSession::hand_over(Message* nak) {
+  const bool peer_knows = state_ == State::attaching || state_ == State::bound;
+  fail_internal(Reason::shared_by_fork, false, "handed to a fork child");
+  if (peer_knows) *nak = make_nak(stream_id_, NakCode::moved);
+  return peer_knows;
+}
+
+void UpgradeSession::restart(const Nonce& nonce, const uint8_t seed[pake::kSeedBytes]) {
+  nonce_ = nonce;
+  peer_nonce_ = Nonce{};
+  memcpy(seed_, seed, sizeof seed_);
+  state_ = State::idle;
+  reason_ = Reason::none;
+  detail_ = "";
+  stream_id_ = 0;
+  channel_port_ = 0;
+  share_sent_ = keyed_ = proof_sent_ = false;
+  peer_share_ = PeerShare{};
+  peer_share_seen_ = peer_proven_ = reformed_ = false;
+  peer_proof_seen_ = peer_switch_seen_ = peer_reads_plain_ = binding_refused_ = false;
+  timer_armed_ = false;
+  timer_kind_ = Wait::none;
+  out_head_ = out_count_ = 0;
 }
 
 void UpgradeSession::fail(Reason why) {

@@ -123,6 +123,25 @@ public:
   // The caller gives up (channel lost, refused and no other way, ...).
   void fail(Reason why);
 
+  // ---- A fork (docs/protocol.md §7 "A fork child that holds an accepted
+  // connection").  Server: whether the upgrade may start over in another
+  // process: no SHARE crossed either way and nothing switched.
+  bool can_hand_over() const;
+  // Server, the process that lets the connection go: the session ends
+  // (failed, shared_by_fork) and *nak, when the client knows the stream
+  // (attaching or bound), is the NAK moved to send it.  false: nothing to send.
+  bool hand_over(Message* nak);
+  // Server, the process that holds the connection alone now: a fresh
+  // upgrade under new secrets (idle); what crossed on TCP is kept.
+  void restart(const Nonce& nonce, const uint8_t seed[pake::kSeedBytes]);
+  // Client: a NAK moved made the session refused (once): the caller asks
+  // rdma_cm again, whether or not it did before.  true once.
+  bool take_moved() {
+    const bool m = moved_pending_;
+    moved_pending_ = false;
+    return m;
+  }
+
   // Records for the bound channel, oldest first; false when none is queued.
   bool pop_output(Message* out);
 
@@ -220,6 +239,7 @@ private:
   bool peer_proof_seen_ = false, peer_switch_seen_ = false; // duplicates are violations
   bool peer_reads_plain_ = false;
   bool binding_refused_ = false;
+  bool moved_ = false, moved_pending_ = false; // a NAK moved came (client: once)
   bool tx_switched_ = false, rx_switched_ = false;
   uint64_t tx_offset_ = 0, rx_offset_ = 0;
 

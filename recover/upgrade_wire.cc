@@ -70,6 +70,8 @@ Reason nak_reason(uint64_t code) {
     return Reason::resources_exhausted;
   case NakCode::timeout:
     return Reason::handshake_timeout;
+  case NakCode::moved:
+    return Reason::shared_by_fork;
   case NakCode::version:
   case NakCode::failed:
     break;

@@ -80,6 +80,11 @@ enum class NakCode : uint64_t {
   // their clients' first proof as it allows (docs/protocol.md §8): this
   // one stays on TCP (a new channel would not help: no rdma_cm retry).
   limit = 6,
+  // The server process forked and let the connection go: the process that
+  // holds it now answers a new request through rdma_cm (once, and only
+  // before either end's SHARE: docs/protocol.md §7 "A fork child that
+  // holds an accepted connection").
+  moved = 7,
 };
 // Flag above the code in an ATTACH_NAK's seq: its sender had processed no
 // SWITCH of ours when it gave up, and reads our direction as plain TCP from

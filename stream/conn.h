@@ -185,10 +185,21 @@ public:
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?); 1: no more retries
   uint64_t retry_at_ms = 0;      // client: try rdma_cm (again) then (stream/negative_cache.h)
   bool slot_written = false;     // server: published in share's table
-  bool accepting = false;        // server: rdma_cm accept in flight
-  uint16_t pending_sid = 0;      // server: stream id the request proposed
-  recover::Nonce nonce{};        // ours (the session has a copy)
-  recover::Nonce peer_nonce{};   // server: the client's, from the request
+  // A fork while the upgrade of an accepted connection could still start
+  // over (stream/fork_handover.h): the parent let it go to the child, or
+  // this child may upgrade it once no other process holds the socket.
+  bool handed_over = false;
+  std::atomic<bool> fork_claim{false};
+  uint64_t claim_next_ms = 0, claim_since_ticks = 0;
+  uint32_t claim_delay_ms = 0;
+  // At the fork (before_fork): the kernel's counts of bytes written and
+  // read on the socket, and the session's (kernel_counts_match).
+  uint64_t fork_k_sent = 0, fork_k_read = 0, fork_s_sent = 0, fork_s_read = 0;
+  bool fork_counts = false;
+  bool accepting = false;      // server: rdma_cm accept in flight
+  uint16_t pending_sid = 0;    // server: stream id the request proposed
+  recover::Nonce nonce{};      // ours (the session has a copy)
+  recover::Nonce peer_nonce{}; // server: the client's, from the request
 
   // Positions in the engine's table of connections and in its channel's
   // (conn_add / conn_remove): a close unlinks in O(1).

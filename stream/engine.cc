@@ -21,6 +21,7 @@
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/fault.h"
+#include "stream/fork_handover.h"
 #include "stream/listen_addr.h"
 #include "stream/move.h"
 #include "stream/ready_source.h"
@@ -111,6 +112,16 @@ void watch_tcp(Conn* c) {
 }
 
 } // namespace
+
+bool start_for_claim(Conn* c) {
+  if (!start_locked()) return false;
+  // A process with an engine of its own now: its exit ends its streams
+  // (stream/exit.cc), and its new connections may use it too.
+  g_state.forked_child = false;
+  wake::set_no_waker(false);
+  watch_tcp(c);
+  return true;
+}
 
 void watch_channel(Channel* ch) {
   XP_ASSERT_HELD(g().mu);
@@ -273,6 +284,7 @@ void* engine_main(void*) {
       last_tick = now;
       tick_conns(now);
       tick_forks(now);
+      tick_claims(now);
       if (now - last_hook >= kTickHookMs) {
         last_hook = now;
         if (TickHook h = g_tick_hook.load(std::memory_order_acquire)) h();
@@ -539,7 +551,9 @@ void engine::on_close(Conn* c) {
     }
   }
   unindex_server(c);
-  if (c->role == recover::Role::server) {
+  if (c->role == recover::Role::server && !c->handed_over) {
+    // (One this process let go at a fork is its child's: a request for it
+    // waits for the child's publication.)
     std::array<uint8_t, recover::kTupleIdBytes> k;
     recover::tuple_id(c->tuple, k.data());
     if (s.closed_keys.size() >= 256) s.closed_keys.erase(s.closed_keys.begin());
@@ -575,6 +589,7 @@ void engine::before_fork() {
     for (Conn* c : s.conns) {
       std::lock_guard<std::mutex> cl(c->mu);
       c->reup.never = true;
+      note_fork_counts(c); // the child compares them (stream/fork_handover.h)
       if (c->resumed.load() && c->ch) {
         mark_failed(c->ch, ResumeCause::local);
         folding.push_back(c->ch);
@@ -611,6 +626,17 @@ void engine::after_fork_parent() {
       cs.push_back(c);
     }
   }
+  {
+    // An accepted connection whose upgrade can start over goes to the
+    // child (stream/fork_handover.h); the others stay on TCP.
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : cs) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (c->phase.load() == Phase::upgrading && !c->resumed.load() && !c->tx_rdma.load() &&
+          !c->rx_rdma.load() && !c->closed.load())
+        (void)hand_over(c);
+    }
+  }
   for (Conn* c : cs) {
     {
       std::lock_guard<std::mutex> l(c->mu);
@@ -640,6 +666,8 @@ void engine::on_fork_child() {
   // (stream/wake.h), and a moved stream still in user mode (bytes buffered
   // at the fork) is looked at only by the child's own calls.
   if (s.started) wake::set_no_waker(true);
+  claims_after_fork_child();
+  std::vector<Conn*> keep; // accepted connections this child may claim
   // The engine's epoll set and command eventfd are the parent's (an epoll
   // set is shared across fork: removing a socket here would remove the
   // parent's watch of it).
@@ -675,7 +703,12 @@ void engine::on_fork_child() {
         c->sess.rx_mode() == Mode::rdma || (c->st != nullptr && c->st->rx_started());
     if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load() &&
         c->sess.tx_mode() != Mode::rdma && !peer_switched) {
-      // Nothing moved over RDMA yet: the kernel socket has every byte.
+      // Nothing moved over RDMA yet: the kernel socket has every byte.  An
+      // accepted one may be this child's to upgrade (stream/fork_handover.h).
+      if (keep_for_claim(c)) {
+        keep.push_back(c);
+        continue;
+      }
       c->phase.store(Phase::tcp);
       c->reason = Reason::shared_by_fork;
       if (!c->closed.load()) notify_mode(c->sock(), nullptr);
@@ -689,13 +722,19 @@ void engine::on_fork_child() {
   }
   s.forking.store(false);
   s.conns.clear();
+  for (Conn* c : keep)
+    conn_add<&Conn::pos_all>(s.conns, c); // the parent's table reference, now ours
   s.channels.clear();
   clear_pending();
   s.listeners.clear();
   s.start_queue.clear();
   s.serve_queue.clear();
   s.private_l = nullptr;
-  s.started = s.used_rdma; // never start again in this process if the parent had
+  // Never start again in this process if the parent had, except for the
+  // connections it may claim (a fresh engine: its own rdma_cm channel,
+  // device context, protection domains and queue pairs).
+  s.started = s.used_rdma && keep.empty();
+  if (!keep.empty()) verbs::fresh_cm_for_fork_child();
   s.cm = nullptr;
 }
 

@@ -195,7 +195,10 @@ void handle_record(Channel* ch, const ControlRecord& r) {
           detach(c, ch);
         }
         c->ch = nullptr;
-        if (!c->cm_tried && !c->attach_refused) {
+        // NAK moved: the server forked; rdma_cm finds the process holding it.
+        const bool moved = c->sess.take_moved();
+        if (moved) c->redirected = false;
+        if ((!c->cm_tried && !c->attach_refused) || moved) {
           c->attach_refused = true; // start_client goes to rdma_cm directly
           c->ref();
           std::lock_guard<std::mutex> ql(g().qmu);

@@ -419,6 +419,10 @@ bool unarmed_in_use();
 // How long the engine thread may sleep now (engine.cc).
 int wait_ms();
 
+// g().mu held, in a fork child (stream/fork_handover.h): the engine
+// started for a connection it may claim, whose socket it now watches.
+bool start_for_claim(Conn* c);
+
 // ---- engine_rendezvous.cc (engine thread, g().mu held)
 void start_client(Conn* c);
 void serve_share(ListenShare* s);

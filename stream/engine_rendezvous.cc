@@ -273,6 +273,13 @@ namespace {
 
 void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& peer_nonce) {
   std::lock_guard<std::mutex> l(c->mu);
+  if (c->handed_over && !ch->client_side) { // our fork child holds it now (stream/fork_handover.h)
+    const recover::Message m = recover::make_nak(sid, recover::NakCode::moved);
+    std::lock_guard<std::mutex> chl(ch->mu);
+    (void)ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
+                                          m.payload, m.len);
+    return;
+  }
   if (c->closed.load() || c->phase.load() != Phase::upgrading || c->ch != nullptr) return;
   if (!ch->client_side && !channel_serves(ch, c))
     return fail(c, Reason::handshake_failed, "rdma_cm requester is not the TCP client");

@@ -13,7 +13,7 @@ PKGS=(
   # RDMA user space (also used inside the Soft-RoCE VM through the 9p root share)
   rdma-core ibverbs-utils rdmacm-utils ibverbs-providers perftest
   # real programs for program tests and benchmarks
-  iperf3 sockperf redis-server redis-tools nginx-light memcached libmemcached-tools
+  iperf3 sockperf redis-server redis-tools nginx-light memcached libmemcached-tools postgresql
   wrk curl python3 jq procps psmisc
   # Node.js HTTP server and client (tests/rdma-programs/cases/node.sh)
   nodejs
@@ -49,7 +49,7 @@ else
   echo "deps: all ${#PKGS[@]} packages present"
 fi
 # Distribution services we use as test programs must not run system-wide.
-for svc in redis-server memcached nginx; do
+for svc in redis-server memcached nginx postgresql; do
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
 done
 # The Soft-RoCE VM needs a Debian kernel image with rdma_rxe; fetched into build/.

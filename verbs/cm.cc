@@ -51,6 +51,7 @@ struct Cm::Impl {
 
 Cm* Cm::create() {
   if (!rdma_loaded()) return nullptr;
+  (void)fresh_rdmacm_if_asked(); // a fork child's own librdmacm (verbs/device.h)
   auto* cm = new (std::nothrow) Cm();
   if (cm == nullptr) return nullptr;
   cm->impl_ = new (std::nothrow) Impl();

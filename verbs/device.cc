@@ -118,4 +118,8 @@ void reset_device_cache() {
   g_present.store(-1, std::memory_order_release);
 }
 
+void fresh_cm_for_fork_child() {
+  detail::fresh_cm_asked();
+}
+
 } // namespace xp::verbs

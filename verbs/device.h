@@ -29,4 +29,10 @@ void format_port(char* out, unsigned n, unsigned* at, const char* dev, unsigned 
 // For tests and the fork child: forget the cached answer.
 void reset_device_cache();
 
+// In a fork child that will set up RDMA of its own (stream/fork_handover.h):
+// the next rdma_cm start loads a private copy of librdmacm, whose device
+// table, locks and device contexts are this process's, not the parent's
+// (a lock a parent's thread held at the fork stays held in the child's copy).
+void fresh_cm_for_fork_child();
+
 } // namespace xp::verbs

@@ -1,6 +1,13 @@
 #include "verbs/rdma_lib.h"
 
+#include <atomic>
+#include <cstdio>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/load_once.h"
 #include "common/logsink.h"
@@ -13,6 +20,9 @@ RdmaCm g_rdmacm;
 QueryGidTable g_query_gid_table = nullptr;
 
 LoadOnce g_load;
+// The file librdmacm was first loaded from (a fork child copies it).
+char g_cm_path[512];
+std::atomic<bool> g_fresh_asked{false};
 
 // One entry by name and version; false (and says which) when missing.
 template <typename Fn> bool resolve(void* lib, const char* symbol, const char* version, Fn* out) {
@@ -34,6 +44,11 @@ bool load() {
   void* ibv_lib = open_lib("libibverbs.so.1");
   void* cm_lib = ibv_lib ? open_lib("librdmacm.so.1") : nullptr;
   if (cm_lib == nullptr) return false;
+  if (void* f = dlsym(cm_lib, "rdma_create_id")) {
+    Dl_info di{};
+    if (dladdr(f, &di) != 0 && di.dli_fname != nullptr)
+      snprintf(g_cm_path, sizeof g_cm_path, "%s", di.dli_fname);
+  }
   bool ok = true;
 #define XP_RESOLVE(name, version) ok = resolve(ibv_lib, "ibv_" #name, version, &g_ibv.name) && ok;
   XP_IBV_FUNCTIONS(XP_RESOLVE)
@@ -49,7 +64,54 @@ bool load() {
   return ok;
 }
 
+// A private copy of librdmacm: the file copied into a memfd and loaded
+// from there (another inode: the dynamic loader maps it anew, with its own
+// globals; libibverbs, named by soname, stays the one already loaded).
+void* load_copy() {
+  if (g_cm_path[0] == '\0') return nullptr;
+  const int in = static_cast<int>(syscall(SYS_openat, AT_FDCWD, g_cm_path, O_RDONLY | O_CLOEXEC));
+  if (in < 0) return nullptr;
+  const int mfd = static_cast<int>(syscall(SYS_memfd_create, "xpress-rdmacm", MFD_CLOEXEC));
+  bool ok = mfd >= 0;
+  char buf[16384];
+  while (ok) {
+    const ssize_t n = syscall(SYS_read, in, buf, sizeof buf);
+    if (n == 0) break;
+    ok = n > 0 && syscall(SYS_write, mfd, buf, n) == n;
+  }
+  syscall(SYS_close, in);
+  void* h = nullptr;
+  if (ok) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", mfd);
+    h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (mfd >= 0) syscall(SYS_close, mfd); // the mapping stays
+  return h;
+}
+
 } // namespace
+
+void fresh_cm_asked() {
+  g_fresh_asked.store(true, std::memory_order_release);
+}
+
+bool fresh_rdmacm_if_asked() {
+  if (!g_fresh_asked.exchange(false, std::memory_order_acq_rel)) return true;
+  void* lib = load_copy();
+  if (lib == nullptr) {
+    XP_SLOG(XP_SLOG_INFO, "fork child: no private copy of librdmacm (%s): the inherited one serves",
+            g_cm_path);
+    return false;
+  }
+  RdmaCm t{};
+  bool ok = true;
+#define XP_RESOLVE(name, version) ok = resolve(lib, "rdma_" #name, version, &t.name) && ok;
+  XP_RDMACM_FUNCTIONS(XP_RESOLVE)
+#undef XP_RESOLVE
+  if (ok) g_rdmacm = t;
+  return ok;
+}
 
 bool rdma_loaded() {
   return g_load.get(load);

@@ -80,6 +80,12 @@ struct RdmaCm {
 // missing, which means no usable RDMA device (Reason::no_device above).
 bool rdma_loaded();
 
+// In a fork child asked for it (fresh_cm_for_fork_child): librdmacm's table
+// from a private copy of the library, once.  false: the copy could not be
+// loaded (the inherited one stays in use).
+bool fresh_rdmacm_if_asked();
+void fresh_cm_asked(); // fresh_cm_for_fork_child's flag
+
 // The tables; only after rdma_loaded() returned true.
 const Ibv& ibv();
 const RdmaCm& rdmacm();

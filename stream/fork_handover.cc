@@ -1,0 +1,237 @@
+// A fork child that holds an accepted connection alone upgrades it itself
+// (stream/fork_handover.h, docs/protocol.md §7).
+#include "stream/fork_handover.h"
+
+#include <cstring>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/logsink.h"
+#include "stream/engine_internal.h"
+#include "stream/fork_share.h"
+
+using linux_tcp_info = ::tcp_info; // linux/tcp.h: has tcpi_bytes_acked, tcpi_bytes_received
+
+namespace xp::stream::engine {
+namespace {
+
+// The child's connections waiting to be its alone (g().mu; one ref each).
+// Never destroyed: the engine thread runs until the process ends.
+std::vector<Conn*>& claims() {
+  static auto* v = new std::vector<Conn*>();
+  return *v;
+}
+
+// How often the child asks the kernel's fd tables while another process
+// still holds the socket: first at once, then doubling up to this.
+constexpr uint32_t kClaimMaxDelayMs = 200;
+
+// The kernel's bytes written (acknowledged plus queued) and read (received
+// less what waits in the receive queue) on fd, by any process.  Read until
+// the counters stand still around the queue sizes.  false: not TCP.
+bool kernel_counts(int fd, uint64_t* sent, uint64_t* read) {
+  for (int tries = 0; tries < 4; ++tries) {
+    linux_tcp_info a{}, b{};
+    socklen_t la = sizeof a, lb = sizeof b;
+    int outq = 0, inq = 0;
+    if (syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &a, &la) != 0 ||
+        la < offsetof(linux_tcp_info, tcpi_bytes_received) + sizeof a.tcpi_bytes_received ||
+        syscall(SYS_ioctl, fd, SIOCOUTQ, &outq) != 0 ||
+        syscall(SYS_ioctl, fd, SIOCINQ, &inq) != 0 ||
+        syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &b, &lb) != 0)
+      return false;
+    if (a.tcpi_bytes_acked != b.tcpi_bytes_acked || a.tcpi_bytes_received != b.tcpi_bytes_received)
+      continue;
+    *sent = b.tcpi_bytes_acked + static_cast<uint64_t>(outq);
+    *read = b.tcpi_bytes_received - static_cast<uint64_t>(inq);
+    return true;
+  }
+  return false;
+}
+
+void drop_claim(size_t i) {
+  auto& v = claims();
+  Conn* c = v[i];
+  v[i] = v.back();
+  v.pop_back();
+  c->fork_claim.store(false);
+  c->unref();
+}
+
+} // namespace
+
+void note_fork_counts(Conn* c) {
+  c->fork_counts = c->role == recover::Role::server && c->share != nullptr &&
+                   kernel_counts(c->sock(), &c->fork_k_sent, &c->fork_k_read);
+  c->claim_since_ticks = fork_share::boot_ticks();
+  c->fork_s_sent = c->sess.tcp_sent();
+  c->fork_s_read = c->sess.tcp_received();
+}
+
+bool kernel_counts_match(Conn* c) {
+  uint64_t ks = 0, kr = 0;
+  if (!c->fork_counts || !kernel_counts(c->sock(), &ks, &kr)) return false;
+  return ks - c->fork_k_sent == c->sess.tcp_sent() - c->fork_s_sent &&
+         kr - c->fork_k_read == c->sess.tcp_received() - c->fork_s_read;
+}
+
+bool hand_over(Conn* c) {
+  if (c->role != recover::Role::server || c->share == nullptr || !c->fork_counts ||
+      !c->sess.can_hand_over())
+    return false;
+  if (Channel* ch = c->ch) {
+    // As fail(): the NAK and the stream's leave are one step under the
+    // channel's lock (no SWITCH can have come: nothing was shared yet).
+    std::lock_guard<std::mutex> chl(ch->mu);
+    if (c->st && c->st->rx_started()) return false;
+    recover::Message nak;
+    if (c->sess.hand_over(&nak))
+      (void)ch->mux->channel().send_control(static_cast<flow::RecordType>(nak.type), nak.stream,
+                                            nak.seq, nak.payload, nak.len);
+    detach(c, ch);
+    c->ch = nullptr;
+  } else {
+    recover::Message nak;
+    (void)c->sess.hand_over(&nak); // nobody knows the stream yet: nothing to tell
+  }
+  c->handed_over = true;
+  // Requests for it wait for the child's publication (or their deadline);
+  // an rdma_cm accept still under way gets the NAK when it completes
+  // (engine_rendezvous.cc bind_new_channel).
+  unindex_server(c);
+  if (c->slot_written) {
+    uint8_t key[recover::kTupleIdBytes];
+    recover::tuple_id(c->tuple, key);
+    for (auto& sl : c->share->slots)
+      if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, sizeof key) == 0) {
+        sl.state.store(0);
+        c->share->slots_gen.fetch_add(1, std::memory_order_release);
+        break;
+      }
+    c->slot_written = false;
+  }
+  c->phase.store(Phase::tcp);
+  c->reason = Reason::shared_by_fork;
+  report(c, Mode::tcp, Reason::shared_by_fork);
+  XP_SLOG(XP_SLOG_DEBUG, "fd %d: the fork child may upgrade this accepted connection", c->sock());
+  return true;
+}
+
+bool keep_for_claim(Conn* c) {
+  if (c->role != recover::Role::server || c->share == nullptr || !c->fork_counts ||
+      c->closed.load() || !c->sess.can_hand_over())
+    return false;
+  recover::Nonce n;
+  uint8_t seed[recover::pake::kSeedBytes];
+  uint8_t b[sizeof n.b + sizeof seed];
+  if (getrandom(b, sizeof b, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof b)) return false;
+  memcpy(n.b, b, sizeof n.b);
+  memcpy(seed, b + sizeof n.b, sizeof seed);
+  c->sess.restart(n, seed);
+  c->nonce = n;
+  c->st = nullptr;
+  c->sid = 0;
+  c->accepting = false;
+  c->counted_mode = false;
+  c->deadline_ms = 0;
+  // Not published before it is ours alone (tick_claims clears it then).
+  c->slot_written = true;
+  c->claim_delay_ms = 0;
+  c->fork_claim.store(true);
+  return true;
+}
+
+void claims_after_fork_child() {
+  claims().clear(); // the parent's references, not ours
+}
+
+void claim_start(Conn* c) {
+  State& s = g();
+  std::lock_guard<std::mutex> l(s.mu);
+  if (!c->fork_claim.load() || c->closed.load()) return;
+  for (Conn* k : claims())
+    if (k == c) return;
+  if (!start_for_claim(c)) {
+    c->fork_claim.store(false);
+    std::lock_guard<std::mutex> cl(c->mu);
+    return fail(c, Reason::shared_by_fork, "no engine in the fork child");
+  }
+  c->ref();
+  claims().push_back(c);
+  // The client's own wait (its request at the parent's rendezvous) is
+  // XPRESS_HANDSHAKE_TIMEOUT_MS: beyond twice that nobody asks any more.
+  c->deadline_ms = now_ms() + 2 * s.p.handshake_timeout_ms;
+  c->claim_next_ms = 0;
+  kick();
+}
+
+void tick_claims(uint64_t now) {
+  std::vector<Conn*> due;
+  {
+    std::lock_guard<std::mutex> l(g().mu);
+    auto& v = claims();
+    for (size_t i = 0; i < v.size();) {
+      Conn* c = v[i];
+      if (c->closed.load() || c->phase.load() != Phase::upgrading) {
+        drop_claim(i);
+        continue;
+      }
+      if (now >= c->claim_next_ms) {
+        c->ref();
+        due.push_back(c);
+      }
+      ++i;
+    }
+  }
+  for (Conn* c : due) {
+    // The kernel's fd tables, without a lock (a pass over /proc).
+    const uint64_t ino = fork_share::socket_inode(c->sock());
+    bool alone = false;
+    if (ino != 0) {
+      const fork_share::Held h =
+          fork_share::holders({ino}, static_cast<pid_t>(syscall(SYS_getpid)), c->claim_since_ticks);
+      alone = h.find(ino) == h.end();
+    }
+    std::lock_guard<std::mutex> l(g().mu);
+    auto& v = claims();
+    size_t at = v.size();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] == c) at = i;
+    if (at != v.size()) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (c->closed.load() || c->phase.load() != Phase::upgrading) {
+        drop_claim(at);
+      } else if (alone) {
+        drop_claim(at);
+        if (!kernel_counts_match(c)) {
+          fail(c, Reason::shared_by_fork,
+               "another process read or wrote the socket since the fork");
+        } else {
+          XP_SLOG(XP_SLOG_DEBUG,
+                  "fd %d: no other process holds the accepted connection: "
+                  "upgrading it here",
+                  c->sock());
+          c->slot_written = false;
+          index_server(c);
+          serve_share(c->share); // published: the parent's rendezvous redirects here
+        }
+      } else if (now >= c->deadline_ms) {
+        drop_claim(at);
+        fail(c, Reason::shared_by_fork, "another process still holds the socket");
+      } else {
+        c->claim_delay_ms = c->claim_delay_ms == 0                     ? 5
+                            : c->claim_delay_ms * 2 > kClaimMaxDelayMs ? kClaimMaxDelayMs
+                                                                       : c->claim_delay_ms * 2;
+        c->claim_next_ms = now + c->claim_delay_ms;
+      }
+    }
+    c->unref();
+  }
+}
+
+} // namespace xp::stream::engine
