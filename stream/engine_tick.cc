@@ -2,9 +2,14 @@
 // upgrade timers, rdma_cm retries, the server's wait for an ATTACH, resumed
 // streams going back, and the reset of a stream whose peer's kernel closed
 // TCP with no FIN over RDMA; then channels whose completions nobody polled
-// lately, and keepalives (docs/protocol.md §2, §7).
+// lately, and keepalives (docs/protocol.md §2, §7); idle and failed
+// channels reaped, lost listeners back.
 #include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include "common/lock_check.h"
+#include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/resume.h"
 #include "stream/wake.h"
@@ -116,6 +121,76 @@ void tick_conns(uint64_t now) {
     }
   }
   keepalive(now);
+}
+
+// Channels nobody uses for a while, and failed ones, go (client channels
+// after 5 s idle, server ones after kServerIdleMs); listeners whose device
+// went away listen again.
+void reap_channels(uint64_t now) {
+  XP_ASSERT_HELD(g().mu);
+  auto& chs = g().channels;
+  for (size_t i = 0; i < chs.size();) {
+    Channel* ch = chs[i];
+    // A channel whose lock is taken is in use: not idle this tick (a
+    // request/response loop's thread would otherwise wait for this tick,
+    // which comes every 10 ms while it spins, in the futex).
+    bool empty = false;
+    {
+      std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
+      if (l.owns_lock()) empty = ch->conns.empty();
+    }
+    if (empty && !ch->failed.load() && ch->idle_since_ms == 0) ch->idle_since_ms = now;
+    // A server channel's streams come by ATTACH (no link_stream): any
+    // stream, or an ATTACH waiting for the application, makes it busy.
+    if (!ch->client_side && (!empty || pending_attaches_of(ch) > 0)) ch->idle_since_ms = 0;
+    const uint64_t idle_ms = ch->client_side ? 5000 : kServerIdleMs;
+    bool idle_long = empty && ch->idle_since_ms != 0 && now - ch->idle_since_ms > idle_ms;
+    if ((ch->failed.load() && empty) || idle_long) {
+      // Unlink now; free later: a caller that read a connection's channel
+      // just before the connection left it may still poll it briefly.
+      syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, ch->link->wait_fd(), nullptr);
+      drop_attaches(ch); // nothing pending may name it once it is freed
+      ch->dying_since_ms = now;
+      g().dying.push_back(ch);
+      chs[i] = chs.back();
+      chs.pop_back();
+      continue;
+    }
+    ++i;
+  }
+  auto& dy = g().dying;
+  for (size_t i = 0; i < dy.size();) {
+    if (now - dy[i]->dying_since_ms < 2000 || dy[i]->zc_users.load() > 0 ||
+        dy[i]->sleep_refs.load() > 0) {
+      ++i;
+      continue;
+    }
+    Channel* ch = dy[i];
+    delete ch->mux;
+    g().cm->destroy(ch->link); // disconnects: the peer tears its side down
+    delete ch;
+    dy[i] = dy.back();
+    dy.pop_back();
+  }
+}
+
+void relisten(uint64_t now) {
+  XP_ASSERT_HELD(g().mu);
+  if (now < g().relisten_ms) return;
+  g().relisten_ms = now + 500; // a device comes back in seconds: no hurry
+  for (OwnedListener& o : g().listeners) {
+    if (o.l) continue;
+    uint16_t port = 0;
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&o.share->addr), o.user, &o.l, &port,
+                       o.share->af_only) == Status::ok)
+      XP_SLOG(XP_SLOG_INFO, "rdma_cm listener back on port %u", port);
+  }
+  if (g().private_lost) {
+    uint16_t port = 0;
+    if (g().cm->listen(reinterpret_cast<sockaddr*>(&g().private_addr), &g().private_user,
+                       &g().private_l, &port, g().private_af_only) == Status::ok)
+      g().private_lost = false;
+  }
 }
 
 } // namespace xp::stream::engine

@@ -1,0 +1,187 @@
+// The engine's fork handlers (preload/'s pthread_atfork calls them): before
+// the fork, streams on RDMA move to TCP and resumed ones turn raw; in the
+// parent, sockets a fork shared are watched (stream/engine_fork.cc) and an
+// accepted connection still upgrading goes to the child; in the child, the
+// parent's engine state is dropped (docs/protocol.md §7).
+#include <mutex>
+#include <new>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <vector>
+
+#include "stream/engine.h"
+#include "stream/engine_internal.h"
+#include "stream/fork_handover.h"
+#include "stream/move.h"
+#include "stream/ready_source.h"
+#include "stream/resume_fork.h"
+#include "stream/wake.h"
+#include "verbs/device.h"
+
+namespace xp::stream {
+
+void engine::before_fork() {
+  State& s = g();
+  if (!s.started || s.cm == nullptr) return;
+  fork_prepare();
+  s.forking.store(true, std::memory_order_release);
+  // No stream that exists at the fork goes back onto RDMA while the socket
+  // is shared (the child may be the one using it: stream/engine_fork.cc
+  // watches until it is not); one going back right now gives its new
+  // channel up and goes on over TCP.
+  std::vector<Channel*> folding;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : s.conns) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      c->reup.never = true;
+      note_fork_counts(c); // the child compares them (stream/fork_handover.h)
+      if (c->resumed.load() && c->ch) {
+        mark_failed(c->ch, ResumeCause::local);
+        folding.push_back(c->ch);
+      }
+    }
+  }
+  for (Channel* ch : folding)
+    channel_failed(ch);
+  // Streams on RDMA move to TCP first: the child cannot use our queue
+  // pairs, and whichever process uses the shared socket afterwards must
+  // find the stream there (bounded wait: one round trip to each peer).
+  move::for_fork();
+  // Resumed streams (framed on TCP) turn back into plain TCP: parent and
+  // child would each number frames from their own copy of the state.
+  resume::raw_for_fork();
+  // Wait out a switch in progress (switches happen under Conn::mu); the
+  // moved streams' byte counts are taken last (stream/engine_fork.cc).
+  std::lock_guard<std::mutex> l(s.mu);
+  for (Conn* c : s.conns) {
+    c->mu.lock();
+    mark_fork_bytes(c);
+    c->mu.unlock();
+  }
+}
+
+void engine::after_fork_parent() {
+  State& s = g();
+  if (!s.started) return;
+  std::vector<Conn*> cs;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : s.conns) {
+      c->ref();
+      cs.push_back(c);
+    }
+  }
+  {
+    // An accepted connection whose upgrade can start over goes to the
+    // child (stream/fork_handover.h); the others stay on TCP.
+    std::lock_guard<std::mutex> l(s.mu);
+    for (Conn* c : cs) {
+      std::lock_guard<std::mutex> cl(c->mu);
+      if (c->phase.load() == Phase::upgrading && !c->resumed.load() && !c->tx_rdma.load() &&
+          !c->rx_rdma.load() && !c->closed.load())
+        (void)hand_over(c);
+    }
+  }
+  for (Conn* c : cs) {
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      if (c->phase.load() == Phase::upgrading && !c->resumed.load() && !c->tx_rdma.load() &&
+          !c->rx_rdma.load())
+        fail(c, Reason::shared_by_fork);
+    }
+    c->unref();
+  }
+  s.forking.store(false, std::memory_order_release);
+  fork_shares();
+}
+
+void engine::on_fork_child() {
+  room_waits_after_fork();
+  // The parent's thread, channels and rdma_cm state do not exist here.  A
+  // child of a process that already used rdma_cm cannot use it again (its
+  // librdmacm state names the parent's device contexts), so it keeps every
+  // new connection on TCP.  Streams that were on RDMA moved to TCP before
+  // the fork (stream/move.cc): the child's copy works as the parent's does.
+  State& s = g();
+  new (&s.mu) std::mutex();
+  new (&s.qmu) std::mutex();
+  if (s.used_rdma) s.forked_child = true;
+  forks_after_fork_child();
+  // The engine thread stayed in the parent: nothing here wakes sleepers
+  // (stream/wake.h), and a moved stream still in user mode (bytes buffered
+  // at the fork) is looked at only by the child's own calls.
+  if (s.started) wake::set_no_waker(true);
+  claims_after_fork_child();
+  std::vector<Conn*> keep; // accepted connections this child may claim
+  // The engine's epoll set and command eventfd are the parent's (an epoll
+  // set is shared across fork: removing a socket here would remove the
+  // parent's watch of it).
+  if (s.epfd >= 0) syscall(SYS_close, s.epfd);
+  if (s.cmdfd >= 0) syscall(SYS_close, s.cmdfd);
+  s.epfd = s.cmdfd = -1;
+  for (Conn* c : s.conns) {
+    new (&c->mu) std::mutex();
+    // The channel is the parent's: its lock may have been held by one of
+    // the parent's threads at the fork and stays held here forever (close
+    // would wait on it), and its queue pair is not ours to use.
+    c->ch = nullptr;
+    if (c->resumed.load()) {
+      // A resumed stream whose bytes for the kernel were still queued at
+      // the fork: the parent sends them; a second copy would duplicate
+      // them, so the child's is reset (never shared with the parent).
+      if (c->fork_unsafe) {
+        c->dead.store(true);
+        c->err_pending.store(true);
+        if (c->rs) {
+          c->rs->broken = true;
+          c->rs->tx = Resume::Tx::dead;
+          c->rs->out.consume(c->rs->out.size());
+        }
+      }
+      continue;
+    }
+    // The peer's SWITCH may have arrived after the streams moved (between
+    // before_fork and the fork): the parent resumes that stream by the
+    // failure path (after_fork_parent), frames follow on TCP, so the child
+    // must not read it as plain TCP.
+    const bool peer_switched =
+        c->sess.rx_mode() == Mode::rdma || (c->st != nullptr && c->st->rx_started());
+    if (c->phase.load() == Phase::upgrading && !c->tx_rdma.load() && !c->rx_rdma.load() &&
+        c->sess.tx_mode() != Mode::rdma && !peer_switched) {
+      // Nothing moved over RDMA yet: the kernel socket has every byte.  An
+      // accepted one may be this child's to upgrade (stream/fork_handover.h).
+      if (keep_for_claim(c)) {
+        keep.push_back(c);
+        continue;
+      }
+      c->phase.store(Phase::tcp);
+      c->reason = Reason::shared_by_fork;
+      if (!c->closed.load()) notify_mode(c->sock(), nullptr);
+    } else if (c->phase.load() != Phase::tcp) {
+      // A stream that could not move before the fork (a direction switched
+      // just then) lives in the parent's queue pair: a reset here (the
+      // parent goes on with it; nothing is sent from here).
+      c->dead.store(true);
+      c->err_pending.store(true);
+    }
+  }
+  s.forking.store(false);
+  s.conns.clear();
+  for (Conn* c : keep)
+    conn_add<&Conn::pos_all>(s.conns, c); // the parent's table reference, now ours
+  s.channels.clear();
+  clear_pending();
+  s.listeners.clear();
+  s.start_queue.clear();
+  s.serve_queue.clear();
+  s.private_l = nullptr;
+  // Never start again in this process if the parent had, except for the
+  // connections it may claim (a fresh engine: its own rdma_cm channel,
+  // device context, protection domains and queue pairs).
+  s.started = s.used_rdma && keep.empty();
+  if (!keep.empty()) verbs::fresh_cm_for_fork_child();
+  s.cm = nullptr;
+}
+
+} // namespace xp::stream
