@@ -49,9 +49,10 @@ public:
   std::atomic<uint32_t> n_nested{0};     // nested.size(), read without the lock
   std::atomic<bool> kernel_first{false}; // the last batch was all user events
   std::atomic<uint32_t> idle{0};         // waits in the kernel not registered as sleepers
-  // Sleepers registered under their members' keys (epoll_wait.cc,
-  // WakeList): a member that enters user mode while they sleep must wake
-  // them, or its readiness would not reach them.  Changed under mu.
+  // Sleepers registered under the set's own key (epoll_wait.cc, WakeList):
+  // woken when a member's change links it on the ready list (regs, its
+  // waker), and when a member enters user mode while they sleep.  Changed
+  // under mu; read without it by the waker.
   std::atomic<uint32_t> keyed{0};
   std::mutex mu;
   Regs regs{&claims()};

@@ -1,5 +1,10 @@
 #include "preload/epoll_regs.h"
 
+#include <iterator>
+
+#include "common/lock_check.h"
+#include "stream/wake.h"
+
 namespace xp::epoll {
 
 bool ClaimTable::claim(const void* key, uint32_t gen) {
@@ -39,7 +44,7 @@ Reg* Regs::find(int fd, const void* key) {
   if (index_.empty()) return nullptr;
   size_t mask = index_.size() - 1;
   for (size_t s = slot_of(fd, key); index_[s] != 0; s = (s + 1) & mask) {
-    Reg& r = regs_[index_[s] - 1];
+    Reg& r = *regs_[index_[s] - 1];
     if (r.fd == fd && r.key == key) return &r;
   }
   return nullptr;
@@ -47,7 +52,7 @@ Reg* Regs::find(int fd, const void* key) {
 
 void Regs::index_put(uint32_t pos) {
   size_t mask = index_.size() - 1;
-  size_t s = slot_of(regs_[pos].fd, regs_[pos].key);
+  size_t s = slot_of(regs_[pos]->fd, regs_[pos]->key);
   while (index_[s] != 0)
     s = (s + 1) & mask;
   index_[s] = pos + 1;
@@ -62,7 +67,7 @@ void Regs::index_del(size_t i) {
     for (;;) {
       j = (j + 1) & mask;
       if (index_[j] == 0) return;
-      const Reg& r = regs_[index_[j] - 1];
+      const Reg& r = *regs_[index_[j] - 1];
       size_t home = slot_of(r.fd, r.key);
       // The entry at j may move to i unless its home lies cyclically in (i, j].
       bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
@@ -83,47 +88,55 @@ void Regs::grow() {
 }
 
 Reg* Regs::insert(const Reg& r) {
-  if ((regs_.size() + 1) * 2 > index_.size()) {
-    regs_.push_back(r);
+  regs_.push_back(std::make_unique<Reg>(r));
+  if (regs_.size() * 2 > index_.size())
     grow(); // re-indexes everything, the new entry included
-  } else {
-    regs_.push_back(r);
+  else
     index_put(static_cast<uint32_t>(regs_.size() - 1));
-  }
-  Reg& in = regs_.back();
-  if (in.src) ++n_user_;
-  if (user_out(in)) ++n_user_out_;
+  Reg& in = *regs_.back();
+  in.owner = this;
+  in.pos = static_cast<uint32_t>(regs_.size() - 1);
+  in.src = nullptr;
+  set_src(&in, r.src);
   return &in;
 }
 
+void Regs::detach(Reg& r) {
+  if (r.src) r.src->unwatch(r);
+  std::lock_guard<std::mutex> g(ready_mu_);
+  if (r.ready_hook.is_linked()) ready_.erase(ready_.iterator_to(r));
+}
+
 void Regs::erase(Reg* r) {
-  size_t pos = static_cast<size_t>(r - regs_.data());
+  size_t pos = r->pos;
   size_t last = regs_.size() - 1;
   size_t mask = index_.size() - 1;
   size_t s = slot_of(r->fd, r->key);
   while (index_[s] != pos + 1)
     s = (s + 1) & mask;
   index_del(s);
+  detach(*r);
   if (r->src) --n_user_;
   if (user_out(*r)) --n_user_out_;
   if (pos != last) {
     // The last entry moves into the hole: repoint its index slot.
-    const Reg& m = regs_[last];
+    const Reg& m = *regs_[last];
     size_t t = slot_of(m.fd, m.key);
     while (index_[t] != last + 1)
       t = (t + 1) & mask;
     index_[t] = static_cast<uint32_t>(pos + 1);
-    regs_[pos] = regs_[last];
+    std::swap(regs_[pos], regs_[last]);
+    regs_[pos]->pos = static_cast<uint32_t>(pos);
   }
   regs_.pop_back();
-  if (cursor_ > regs_.size()) cursor_ = 0;
 }
 
 void Regs::clear() {
+  for (auto& r : regs_)
+    detach(*r);
   regs_.clear();
   index_.clear();
   n_user_ = n_user_out_ = 0;
-  cursor_ = 0;
 }
 
 void Regs::set_src(Reg* r, stream::ReadySource* src) {
@@ -134,14 +147,20 @@ void Regs::set_src(Reg* r, stream::ReadySource* src) {
     else
       --n_user_;
   }
-  if (src && src != r->src) {
+  const bool fresh = src && src != r->src;
+  if (fresh) {
     // A new source: its first look reports the current level (the kernel
     // registration it replaces may have had an event queued).
     r->edge_pending = true;
     r->excl_owned = true;
   }
-  r->src = src;
+  if (src != r->src) {
+    detach(*r);
+    r->src = src;
+    if (src) src->watch(*r);
+  }
   if (user_out(*r)) ++n_user_out_;
+  if (fresh) link(*r);
 }
 
 void Regs::rearm(Reg* r, uint32_t events, uint64_t data) {
@@ -152,6 +171,47 @@ void Regs::rearm(Reg* r, uint32_t events, uint64_t data) {
   r->armed = true;
   r->edge_pending = true;
   r->excl_owned = true;
+  link(*r); // ADD/MOD: the current level is looked at once
+}
+
+void Regs::link_locked(Reg& r) {
+  XP_ASSERT_HELD(ready_mu_);
+  if (r.src != nullptr && !r.ready_hook.is_linked()) ready_.push_back(r);
+}
+
+void Regs::link(Reg& r) {
+  std::lock_guard<std::mutex> g(ready_mu_);
+  link_locked(r);
+}
+
+void Regs::relink_all() {
+  uint32_t gen = stream::wake::all_gen();
+  if (gen == all_seen_) return;
+  all_seen_ = gen;
+  std::lock_guard<std::mutex> g(ready_mu_);
+  for (auto& r : regs_)
+    link_locked(*r);
+}
+
+size_t Regs::ready_len() {
+  std::lock_guard<std::mutex> g(ready_mu_);
+  return static_cast<size_t>(std::distance(ready_.begin(), ready_.end()));
+}
+
+bool Regs::keep_linked(const Reg& r) const {
+  short ev = 0;
+  return r.src != nullptr && r.src->kernel_watch(&ev) >= 0;
+}
+
+bool Reg::on_change(bool wake_exclusive) {
+  const bool excl = events & EPOLLEXCLUSIVE;
+  {
+    std::lock_guard<std::mutex> g(owner->ready_mu_);
+    owner->link_locked(*this);
+  }
+  if (excl && !wake_exclusive) return false;
+  bool woke = owner->waker_ && owner->waker_(owner->waker_ctx_);
+  return excl && woke;
 }
 
 uint32_t Regs::check(Reg& r, bool take) {
@@ -183,39 +243,85 @@ uint32_t Regs::check(Reg& r, bool take) {
   return ev;
 }
 
+// check() runs without ready_mu_: a source may tell its watchers from
+// inside ready_gen() (the test sources pump their kernel events there),
+// which takes it.  Each entry is taken off the list while it is looked at;
+// a change meanwhile links it again (on_change), and the look at most once
+// per entry that was listed when it began.
 int Regs::harvest(epoll_event* out, int room, bool* residual) {
   *residual = false;
-  size_t cnt = regs_.size();
-  if (n_user_ == 0 || cnt == 0) return 0;
+  if (n_user_ == 0) return 0;
+  relink_all();
   int n = 0;
-  size_t start = cursor_ < cnt ? cursor_ : 0;
-  for (size_t i = 0; i < cnt; ++i) {
-    size_t pos = start + i < cnt ? start + i : start + i - cnt;
-    Reg& r = regs_[pos];
-    if (r.src == nullptr) continue;
-    if (n < room) {
-      uint32_t ev = check(r, true);
-      if (ev == 0) continue;
+  ReadyList again; // kept entries, to the back once the pass is over
+  size_t todo = ready_len();
+  for (; todo > 0; --todo) {
+    Reg* rp;
+    {
+      std::lock_guard<std::mutex> g(ready_mu_);
+      if (ready_.empty()) break;
+      rp = &ready_.front();
+      ready_.pop_front();
+    }
+    Reg& r = *rp;
+    ++visits_;
+    if (n == room) {
+      bool ready = check(r, false) != 0;
+      std::lock_guard<std::mutex> g(ready_mu_);
+      if (ready) {
+        *residual = true;
+        if (!r.ready_hook.is_linked()) ready_.push_front(r);
+        break;
+      }
+      if (keep_linked(r) && !r.ready_hook.is_linked()) again.push_back(r);
+      continue;
+    }
+    uint32_t ev = check(r, true);
+    bool keep = keep_linked(r);
+    if (ev != 0) {
       out[n].events = ev;
       out[n].data.u64 = r.data;
       ++n;
-      cursor_ = pos + 1;
       // A level-triggered registration stays ready until the application
-      // consumes: other waiters may be told too (the kernel re-queues it).
-      if ((r.events & (EPOLLET | EPOLLONESHOT)) == 0) *residual = true;
-    } else if (check(r, false) != 0) {
-      *residual = true;
-      break;
+      // consumes: other waiters may be told too (the kernel re-queues it, at
+      // the back: round robin among ready ones).
+      if ((r.events & (EPOLLET | EPOLLONESHOT)) == 0) {
+        *residual = true;
+        keep = true;
+      }
+    }
+    if (keep) {
+      std::lock_guard<std::mutex> g(ready_mu_);
+      if (!r.ready_hook.is_linked()) again.push_back(r);
     }
   }
+  std::lock_guard<std::mutex> g(ready_mu_);
+  ready_.splice(ready_.end(), again);
   return n;
 }
 
 bool Regs::reportable() {
   if (n_user_ == 0) return false;
-  for (Reg& r : regs_)
-    if (r.src != nullptr && check(r, false) != 0) return true;
-  return false;
+  relink_all();
+  ReadyList again;
+  bool found = false;
+  for (size_t todo = ready_len(); todo > 0 && !found; --todo) {
+    Reg* rp;
+    {
+      std::lock_guard<std::mutex> g(ready_mu_);
+      if (ready_.empty()) break;
+      rp = &ready_.front();
+      ready_.pop_front();
+    }
+    ++visits_;
+    found = check(*rp, false) != 0;
+    bool keep = found || keep_linked(*rp);
+    std::lock_guard<std::mutex> g(ready_mu_);
+    if (keep && !rp->ready_hook.is_linked()) again.push_back(*rp);
+  }
+  std::lock_guard<std::mutex> g(ready_mu_);
+  ready_.splice(ready_.begin(), again);
+  return found;
 }
 
 int drop_reserved(epoll_event* ev, int n, bool* saw_wake, int* chan_fds, int* nchan) {

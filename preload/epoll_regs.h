@@ -4,8 +4,13 @@
 // EPOLLONESHOT, EPOLLEXCLUSIVE, the requested mask, maxevents, merging with
 // the kernel's events) is unit tested with fake sources.
 #pragma once
+#include <atomic>
+#include <boost/intrusive/list.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
 #include <sys/epoll.h>
 #include <vector>
 
@@ -72,9 +77,18 @@ private:
   std::vector<Claim> claims_; // few: only sockets registered with EPOLLEXCLUSIVE
 };
 
+class Regs;
+
 // One registration, as the kernel keys it: fd number and open file (the
-// socket's record stands for the file).
-struct Reg {
+// socket's record stands for the file).  While in user mode it watches its
+// source (stream::ReadyWatch) and sits on the set's ready list whenever it
+// may have something to report (Regs).
+struct Reg final : stream::ReadyWatch {
+  bool on_change(bool wake_exclusive) override;
+  Regs* owner = nullptr;
+  uint32_t pos = 0; // index in the owner's table
+  boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>
+      ready_hook;
   int fd = -1;
   const void* key = nullptr;
   uint32_t events = 0; // as the application asked, flags included
@@ -93,13 +107,41 @@ struct Reg {
   uint32_t excl_gen = 0;    // EPOLLEXCLUSIVE: generation last claimed (or lost)
 };
 
+// A set's registrations, with its ready list as the kernel keeps one
+// (fs/eventpoll.c's rdllist): a user-mode registration is linked there when
+// its source tells of a change (Reg::on_change, from whichever thread made
+// it), when it enters user mode, and on ADD/MOD; harvest() looks only at
+// the list, re-checks each entry, keeps a level-triggered one while it is
+// ready and unlinks the others, so a wait costs what changed, not how many
+// members there are.  An entry whose source reads a kernel socket
+// (ReadySource::kernel_watch: its readiness changes with nobody telling)
+// stays linked; after a change announced without a source
+// (stream::wake::all_gen()) every user-mode registration is linked again.
+//
+// Lock rules: everything but on_change() runs under the owner's lock (the
+// epoll set's mu; the unit tests have one thread).  The ready list has its
+// own lock, ready_mu_, the innermost: on_change() takes it with the
+// source's watch lock held, and every other function here takes it inside
+// the owner's lock.  The waker runs with the source's watch lock held and
+// no other (it must not take the owner's lock).
 class Regs {
 public:
   explicit Regs(ExclusiveClaims* claims) : claims_(claims) {}
   Regs(const Regs&) = delete;
   Regs& operator=(const Regs&) = delete;
+  ~Regs() { clear(); }
 
-  // Pointers stay valid until the next insert or erase.
+  // Told when an entry is linked by its source's change: wakes the set's
+  // sleepers; returns whether there were any.
+  using Waker = bool (*)(void* ctx);
+  void set_waker(Waker fn, void* ctx) {
+    waker_ = fn;
+    waker_ctx_ = ctx;
+  }
+
+  void reset_locks() { new (&ready_mu_) std::mutex; } // fork child: one thread
+
+  // Pointers stay valid until the registration is erased.
   Reg* find(int fd, const void* key);
   Reg* insert(const Reg& r); // the caller made sure (fd, key) is absent
   void erase(Reg* r);
@@ -109,7 +151,7 @@ public:
   // User-mode registrations that ask for EPOLLOUT: a sleeper on the set may
   // wait for room to send (stream::engine::room_wait_enter).
   uint32_t user_out_count() const { return n_user_out_; }
-  Reg& at(size_t i) { return regs_[i]; }
+  Reg& at(size_t i) { return *regs_[i]; }
 
   // Enter user mode (src non-null, the kernel holds the stand-in) or leave it.
   void set_src(Reg* r, stream::ReadySource* src);
@@ -128,21 +170,52 @@ public:
   int harvest(epoll_event* out, int room, bool* residual);
   // Whether harvest would report anything now (consumes nothing).
   bool reportable();
+  // Calls fn(Reg&) for each entry of the ready list (which holds every
+  // user-mode registration whose source reads a kernel socket).
+  template <class Fn> void for_each_ready(Fn fn) {
+    std::lock_guard<std::mutex> g(ready_mu_);
+    for (Reg& r : ready_)
+      fn(r);
+  }
+  // Registrations looked at by harvest() and reportable(), in all (tests:
+  // a wait costs what changed).
+  uint64_t visits() const { return visits_; }
+  size_t ready_len();
 
 private:
+  friend struct Reg;
+  // Links r (if it is in user mode and not linked yet).  Under ready_mu_.
+  void link_locked(Reg& r);
+  void link(Reg& r);
+  // After a change announced to all: every user-mode registration.
+  void relink_all();
+  void detach(Reg& r); // stops watching its source, leaves the ready list
+  bool keep_linked(const Reg& r) const;
   size_t slot_of(int fd, const void* key) const;
   void index_put(uint32_t pos);
   void index_del(size_t slot);
   void grow();
 
   ExclusiveClaims* claims_;
-  std::vector<Reg> regs_;
+  std::vector<std::unique_ptr<Reg>> regs_; // owned one by one: hooks and pointers stay put
+  using ReadyList = boost::intrusive::list<
+      Reg,
+      boost::intrusive::member_hook<Reg,
+                                    boost::intrusive::list_member_hook<
+                                        boost::intrusive::link_mode<boost::intrusive::safe_link>>,
+                                    &Reg::ready_hook>,
+      boost::intrusive::constant_time_size<false>>;
+  std::mutex ready_mu_;
+  ReadyList ready_;
+  Waker waker_ = nullptr;
+  void* waker_ctx_ = nullptr;
+  uint32_t all_seen_ = 0; // stream::wake::all_gen() when everything was last linked
+  uint64_t visits_ = 0;
   std::vector<uint32_t> index_; // open addressing, linear probing: position + 1, 0 = empty
   static bool user_out(const Reg& r) {
     return r.src != nullptr && (r.events & (EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND));
   }
   uint32_t n_user_ = 0, n_user_out_ = 0;
-  size_t cursor_ = 0;
 };
 
 // Drops xpress's own entries (kWakeData, kShadowData, channels) from

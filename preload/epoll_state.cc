@@ -7,10 +7,12 @@
 #include <pthread.h>
 #include <vector>
 
+#include "common/lock_check.h"
 #include "preload/boundary.h"
 #include "preload/epoll_internal.h"
 #include "preload/readiness.h"
 #include "stream/ready_source.h"
+#include "stream/wake.h"
 
 namespace xp::epoll {
 
@@ -64,6 +66,18 @@ private:
   std::vector<SocketRecord*> recs_;
   std::vector<EpollState*> states_;
 };
+
+// A member's change linked it on e's ready list (Reg::on_change, under the
+// member's watch lock, not e->mu): wake e's sleepers, which registered
+// under e's own key (epoll_wait.cc, WakeList).  seq_cst: pairs with a
+// sleeper's count-then-look (its look at the ready list takes the list's
+// lock after the count went up).
+bool wake_set(void* ctx) {
+  auto* e = static_cast<EpollState*>(ctx);
+  if (e->keyed.load(std::memory_order_seq_cst) == 0) return false;
+  stream::wake::notify_set(e);
+  return true;
+}
 
 void sync_user(EpollState* e, uint32_t before) {
   uint32_t now = e->regs.user_count();
@@ -284,6 +298,7 @@ StateRef ensure_state(int epfd) {
     if (e == nullptr) return {};
     e->next = nullptr;
     e->epfd = epfd;
+    e->regs.set_waker(wake_set, e);
     e->names.store(1, std::memory_order_relaxed);
     e->refs.store(2, std::memory_order_relaxed); // the slot's and the caller's
     link(e);
@@ -339,28 +354,30 @@ void settle(EpollState* e, bool residual, bool drained) {
 }
 
 void watch_kernel_members(EpollState* e) {
+  XP_ASSERT_HELD(e->mu);
   if (e->epfd < 0) return;
-  for (size_t i = 0; i < e->regs.size(); ++i) {
-    Reg& r = e->regs.at(i);
+  // Such members stay on the ready list (Regs::keep_linked): the list, not
+  // every member, is looked through.
+  e->regs.for_each_ready([e](Reg& r) {
     // An orphan's number was closed (another fd keeps the socket): it may
     // name another file by now, whose registration a MOD would overwrite.
     if (r.src == nullptr || !r.shadow || !r.armed || r.orphan || (r.events & EPOLLEXCLUSIVE))
-      continue;
+      return;
     short ev = 0;
-    if (r.src->kernel_watch(&ev) < 0) continue;
+    if (r.src->kernel_watch(&ev) < 0) return;
     // Input only: the kernel re-checks a registration's level on MOD, so
     // a writable socket, or unread bytes under EPOLLET, would fire at once
     // and wake the sleeper for nothing, over and over.
     constexpr uint32_t kInput = EPOLLIN | EPOLLRDNORM | EPOLLPRI | EPOLLRDHUP;
     uint32_t bits = static_cast<uint16_t>(ev) & r.events & kInput;
-    if (bits == 0) continue;
+    if (bits == 0) return;
     pollfd p{r.fd, static_cast<short>(bits), 0};
-    if (XP_REAL(poll, &p, 1, 0) != 0) continue; // input there already: the relay tells
+    if (XP_REAL(poll, &p, 1, 0) != 0) return; // input there already: the relay tells
     epoll_event k;
     k.events = bits | EPOLLET | EPOLLONESHOT;
     k.data.u64 = kShadowData;
     real_ctl(e->epfd, EPOLL_CTL_MOD, r.fd, &k);
-  }
+  });
 }
 
 void consume_wake(EpollState* e) {
@@ -553,6 +570,7 @@ void atfork_child() {
   claims().reset_lock();
   for (EpollState* e = g_list; e; e = e->next) {
     new (&e->mu) std::mutex;
+    e->regs.reset_locks();
     // The parent's sleepers' completion fds stay in the kernel set, which
     // parent and child share: the parent takes them out.  Forgotten here,
     // so the child never removes one a parent's sleeper waits on.

@@ -107,17 +107,19 @@ int validate_kids(EpollState* e, epoll_event* ev, int n) {
 
 // The wake eventfds of e and of the sets nested in it that have user-mode
 // members: registered as sleepers while a thread waits in the kernel on e.
-// A set with few members is registered under the keys of its user-mode
-// ones, so that other connections' changes do not wake it (a server whose
-// workers each wait on their own set: every answer woke all of them); its
-// `keyed` count makes a member that enters user mode meanwhile wake it.
+// A set is registered under its own key, whatever its number of members:
+// a member's change reaches it through the set's ready list (Reg::on_change
+// wakes the set's sleepers, wake_set), so that other connections' changes
+// do not wake it (a server whose workers each wait on their own set: every
+// answer woke all of them).  Its `keyed` count says it has such sleepers,
+// and makes a member that enters user mode meanwhile wake them.
 struct WakeList {
   static constexpr int kCap = 8;
-  static constexpr size_t kKeyedRegs = 64; // members looked through, at most
+  static constexpr size_t kKeyedRegs = 64; // ChanWait: members looked through, at most
   int fds[kCap];
   EpollState* sets[kCap];
-  const void* keys[kCap][stream::wake::kMaxWatchKeys];
-  int nkeys[kCap]; // 0: registered for anything
+  const void* keys[kCap];
+  bool keyed[kCap]; // false: registered for anything
   int n = 0;
   bool complete = true; // every set that needs one has one, and it fitted
   bool by_key = true;   // false: all for anything (a poll() over epoll sets)
@@ -128,8 +130,9 @@ struct WakeList {
       room = room || e->regs.user_out_count() != 0;
       if (e->wake_in_kernel && n < kCap) {
         sets[n] = e;
-        nkeys[n] = by_key ? member_keys(e, keys[n]) : 0;
-        if (nkeys[n] > 0) {
+        keys[n] = e;
+        keyed[n] = by_key;
+        if (by_key) {
           e->keyed.fetch_add(1, std::memory_order_relaxed);
           watch_kernel_members(e);
         }
@@ -143,24 +146,11 @@ struct WakeList {
     for (int i = 0; i < kids.n; ++i)
       if (active(kids.k[i].child, depth + 1)) collect(kids.k[i].child, depth + 1);
   }
-  // Under e->mu: the sources of e's user-mode members, or 0 when there are
-  // too many to wait for by key.
-  static int member_keys(EpollState* e, const void** out) {
-    const uint32_t nu = e->regs.user_count();
-    if (nu == 0 || nu > static_cast<uint32_t>(stream::wake::kMaxWatchKeys) ||
-        e->regs.size() > kKeyedRegs)
-      return 0;
-    int k = 0;
-    for (size_t i = 0; i < e->regs.size() && k < static_cast<int>(nu); ++i)
-      if (const Reg& r = e->regs.at(i); r.src != nullptr) out[k++] = r.src;
-    return k == static_cast<int>(nu) ? k : 0;
-  }
   bool add(int i) const {
-    return nkeys[i] > 0 ? stream::wake::add_watch(fds[i], keys[i], nkeys[i])
-                        : stream::wake::add(fds[i]);
+    return keyed[i] ? stream::wake::add_watch(fds[i], &keys[i], 1) : stream::wake::add(fds[i]);
   }
   void unkey(int i) const {
-    if (nkeys[i] == 0) return;
+    if (!keyed[i]) return;
     std::lock_guard<std::mutex> l(sets[i]->mu);
     sets[i]->keyed.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -4,11 +4,36 @@
 // tells the truth about it (its bytes arrive over the channel), so the
 // readiness layer asks the connection instead of the kernel.
 #pragma once
+#include <atomic>
+#include <boost/intrusive/list.hpp>
 #include <cstdint>
 
 namespace xp::stream {
 
 struct Channel;
+
+// One watcher of a source's readiness, as the kernel's epoll entry on a
+// socket's wait queue: an epoll set's registration of the socket
+// (preload/epoll_regs.h), linked into the source's list while the set
+// watches it, so that a change reaches only the sets that watch the socket.
+class ReadyWatch : public boost::intrusive::list_base_hook<
+                       boost::intrusive::link_mode<boost::intrusive::safe_link>> {
+public:
+  // The source's readiness changed (ReadySource::tell_watchers).  Called
+  // with the source's watch lock held: it may take only locks that are
+  // never held while calling watch()/unwatch() of a source (the set's ready
+  // list lock, wake's bucket locks).  wake_exclusive false: an EPOLLEXCLUSIVE
+  // watcher already woke a sleeper for this change (the kernel wakes one),
+  // so an exclusive one only queues it.  Returns true when it is exclusive
+  // and woke a sleeper.
+  virtual bool on_change(bool wake_exclusive) = 0;
+
+protected:
+  ReadyWatch() = default;
+  ReadyWatch(const ReadyWatch&) : ReadyWatch() {} // a copy is not linked
+  ReadyWatch& operator=(const ReadyWatch&) { return *this; }
+  ~ReadyWatch() = default;
+};
 
 class ReadySource {
 public:
@@ -38,8 +63,28 @@ public:
   // fd itself (stream/channel_sleep.h).
   virtual Channel* sleep_channel() const { return nullptr; }
 
+  // Watchers (stream/wake.cc).  Lock rules: each source's list is guarded
+  // by a watch lock (one of a fixed set of striped mutexes, re-made in a
+  // fork child), taken inside any lock of the watcher's owner (an epoll
+  // set's mu) and outside the locks on_change() takes.  watch/unwatch take
+  // it; tell_watchers() takes it only when the list is not empty.
+  void watch(ReadyWatch& w);
+  void unwatch(ReadyWatch& w); // w is in this source's list, or in none
+  // A readiness change: every watcher is told, in the order they came.
+  // wake::notify(source) calls it; one load when nobody watches.
+  void tell_watchers() const;
+  uint32_t watchers() const { return n_watchers_.load(std::memory_order_relaxed); }
+
 protected:
+  ReadySource() = default;
+  ReadySource(const ReadySource&) = delete;
+  ReadySource& operator=(const ReadySource&) = delete;
   ~ReadySource() = default;
+
+private:
+  using WatchList = boost::intrusive::list<ReadyWatch, boost::intrusive::constant_time_size<false>>;
+  mutable WatchList watchers_;
+  std::atomic<uint32_t> n_watchers_{0};
 };
 
 // The readiness layer installs this; the stream layer calls it (from any

@@ -28,6 +28,53 @@ void notify_mode(int fd, ReadySource* now) {
   if (ModeHook h = g_mode_hook.load(std::memory_order_acquire)) h(fd, now);
 }
 
+namespace {
+// The watch locks: a source's list is guarded by the stripe its address
+// hashes to (a mutex per source would have to be re-made in a fork child,
+// and there is no list of every source to do it from).
+constexpr int kWatchStripes = 64;
+std::mutex g_watch_mu[kWatchStripes];
+std::mutex& watch_mu_of(const ReadySource* s) {
+  auto k = reinterpret_cast<uintptr_t>(s);
+  return g_watch_mu[((k >> 6) ^ (k >> 12)) & (kWatchStripes - 1)];
+}
+} // namespace
+
+void ReadySource::watch(ReadyWatch& w) {
+  std::lock_guard<std::mutex> g(watch_mu_of(this));
+  watchers_.push_back(w);
+  // seq_cst: the watcher's owner looks at the readiness after this, and
+  // tell_watchers() loads the count after a change behind a seq_cst fence:
+  // either the owner sees the change or the change sees the watcher.
+  n_watchers_.fetch_add(1, std::memory_order_seq_cst);
+}
+
+void ReadySource::unwatch(ReadyWatch& w) {
+  std::lock_guard<std::mutex> g(watch_mu_of(this));
+  if (!w.is_linked()) return; // the source's end unlinked it (tests' sources go first)
+  watchers_.erase(watchers_.iterator_to(w));
+  n_watchers_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void ReadySource::tell_watchers() const {
+  std::atomic_thread_fence(std::memory_order_seq_cst); // pairs with watch()
+  if (n_watchers_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> g(watch_mu_of(this));
+  bool exclusive_woken = false;
+  for (ReadyWatch& w : watchers_)
+    if (w.on_change(!exclusive_woken)) exclusive_woken = true;
+}
+
+namespace {
+void atfork_child_watch() {
+  for (std::mutex& m : g_watch_mu)
+    new (&m) std::mutex;
+}
+__attribute__((constructor)) void install_watch_atfork() {
+  pthread_atfork(nullptr, nullptr, atfork_child_watch);
+}
+} // namespace
+
 namespace wake {
 namespace {
 
@@ -67,6 +114,9 @@ std::atomic<int> g_any{0};
 std::atomic<int> g_bucket[kKeyBuckets];
 // Registrations of watchers, keyed or not (any_sleepers()).
 std::atomic<int> g_watchers{0};
+// notify() calls without a key (a change of any connection): a watcher
+// that keeps a list of what changed looks at everything again (all_gen()).
+std::atomic<uint32_t> g_all_gen{0};
 std::atomic<uint64_t> g_scans{0};   // notify() calls that took a lock (tests)
 std::atomic<uint64_t> g_visited{0}; // registrations they looked at (tests)
 
@@ -275,6 +325,20 @@ void remove(int efd) {
 }
 
 void notify(const void* key) {
+  // A connection's key is its ReadySource (wake.h): its epoll sets queue it
+  // on their ready lists and wake their own sleepers (notify_set).
+  if (key != nullptr)
+    static_cast<const ReadySource*>(key)->tell_watchers();
+  else
+    g_all_gen.fetch_add(1, std::memory_order_seq_cst);
+  notify_set(key);
+}
+
+uint32_t all_gen() {
+  return g_all_gen.load(std::memory_order_seq_cst);
+}
+
+void notify_set(const void* key) {
   // Pairs with add(): a change published before this load is seen by any
   // sleeper that registered after it.
   std::atomic_thread_fence(std::memory_order_seq_cst);

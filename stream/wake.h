@@ -34,7 +34,16 @@ void remove(int efd);
 // null: every sleeper).  One relaxed load when nobody sleeps; three, and no
 // lock, when nobody waits for key or for anything; else the registrations
 // of key's bucket and those for anything, not every registration.
+// A connection's key (a ReadySource) also tells the source's watchers
+// (ReadySource::tell_watchers: its epoll sets' ready lists); no key also
+// moves all_gen().
 void notify(const void* key = nullptr);
+// The same without telling watchers: key is not a connection (an epoll
+// set's own key, under which its sleepers register, preload/epoll_wait.cc).
+void notify_set(const void* key);
+// Moves with every notify() without a key: a change nobody said whose it
+// was, after which a ready list is not enough (everything is looked at).
+uint32_t all_gen();
 // Some thread sleeps (or is about to) as a watcher: a poll, select or
 // epoll_wait over user-mode fds, waiting for anything or for the keys of
 // add_watch().  Such a sleeper learns of its bytes only

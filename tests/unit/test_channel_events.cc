@@ -189,14 +189,14 @@ TEST_CASE("wake: a registered sleeper that polls itself does not write its own e
   pollfd p{efd, POLLIN, 0};
   {
     wake::SelfAwake awake;
-    wake::notify(&key); // not started: the thread may be someone else's sleeper
+    wake::notify_set(&key); // not started: the thread may be someone else's sleeper
     CHECK(poll(&p, 1, 0) == 1);
     wake::drain(efd);
     awake.start();
-    wake::notify(&key);
+    wake::notify_set(&key);
     CHECK(poll(&p, 1, 0) == 0);
   }
-  wake::notify(&key); // after the call: written again
+  wake::notify_set(&key); // after the call: written again
   CHECK(poll(&p, 1, 0) == 1);
   wake::remove(efd);
   wake::drain(efd);
@@ -215,7 +215,7 @@ TEST_CASE("wake: notify takes no lock when nobody waits for its key or for anyth
   for (size_t off = 64; off < sizeof keys && other == nullptr; off += 64) {
     REQUIRE(wake::add(b, &keys[off]));
     uint64_t before = wake::scans_for_tests();
-    wake::notify(mine);
+    wake::notify_set(mine);
     if (wake::scans_for_tests() == before)
       other = &keys[off];
     else
@@ -226,28 +226,28 @@ TEST_CASE("wake: notify takes no lock when nobody waits for its key or for anyth
   // Only a sleeper for another connection: no scan, no write.
   uint64_t s0 = wake::scans_for_tests();
   for (int i = 0; i < 100; ++i)
-    wake::notify(mine);
+    wake::notify_set(mine);
   CHECK(wake::scans_for_tests() == s0);
   CHECK(poll(p, 2, 0) == 0);
   // Its own key still wakes it, and a sleeper for this key is woken.
-  wake::notify(other);
+  wake::notify_set(other);
   CHECK(poll(&p[1], 1, 0) == 1);
   wake::drain(b);
   REQUIRE(wake::add(a, mine));
-  wake::notify(mine);
+  wake::notify_set(mine);
   CHECK(poll(&p[0], 1, 0) == 1);
   CHECK(poll(&p[1], 1, 0) == 0); // the other connection's sleeper slept on
   wake::drain(a);
   wake::remove(a);
   // A sleeper for anything (poll, select, epoll) is woken by every key.
   REQUIRE(wake::add(a));
-  wake::notify(mine);
+  wake::notify_set(mine);
   CHECK(poll(&p[0], 1, 0) == 1);
   wake::drain(a);
   wake::remove(a);
   // Removed: back to no scan.
   s0 = wake::scans_for_tests();
-  wake::notify(mine);
+  wake::notify_set(mine);
   CHECK(wake::scans_for_tests() == s0);
   // notify() without a key wakes every sleeper.
   wake::notify();
@@ -612,7 +612,7 @@ TEST_CASE("wake: notify looks only at the sleepers of its key, however many slee
   CHECK(ready.load() == kThreads); // every registration fitted
   const void* one = &keys[(5 * kKeys + 7) * 64];
   uint64_t v0 = wake::visited_for_tests();
-  wake::notify(one);
+  wake::notify_set(one);
   uint64_t visited = wake::visited_for_tests() - v0;
   pollfd p{efds[5], POLLIN, 0};
   CHECK(poll(&p, 1, 0) == 1); // its sleeper was woken
@@ -648,14 +648,14 @@ TEST_CASE("wake: a sleeper's remove leaves another thread's registration of the 
   REQUIRE(step.load() == 1);
   REQUIRE(wake::add(efd, key));
   wake::remove(efd); // this thread woke and left
-  wake::notify(key);
+  wake::notify_set(key);
   pollfd p{efd, POLLIN, 0};
   CHECK(poll(&p, 1, 0) == 1); // the other thread's registration wrote it
   step.store(2);
   while (step.load() != 3)
     std::this_thread::yield();
   wake::drain(efd);
-  wake::notify(key); // both gone now
+  wake::notify_set(key); // both gone now
   CHECK(poll(&p, 1, 0) == 0);
   other.join();
   close(efd);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "preload/epoll_regs.h"
+#include "stream/wake.h"
 
 using namespace xp;
 using namespace xp::epoll;
@@ -20,10 +21,12 @@ class FakeSource final : public stream::ReadySource {
 public:
   uint32_t ready_events() const override { return ev; }
   uint32_t ready_gen(uint32_t) const override { return gen; }
-  // A new readiness event: level `now`, new generation.
+  // A new readiness event: level `now`, new generation, told to the
+  // watchers as the stream layer does (wake::notify(conn)).
   void event(uint32_t now) {
     ev = now;
     ++gen;
+    tell_watchers();
   }
   uint32_t ev = 0;
   uint32_t gen = 0;
@@ -304,4 +307,102 @@ TEST_CASE("epoll regs: xpress's own kernel entries are dropped, same data is mer
   CHECK(events_of(m[0]) == (EPOLLIN | EPOLLRDHUP));
   CHECK(events_of(m[1]) == (EPOLLIN | EPOLLOUT));
   CHECK(data_of(m[2]) == 30);
+}
+
+namespace {
+struct WakeCount {
+  int wakes = 0;
+  bool sleepers = true;
+  static bool wake(void* ctx) {
+    auto* w = static_cast<WakeCount*>(ctx);
+    if (!w->sleepers) return false;
+    ++w->wakes;
+    return true;
+  }
+};
+} // namespace
+
+TEST_CASE("epoll regs: a wait looks at what changed, not at every member") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  WakeCount wc;
+  regs.set_waker(WakeCount::wake, &wc);
+  constexpr int kMembers = 1000;
+  std::vector<FakeSource> src(kMembers);
+  std::vector<int> keys(kMembers);
+  for (int i = 0; i < kMembers; ++i)
+    add(regs, 100 + i, &keys[static_cast<size_t>(i)], EPOLLIN, static_cast<uint64_t>(i),
+        &src[static_cast<size_t>(i)]);
+  CHECK(wait(regs, 16).empty()); // ADD looks at each once
+  CHECK(regs.ready_len() == 0);
+  CHECK(wc.wakes == 0); // ADD and MOD wake through the kernel (raise_level), not the waker
+  src[617].event(EPOLLIN);
+  CHECK(wc.wakes == 1); // the set's sleepers, once
+  CHECK(regs.ready_len() == 1);
+  uint64_t before = regs.visits();
+  auto ev = wait(regs, 16);
+  REQUIRE(ev.size() == 1);
+  CHECK(data_of(ev[0]) == 617);
+  CHECK(regs.visits() - before <= 2);
+  // Level-triggered: stays listed while ready; leaves once consumed.
+  src[617].ev = 0;
+  before = regs.visits();
+  CHECK(wait(regs, 16).empty());
+  CHECK(regs.visits() - before <= 2);
+  CHECK(regs.ready_len() == 0);
+  // Erased members leave the source's list and the ready list.
+  src[5].event(EPOLLIN);
+  CHECK(regs.ready_len() == 1);
+  regs.erase(regs.find(105, &keys[5]));
+  CHECK(regs.ready_len() == 0);
+  CHECK(src[5].watchers() == 0);
+  CHECK(src[6].watchers() == 1);
+  regs.clear();
+  CHECK(src[6].watchers() == 0);
+}
+
+TEST_CASE("epoll regs: EPOLLEXCLUSIVE wakes one set's sleepers, queues on all") {
+  ClaimTable claims;
+  Regs one(&claims), two(&claims);
+  WakeCount w1, w2;
+  one.set_waker(WakeCount::wake, &w1);
+  two.set_waker(WakeCount::wake, &w2);
+  FakeSource s;
+  add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
+  add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).empty());
+  s.event(EPOLLIN);
+  CHECK(w1.wakes + w2.wakes == 1);
+  CHECK(one.ready_len() == 1);
+  CHECK(two.ready_len() == 1);
+  // A set nobody sleeps on is passed over for one with sleepers.
+  w1.sleepers = false;
+  s.event(EPOLLIN);
+  CHECK(w2.wakes == (w1.wakes == 1 ? 1 : 2));
+  // Not exclusive: every watching set is woken.
+  Regs three(&claims);
+  WakeCount w3;
+  three.set_waker(WakeCount::wake, &w3);
+  FakeSource t;
+  add(one, 6, &sock_b, EPOLLIN, 1, &t);
+  add(three, 6, &sock_b, EPOLLIN, 3, &t);
+  int before = w3.wakes;
+  t.event(EPOLLIN);
+  CHECK(w3.wakes == before + 1);
+}
+
+TEST_CASE("epoll regs: a change announced without a source relists every member") {
+  ClaimTable claims;
+  Regs regs(&claims);
+  FakeSource s, t;
+  add(regs, 5, &sock_a, EPOLLIN, 1, &s);
+  add(regs, 6, &sock_b, EPOLLIN, 2, &t);
+  CHECK(wait(regs, 4).empty());
+  t.ev = EPOLLIN; // changed, nobody told its watchers
+  CHECK(wait(regs, 4).empty());
+  stream::wake::notify(); // a change of any connection (a mode change, a failure)
+  auto ev = wait(regs, 4);
+  REQUIRE(ev.size() == 1);
+  CHECK(data_of(ev[0]) == 2);
 }
