@@ -191,6 +191,7 @@ public:
   bool handed_over = false;
   std::atomic<bool> fork_claim{false};
   uint64_t claim_next_ms = 0, claim_since_ticks = 0;
+  pid_t claim_parent = 0; // the process that forked (fork_share::parent_unseen)
   uint32_t claim_delay_ms = 0;
   // At the fork (before_fork): the kernel's counts of bytes written and
   // read on the socket, and the session's (kernel_counts_match).

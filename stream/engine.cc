@@ -118,7 +118,7 @@ bool start_for_claim(Conn* c) {
   // A process with an engine of its own now: its exit ends its streams
   // (stream/exit.cc), and its new connections may use it too.
   g_state.forked_child = false;
-  wake::set_no_waker(false);
+  if (!g_state.inherited_user_mode) wake::set_no_waker(false);
   watch_tcp(c);
   return true;
 }

@@ -127,6 +127,7 @@ void engine::on_fork_child() {
     // would wait on it), and its queue pair is not ours to use.
     c->ch = nullptr;
     if (c->resumed.load()) {
+      s.inherited_user_mode = true; // served by our calls, unknown to any engine here
       // A resumed stream whose bytes for the kernel were still queued at
       // the fork: the parent sends them; a second copy would duplicate
       // them, so the child's is reset (never shared with the parent).

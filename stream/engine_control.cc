@@ -387,6 +387,11 @@ void fail(Conn* c, Reason why, const char* detail) {
   }
   // Still upgrading: the channel was left above, under its lock.
   if (c->phase.load() != Phase::upgrading) return;
+  to_tcp(c, why);
+}
+
+void to_tcp(Conn* c, Reason why) {
+  XP_ASSERT_HELD(c->mu);
   c->reason = why;
   c->phase.store(Phase::tcp, std::memory_order_release);
   if (!c->closed.load()) {

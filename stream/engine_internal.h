@@ -125,6 +125,10 @@ struct State {
   bool started = false;
   bool used_rdma = false; // librdmacm initialised in this process
   bool forked_child = false;
+  // Fork child: streams inherited in user mode that this process's engine
+  // does not know (resumed or moved ones), so sleepers must keep polling
+  // them (wake::set_no_waker) even once a claim starts an engine here.
+  bool inherited_user_mode = false;
   int epfd = -1, cmdfd = -1;
   verbs::Cm* cm = nullptr;
   std::vector<Conn*> conns; // live connections (one ref each)
@@ -208,6 +212,10 @@ void advance(Conn* c);
 // The engine's edge-triggered watch of c's socket reported `events`.
 void tcp_event(Conn* c, uint32_t events);
 void fail(Conn* c, Reason why, const char* detail = nullptr); // detail: for the debug log
+// c->mu held, nothing moved over RDMA and c off every channel: the kernel
+// serves c from now on (its watch dropped, readiness the kernel's, sleepers
+// told).  fail()'s end, and the fork hand-over's.
+void to_tcp(Conn* c, Reason why);
 // ch->mu held: recompute c's stream readiness; true if something a sleeper
 // may wait for happened (a condition appeared, bytes arrived, the window
 // moved); false if nothing changed or readiness only went away.

@@ -66,9 +66,13 @@ void drop_claim(size_t i) {
 } // namespace
 
 void note_fork_counts(Conn* c) {
+  // Only an accepted connection whose upgrade can start over may be
+  // claimed (keep_for_claim): no other costs the kernel's counts at a fork.
   c->fork_counts = c->role == recover::Role::server && c->share != nullptr &&
+                   c->phase.load() == Phase::upgrading && c->sess.can_hand_over() &&
                    kernel_counts(c->sock(), &c->fork_k_sent, &c->fork_k_read);
   c->claim_since_ticks = fork_share::boot_ticks();
+  c->claim_parent = getpid(); // before_fork runs in the process that forks
   c->fork_s_sent = c->sess.tcp_sent();
   c->fork_s_read = c->sess.tcp_received();
 }
@@ -115,9 +119,7 @@ bool hand_over(Conn* c) {
       }
     c->slot_written = false;
   }
-  c->phase.store(Phase::tcp);
-  c->reason = Reason::shared_by_fork;
-  report(c, Mode::tcp, Reason::shared_by_fork);
+  to_tcp(c, Reason::shared_by_fork);
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: the fork child may upgrade this accepted connection", c->sock());
   return true;
 }
@@ -195,7 +197,7 @@ void tick_claims(uint64_t now) {
     if (ino != 0) {
       const fork_share::Held h =
           fork_share::holders({ino}, static_cast<pid_t>(syscall(SYS_getpid)), c->claim_since_ticks);
-      alone = h.find(ino) == h.end();
+      alone = h.find(ino) == h.end() && !fork_share::parent_unseen(c->claim_parent);
     }
     std::lock_guard<std::mutex> l(g().mu);
     auto& v = claims();

@@ -85,6 +85,16 @@ uint64_t socket_inode(int fd) {
   return static_cast<uint64_t>(st.st_ino);
 }
 
+bool parent_unseen(pid_t parent) {
+  if (parent <= 0 || getppid() != parent) return false; // it exited: we were reparented
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/fd", static_cast<int>(parent));
+  DIR* d = opendir(path);
+  if (d == nullptr) return true;
+  closedir(d);
+  return false;
+}
+
 Held holders(const std::unordered_set<uint64_t>& inos, pid_t self, uint64_t since_ticks) {
   Held out;
   if (inos.empty()) return out;

@@ -37,6 +37,14 @@ uint64_t socket_inode(int fd);
 using Held = std::unordered_map<uint64_t, std::vector<pid_t>>;
 Held holders(const std::unordered_set<uint64_t>& inos, pid_t self, uint64_t since_ticks);
 
+// A fork child's claim (stream/fork_handover.h): true while `parent`, the
+// process that forked it, lives and its fd table cannot be read (the child
+// changed its user, the parent is undumpable, /proc is mounted hidepid).
+// holders() counts an unreadable process only when it started since the
+// fork, which the parent did not, so the child must not take "not seen" for
+// "let go".  The parent is alive while it is still ours (getppid).
+bool parent_unseen(pid_t parent);
+
 // What a scan is to ask (Watch::due), kept to match its answer
 // (Watch::answer) with what changed meanwhile.
 struct Ask {

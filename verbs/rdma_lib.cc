@@ -1,6 +1,7 @@
 #include "verbs/rdma_lib.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -71,7 +72,14 @@ void* load_copy() {
   if (g_cm_path[0] == '\0') return nullptr;
   const int in = static_cast<int>(syscall(SYS_openat, AT_FDCWD, g_cm_path, O_RDONLY | O_CLOEXEC));
   if (in < 0) return nullptr;
-  const int mfd = static_cast<int>(syscall(SYS_memfd_create, "xpress-rdmacm", MFD_CLOEXEC));
+    // MFD_EXEC: under vm.memfd_noexec (Linux 6.3+) a memfd is otherwise not
+    // executable and dlopen would fail; older kernels refuse the flag.
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+  int mfd = static_cast<int>(syscall(SYS_memfd_create, "xpress-rdmacm", MFD_CLOEXEC | MFD_EXEC));
+  if (mfd < 0 && errno == EINVAL)
+    mfd = static_cast<int>(syscall(SYS_memfd_create, "xpress-rdmacm", MFD_CLOEXEC));
   bool ok = mfd >= 0;
   char buf[16384];
   while (ok) {
@@ -86,7 +94,10 @@ void* load_copy() {
     snprintf(p, sizeof p, "/proc/self/fd/%d", mfd);
     h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
   }
-  if (mfd >= 0) syscall(SYS_close, mfd); // the mapping stays
+  // The memfd stays open for the process's life (close-on-exec): the loader
+  // knows the copy by its name, /proc/self/fd/N, and a later dlopen of the
+  // same name (a grandchild's copy, were N free again) would get this one.
+  if (h == nullptr && mfd >= 0) syscall(SYS_close, mfd);
   return h;
 }
 

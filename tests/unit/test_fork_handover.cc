@@ -151,6 +151,6 @@ TEST_CASE("fork hand-over: only before any share crossed, and only once") {
   }
 }
 
-TEST_CASE("fork hand-over: the NAK's reason for a client that knows no code 6") {
+TEST_CASE("fork hand-over: the NAK's reason for a client that knows no code 7") {
   CHECK(nak_reason(static_cast<uint64_t>(NakCode::moved)) == Reason::shared_by_fork);
 }

@@ -321,3 +321,27 @@ TEST_CASE("fork_share: a holder's exit wakes the owner's epoll set, once per arm
   reap(child);
   close(ep);
 }
+
+TEST_CASE("fork_share: a fork child's parent that it cannot look into counts as a holder") {
+  // A claim (stream/fork_handover.h) must not take "fd table unreadable"
+  // for "let go": holders() alone counts an unreadable process only when
+  // it started since the fork, and the parent did not.
+  const pid_t self = getpid();
+  CHECK_FALSE(fork_share::parent_unseen(self)); // not our parent: nothing to say
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 0;
+    if (fork_share::parent_unseen(self)) code |= 1; // readable: the scan saw it
+    if (geteuid() == 0) {
+      // As a fork-per-connection server's child that drops its user.
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(8);
+      if (!fork_share::parent_unseen(self)) code |= 2;
+    }
+    _exit(code);
+  }
+  int st = 0;
+  REQUIRE(waitpid(child, &st, 0) == child);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+}
