@@ -3,19 +3,14 @@
 #include "stream/fork_handover.h"
 
 #include <cstring>
-#include <linux/sockios.h>
-#include <linux/tcp.h>
-#include <netinet/in.h>
-#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
+#include "stream/fork_bytes.h"
 #include "stream/fork_share.h"
-
-using linux_tcp_info = ::tcp_info; // linux/tcp.h: has tcpi_bytes_acked, tcpi_bytes_received
 
 namespace xp::stream::engine {
 namespace {
@@ -31,24 +26,17 @@ std::vector<Conn*>& claims() {
 // still holds the socket: first at once, then doubling up to this.
 constexpr uint32_t kClaimMaxDelayMs = 200;
 
-// The kernel's bytes written (acknowledged plus queued) and read (received
-// less what waits in the receive queue) on fd, by any process.  Read until
-// the counters stand still around the queue sizes.  false: not TCP.
+// The kernel's bytes written and read on fd, by any process
+// (fork_bytes::kernel: false once a FIN crossed, or not TCP); read until two
+// looks agree, so that a segment arriving between a counter and a queue
+// size is counted neither twice nor not at all.
 bool kernel_counts(int fd, uint64_t* sent, uint64_t* read) {
   for (int tries = 0; tries < 4; ++tries) {
-    linux_tcp_info a{}, b{};
-    socklen_t la = sizeof a, lb = sizeof b;
-    int outq = 0, inq = 0;
-    if (syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &a, &la) != 0 ||
-        la < offsetof(linux_tcp_info, tcpi_bytes_received) + sizeof a.tcpi_bytes_received ||
-        syscall(SYS_ioctl, fd, SIOCOUTQ, &outq) != 0 ||
-        syscall(SYS_ioctl, fd, SIOCINQ, &inq) != 0 ||
-        syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &b, &lb) != 0)
-      return false;
-    if (a.tcpi_bytes_acked != b.tcpi_bytes_acked || a.tcpi_bytes_received != b.tcpi_bytes_received)
-      continue;
-    *sent = b.tcpi_bytes_acked + static_cast<uint64_t>(outq);
-    *read = b.tcpi_bytes_received - static_cast<uint64_t>(inq);
+    fork_bytes::Kernel a, b;
+    if (!fork_bytes::kernel(fd, &a) || !fork_bytes::kernel(fd, &b)) return false;
+    if (!(a == b)) continue;
+    *sent = b.written;
+    *read = b.read;
     return true;
   }
   return false;
