@@ -189,7 +189,7 @@ public:
   // over (stream/fork_handover.h): the parent let it go to the child, or
   // this child may upgrade it once no other process holds the socket.
   bool handed_over = false;
-  std::atomic<bool> fork_claim{false};
+  std::atomic<bool> fork_claim{false}; // may claim, not started (the first data call starts it)
   uint64_t claim_next_ms = 0, claim_since_ticks = 0;
   pid_t claim_parent = 0; // the process that forked (fork_share::parent_unseen)
   uint32_t claim_delay_ms = 0;

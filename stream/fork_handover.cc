@@ -153,6 +153,9 @@ void claim_start(Conn* c) {
   }
   c->ref();
   claims().push_back(c);
+  // Started: the data calls stop asking (each took State::mu and scanned
+  // the claims); the engine's tick follows it in claims() from here.
+  c->fork_claim.store(false);
   // The client's own wait (its request at the parent's rendezvous) is
   // XPRESS_HANDSHAKE_TIMEOUT_MS: beyond twice that nobody asks any more.
   c->deadline_ms = now_ms() + 2 * s.p.handshake_timeout_ms;
