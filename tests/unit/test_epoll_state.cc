@@ -17,6 +17,8 @@ using namespace xp::epoll;
 
 namespace {
 
+// Declared before the sets (Regs) that watch it: a set unwatches its
+// members' sources when it is destroyed, so a source must outlive them.
 class FakeSource final : public stream::ReadySource {
 public:
   uint32_t ready_events() const override { return ev; }
@@ -66,9 +68,9 @@ uint64_t data_of(const epoll_event& e) {
 } // namespace
 
 TEST_CASE("epoll regs: level-triggered reports while ready, within the mask") {
+  FakeSource s;
   ClaimTable claims;
   Regs regs(&claims);
-  FakeSource s;
   add(regs, 5, &sock_a, EPOLLIN, 11, &s);
   CHECK(wait(regs, 4).empty());
   CHECK_FALSE(regs.reportable());
@@ -96,9 +98,9 @@ TEST_CASE("epoll regs: level-triggered reports while ready, within the mask") {
 }
 
 TEST_CASE("epoll regs: edge-triggered reports each new event once") {
+  FakeSource s;
   ClaimTable claims;
   Regs regs(&claims);
-  FakeSource s;
   s.event(EPOLLOUT);
   add(regs, 7, &sock_a, EPOLLIN | EPOLLOUT | EPOLLET, 1, &s);
   auto ev = wait(regs, 4); // ADD: the current level once
@@ -129,9 +131,9 @@ TEST_CASE("epoll regs: edge-triggered reports each new event once") {
 }
 
 TEST_CASE("epoll regs: EPOLLONESHOT disarms after a report until re-armed") {
+  FakeSource s;
   ClaimTable claims;
   Regs regs(&claims);
-  FakeSource s;
   Reg* r = add(regs, 3, &sock_a, EPOLLIN | EPOLLONESHOT, 3, &s);
   CHECK(wait(regs, 1).empty()); // not ready: stays armed
   s.event(EPOLLIN);
@@ -150,9 +152,10 @@ TEST_CASE("epoll regs: EPOLLONESHOT disarms after a report until re-armed") {
 }
 
 TEST_CASE("epoll regs: maxevents, round robin and kernel-mode registrations") {
+  FakeSource s[5];
+  FakeSource x, y;
   ClaimTable claims;
   Regs regs(&claims);
-  FakeSource s[5];
   for (int i = 0; i < 5; ++i) {
     s[i].event(EPOLLOUT);
     add(regs, 10 + i, &s[i], EPOLLOUT, static_cast<uint64_t>(100 + i), &s[i]);
@@ -177,7 +180,6 @@ TEST_CASE("epoll regs: maxevents, round robin and kernel-mode registrations") {
   }
   // One that did not fit counts as residual even for one-shot ones.
   Regs one(&claims);
-  FakeSource x, y;
   x.event(EPOLLIN);
   y.event(EPOLLIN);
   add(one, 1, &x, EPOLLIN | EPOLLONESHOT, 1, &x);
@@ -190,9 +192,9 @@ TEST_CASE("epoll regs: maxevents, round robin and kernel-mode registrations") {
 }
 
 TEST_CASE("epoll regs: leaving and entering user mode") {
+  FakeSource s, t;
   ClaimTable claims;
   Regs regs(&claims);
-  FakeSource s, t;
   s.event(EPOLLIN);
   Reg* r = add(regs, 4, &sock_a, EPOLLIN | EPOLLET, 1, &s);
   CHECK(wait(regs, 2).size() == 1);
@@ -207,9 +209,9 @@ TEST_CASE("epoll regs: leaving and entering user mode") {
 }
 
 TEST_CASE("epoll regs: EPOLLEXCLUSIVE gives each event to one set") {
+  FakeSource s;
   ClaimTable claims;
   Regs one(&claims), two(&claims);
-  FakeSource s;
   add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
   add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
   CHECK(wait(one, 1).empty());
@@ -323,12 +325,12 @@ struct WakeCount {
 } // namespace
 
 TEST_CASE("epoll regs: a wait looks at what changed, not at every member") {
+  constexpr int kMembers = 1000;
+  std::vector<FakeSource> src(kMembers);
   ClaimTable claims;
   Regs regs(&claims);
   WakeCount wc;
   regs.set_waker(WakeCount::wake, &wc);
-  constexpr int kMembers = 1000;
-  std::vector<FakeSource> src(kMembers);
   std::vector<int> keys(kMembers);
   for (int i = 0; i < kMembers; ++i)
     add(regs, 100 + i, &keys[static_cast<size_t>(i)], EPOLLIN, static_cast<uint64_t>(i),
@@ -362,12 +364,13 @@ TEST_CASE("epoll regs: a wait looks at what changed, not at every member") {
 }
 
 TEST_CASE("epoll regs: EPOLLEXCLUSIVE wakes one set's sleepers, queues on all") {
+  FakeSource s;
+  FakeSource t;
   ClaimTable claims;
   Regs one(&claims), two(&claims);
   WakeCount w1, w2;
   one.set_waker(WakeCount::wake, &w1);
   two.set_waker(WakeCount::wake, &w2);
-  FakeSource s;
   add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
   add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
   CHECK(wait(one, 1).empty());
@@ -384,7 +387,6 @@ TEST_CASE("epoll regs: EPOLLEXCLUSIVE wakes one set's sleepers, queues on all") 
   Regs three(&claims);
   WakeCount w3;
   three.set_waker(WakeCount::wake, &w3);
-  FakeSource t;
   add(one, 6, &sock_b, EPOLLIN, 1, &t);
   add(three, 6, &sock_b, EPOLLIN, 3, &t);
   int before = w3.wakes;
@@ -393,9 +395,9 @@ TEST_CASE("epoll regs: EPOLLEXCLUSIVE wakes one set's sleepers, queues on all") 
 }
 
 TEST_CASE("epoll regs: a change announced without a source relists every member") {
+  FakeSource s, t;
   ClaimTable claims;
   Regs regs(&claims);
-  FakeSource s, t;
   add(regs, 5, &sock_a, EPOLLIN, 1, &s);
   add(regs, 6, &sock_b, EPOLLIN, 2, &t);
   CHECK(wait(regs, 4).empty());
