@@ -13,9 +13,11 @@
 #include <string>
 
 #include "recover/upgrade.h"
+#include "session_params.h"
 
 using namespace xp;
 using namespace xp::recover;
+using namespace xp::recover::test;
 
 namespace {
 
@@ -33,20 +35,7 @@ TcpTuple tuple4() {
 }
 
 SessionParams params(Role r, uint8_t seed) {
-  SessionParams p;
-  p.role = r;
-  p.tuple = tuple4();
-  for (size_t i = 0; i < kNonceBytes; ++i)
-    p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
-  for (size_t i = 0; i < sizeof p.seed; ++i)
-    p.seed[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
-  p.timeout_ms = 1000;
-  p.wait_ms = 5000;
-  return p;
-}
-
-Status deliver(UpgradeSession& to, const Message& m) {
-  return to.on_message(m.type, m.stream, m.seq, m.payload, m.len);
+  return test::params(r, tuple4(), seed);
 }
 
 void pump(UpgradeSession& c, UpgradeSession& s) {

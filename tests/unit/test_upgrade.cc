@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "recover/upgrade.h"
+#include "session_params.h"
 
 using namespace xp;
 using namespace xp::recover;
+using namespace xp::recover::test;
 
 namespace {
 
@@ -49,22 +51,6 @@ const std::string kReq =
 const std::string kResp =
     "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nServer: t\r\nDate: today\r\n\r\nhello";
 
-SessionParams params(Role r, const TcpTuple& t, uint8_t seed) {
-  SessionParams p;
-  p.role = r;
-  p.tuple = t;
-  for (size_t i = 0; i < kNonceBytes; ++i)
-    p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
-  for (size_t i = 0; i < sizeof p.seed; ++i) // the key exchange secret
-    p.seed[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
-  p.timeout_ms = 1000;
-  p.wait_ms = 5000;
-  return p;
-}
-
-Status deliver(UpgradeSession& to, const Message& m) {
-  return to.on_message(m.type, m.stream, m.seq, m.payload, m.len);
-}
 uint64_t code(NakCode c) {
   return static_cast<uint64_t>(c);
 }
