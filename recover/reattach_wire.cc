@@ -17,22 +17,6 @@ void bind_tag(const uint8_t key[kNonceBytes], char kind, const uint8_t tb[12], u
   siphash24_128(key, in, sizeof in, out);
 }
 
-bool same(const uint8_t* a, const uint8_t* b, size_t n) {
-  uint8_t d = 0; // constant time: a tag is a secret until it verified
-  for (size_t i = 0; i < n; ++i)
-    d |= static_cast<uint8_t>(a[i] ^ b[i]);
-  return d == 0;
-}
-
-void switchback_tag(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t counter,
-                    uint8_t out[kTagBytes]) {
-  uint8_t in[4 + 1 + 8 + 8] = {'X', 'P', 'R', 'B'};
-  in[4] = static_cast<uint8_t>(sender);
-  put_le(in + 5, at, 8);
-  put_le(in + 13, counter, 8);
-  siphash24_128(key, in, sizeof in, out);
-}
-
 } // namespace
 
 bool encode_reattach(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
@@ -68,7 +52,7 @@ Status check_reattach(const uint8_t key[kNonceBytes], const uint8_t* p, size_t l
   if (len != kReattachBytes) return Status::invalid;
   uint8_t want[kTagBytes];
   bind_tag(key, 'A', p + 4, id, counter, want);
-  return same(want, p + 16, kTagBytes) ? Status::ok : Status::invalid;
+  return same_bytes(want, p + 16, kTagBytes) ? Status::ok : Status::invalid;
 }
 
 void encode_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
@@ -83,7 +67,7 @@ Status check_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uin
   if (len != kReattachAckBytes) return Status::invalid;
   uint8_t want[kTagBytes];
   encode_reattach_ack(key, t, id, counter, want);
-  return same(want, p, kTagBytes) ? Status::ok : Status::invalid;
+  return same_bytes(want, p, kTagBytes) ? Status::ok : Status::invalid;
 }
 
 void encode_switchback(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t counter,
@@ -92,28 +76,13 @@ void encode_switchback(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, 
   h.type = kFrameSwitchback;
   h.len = kSwitchbackPayloadBytes;
   h.seq = at;
-  encode_frame_header(h, out);
-  uint8_t* p = out + kFrameHeaderBytes;
-  put_le(p, counter, 8);
-  memset(p + 8, 0, 8);
-  switchback_tag(key, sender, at, counter, p + 16);
+  encode_counter_frame(key, 'B', sender, h, counter, out);
 }
 
 Status check_switchback(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
                         const uint8_t payload[kSwitchbackPayloadBytes], uint64_t* counter) {
-  if (h.type != kFrameSwitchback || h.len != kSwitchbackPayloadBytes || h.flags != 0)
-    return Status::invalid;
-  uint64_t n = 0;
-  uint8_t zero = 0;
-  for (int i = 7; i >= 0; --i)
-    n = (n << 8) | payload[i];
-  for (int i = 8; i < 16; ++i)
-    zero |= payload[i];
-  uint8_t want[kTagBytes];
-  switchback_tag(key, sender, h.seq, n, want);
-  if (zero != 0 || !same(want, payload + 16, kTagBytes)) return Status::invalid;
-  *counter = n;
-  return Status::ok;
+  if (h.type != kFrameSwitchback || h.flags != 0) return Status::invalid;
+  return parse_counter_payload(key, 'B', sender, h, payload, counter);
 }
 
 uint32_t backoff_after_failure(uint32_t cur, uint32_t initial, uint32_t max) {

@@ -8,26 +8,45 @@
 namespace xp::recover {
 namespace {
 
-void resume_tag(const uint8_t key[kNonceBytes], Dir sender, uint8_t flags, uint64_t from,
-                uint64_t received, uint8_t out[kTagBytes]) {
-  uint8_t in[4 + 1 + 1 + 8 + 8] = {'X', 'P', 'R', 'S'};
-  in[4] = static_cast<uint8_t>(sender);
-  in[5] = flags;
-  put_le(in + 6, from, 8);
-  put_le(in + 14, received, 8);
-  siphash24_128(key, in, sizeof in, out);
-}
-
-void raw_tag(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t received,
-             uint8_t out[kTagBytes]) {
-  uint8_t in[4 + 1 + 8 + 8] = {'X', 'P', 'R', 'W'};
-  in[4] = static_cast<uint8_t>(sender);
-  put_le(in + 5, at, 8);
-  put_le(in + 13, received, 8);
-  siphash24_128(key, in, sizeof in, out);
+// Tag of a frame with one counter (docs/protocol.md §7): "XPR" kind | dir |
+// flags (RESUME only) | seq | value.
+void counter_tag(const uint8_t key[kNonceBytes], char kind, Dir sender, const FrameHeader& h,
+                 uint64_t value, uint8_t out[kTagBytes]) {
+  uint8_t in[4 + 1 + 1 + 8 + 8] = {'X', 'P', 'R', static_cast<uint8_t>(kind)};
+  size_t n = 4;
+  in[n++] = static_cast<uint8_t>(sender);
+  if (kind == 'S') in[n++] = h.flags;
+  put_le(in + n, h.seq, 8);
+  put_le(in + n + 8, value, 8);
+  siphash24_128(key, in, n + 16, out);
 }
 
 } // namespace
+
+void encode_counter_frame(const uint8_t key[kNonceBytes], char kind, Dir sender,
+                          const FrameHeader& h, uint64_t value,
+                          uint8_t out[kFrameHeaderBytes + kCounterPayloadBytes]) {
+  encode_frame_header(h, out);
+  uint8_t* p = out + kFrameHeaderBytes;
+  put_le(p, value, 8);
+  memset(p + 8, 0, 8);
+  counter_tag(key, kind, sender, h, value, p + 16);
+}
+
+Status parse_counter_payload(const uint8_t key[kNonceBytes], char kind, Dir sender,
+                             const FrameHeader& h, const uint8_t payload[kCounterPayloadBytes],
+                             uint64_t* value) {
+  if (h.len != kCounterPayloadBytes) return Status::invalid;
+  uint8_t zero = 0;
+  for (int i = 8; i < 16; ++i)
+    zero |= payload[i];
+  const uint64_t v = get_le(payload, 8);
+  uint8_t want[kTagBytes];
+  counter_tag(key, kind, sender, h, v, want);
+  if (zero != 0 || !same_bytes(want, payload + 16, kTagBytes)) return Status::invalid;
+  *value = v;
+  return Status::ok;
+}
 
 void encode_frame_header(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]) {
   out[0] = 'X';
@@ -70,31 +89,18 @@ void encode_resume(const uint8_t key[kNonceBytes], Dir sender, const ResumeInfo&
                                  (in.moved ? kResumeMoved : 0));
   h.len = kResumePayloadBytes;
   h.seq = in.from;
-  encode_frame_header(h, out);
-  uint8_t* p = out + kFrameHeaderBytes;
-  put_le(p, in.received, 8);
-  memset(p + 8, 0, 8);
-  resume_tag(key, sender, h.flags, in.from, in.received, p + 16);
+  encode_counter_frame(key, 'S', sender, h, in.received, out);
 }
 
 Status parse_resume(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
                     const uint8_t payload[kResumePayloadBytes], ResumeInfo* out) {
-  if (h.type != kFrameResume || h.len != kResumePayloadBytes) return Status::invalid;
-  uint8_t zero = 0;
-  for (int i = 8; i < 16; ++i)
-    zero |= payload[i];
-  if (zero != 0) return Status::invalid;
+  if (h.type != kFrameResume) return Status::invalid;
   ResumeInfo r;
+  if (parse_counter_payload(key, 'S', sender, h, payload, &r.received) != Status::ok)
+    return Status::invalid;
   r.knows_start = h.flags & kResumeKnowsStart;
   r.moved = h.flags & kResumeMoved;
   r.from = h.seq;
-  r.received = get_le(payload, 8);
-  uint8_t want[kTagBytes];
-  resume_tag(key, sender, h.flags, r.from, r.received, want);
-  uint8_t diff = 0;
-  for (size_t i = 0; i < kTagBytes; ++i)
-    diff |= static_cast<uint8_t>(want[i] ^ payload[16 + i]);
-  if (diff != 0) return Status::invalid;
   *out = r;
   return Status::ok;
 }
@@ -105,29 +111,13 @@ void encode_raw(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_
   h.type = kFrameRaw;
   h.len = kRawPayloadBytes;
   h.seq = at;
-  encode_frame_header(h, out);
-  uint8_t* p = out + kFrameHeaderBytes;
-  put_le(p, received, 8);
-  memset(p + 8, 0, 8);
-  raw_tag(key, sender, at, received, p + 16);
+  encode_counter_frame(key, 'W', sender, h, received, out);
 }
 
 Status parse_raw(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
                  const uint8_t payload[kRawPayloadBytes], uint64_t* received) {
-  if (h.type != kFrameRaw || h.len != kRawPayloadBytes || h.flags != 0) return Status::invalid;
-  uint8_t zero = 0;
-  for (int i = 8; i < 16; ++i)
-    zero |= payload[i];
-  if (zero != 0) return Status::invalid;
-  const uint64_t rec = get_le(payload, 8);
-  uint8_t want[kTagBytes];
-  raw_tag(key, sender, h.seq, rec, want);
-  uint8_t diff = 0;
-  for (size_t i = 0; i < kTagBytes; ++i)
-    diff |= static_cast<uint8_t>(want[i] ^ payload[16 + i]);
-  if (diff != 0) return Status::invalid;
-  *received = rec;
-  return Status::ok;
+  if (h.type != kFrameRaw || h.flags != 0) return Status::invalid;
+  return parse_counter_payload(key, 'W', sender, h, payload, received);
 }
 
 } // namespace xp::recover

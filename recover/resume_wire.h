@@ -76,4 +76,16 @@ void encode_raw(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_
 Status parse_raw(const uint8_t key[kNonceBytes], Dir sender, const FrameHeader& h,
                  const uint8_t payload[kRawPayloadBytes], uint64_t* received);
 
+// RESUME, RAW and SWITCHBACK share one payload (above): value | 8 zero |
+// tag over "XPR" kind | dir | flags (RESUME's kind 'S' only) | seq | value.
+// For the three frames' own functions (here and recover/reattach_wire.cc).
+constexpr size_t kCounterPayloadBytes = 32;
+void encode_counter_frame(const uint8_t key[kNonceBytes], char kind, Dir sender,
+                          const FrameHeader& h, uint64_t value,
+                          uint8_t out[kFrameHeaderBytes + kCounterPayloadBytes]);
+// invalid unless h.len fits, the reserved bytes are zero and the tag verifies.
+Status parse_counter_payload(const uint8_t key[kNonceBytes], char kind, Dir sender,
+                             const FrameHeader& h, const uint8_t payload[kCounterPayloadBytes],
+                             uint64_t* value);
+
 } // namespace xp::recover

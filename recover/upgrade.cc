@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "recover/wire_bytes.h"
+
 namespace xp::recover {
 
 const char* state_name(State s) {
@@ -418,10 +420,7 @@ Status UpgradeSession::on_confirm(uint8_t type, uint64_t seq, const uint8_t* pay
   in.count[1] = cover_[1];
   uint8_t want[kTagBytes];
   confirm_tag(confirm_key_, in, want);
-  uint8_t diff = 0;
-  for (size_t i = 0; i < kTagBytes; ++i)
-    diff |= static_cast<uint8_t>(want[i] ^ tag[i]);
-  if (diff != 0)
+  if (!same_bytes(want, tag, kTagBytes))
     return refuse_binding(type == msg::proof ? "PROOF tag does not verify"
                                              : "SWITCH tag does not verify");
   peer_proven_ = true; // a SWITCH proves as much as a PROOF
