@@ -8,6 +8,7 @@
 
 #include "fake_link.h"
 #include "io_calls.h"
+#include "session_params.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
 #include "stream/iov_slice.h"
@@ -36,22 +37,8 @@ inline uint8_t pat(int dir, uint64_t i) {
 }
 
 inline recover::SessionParams params(recover::Role r, uint8_t seed) {
-  recover::SessionParams p;
-  p.role = r;
-  sockaddr_in c{}, s{};
-  c.sin_family = s.sin_family = AF_INET;
-  c.sin_port = htons(40000);
-  s.sin_port = htons(80);
-  inet_pton(AF_INET, "10.0.0.1", &c.sin_addr);
-  inet_pton(AF_INET, "10.0.0.2", &s.sin_addr);
-  REQUIRE(recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&c),
-                                        reinterpret_cast<sockaddr*>(&s), &p.tuple) == Status::ok);
-  for (size_t i = 0; i < recover::kNonceBytes; ++i)
-    p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
-  for (size_t i = 0; i < sizeof p.seed; ++i) // the key exchange secret
-    p.seed[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
-  p.timeout_ms = 1000;
-  return p;
+  return recover::test::params(r, recover::test::tuple(AF_INET, "10.0.0.1", 40000, "10.0.0.2", 80),
+                               seed, 0);
 }
 
 inline void tcp_pair(int fds[2]) {

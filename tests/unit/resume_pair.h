@@ -15,6 +15,7 @@
 
 #include "fake_link.h"
 #include "io_calls.h"
+#include "session_params.h"
 #include "stream/conn_io.h"
 #include "stream/engine_internal.h"
 
@@ -50,36 +51,14 @@ inline uint8_t rpat(int dir, uint64_t i) {
 }
 
 inline recover::SessionParams rparams(recover::Role r, uint8_t seed) {
-  recover::SessionParams p;
-  p.role = r;
-  sockaddr_in c{}, s{};
-  c.sin_family = s.sin_family = AF_INET;
-  c.sin_port = htons(41000);
-  s.sin_port = htons(8080);
-  inet_pton(AF_INET, "10.0.0.1", &c.sin_addr);
-  inet_pton(AF_INET, "10.0.0.2", &s.sin_addr);
-  REQUIRE(recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&c),
-                                        reinterpret_cast<sockaddr*>(&s), &p.tuple) == Status::ok);
-  for (size_t i = 0; i < recover::kNonceBytes; ++i)
-    p.nonce.b[i] = static_cast<uint8_t>(seed * 16 + i);
-  for (size_t i = 0; i < sizeof p.seed; ++i) // the key exchange secret
-    p.seed[i] = static_cast<uint8_t>(seed * 31 + i * 7 + 1);
-  p.timeout_ms = 1000;
-  return p;
+  return recover::test::params(
+      r, recover::test::tuple(AF_INET, "10.0.0.1", 41000, "10.0.0.2", 8080), seed, 0);
 }
 
 // The same over native IPv6: client [fd00::1]:41000, server [fd00::2]:8080.
 inline recover::SessionParams rparams6(recover::Role r, uint8_t seed) {
-  recover::SessionParams p = rparams(r, seed);
-  sockaddr_in6 c{}, s{};
-  c.sin6_family = s.sin6_family = AF_INET6;
-  c.sin6_port = htons(41000);
-  s.sin6_port = htons(8080);
-  inet_pton(AF_INET6, "fd00::1", &c.sin6_addr);
-  inet_pton(AF_INET6, "fd00::2", &s.sin6_addr);
-  REQUIRE(recover::tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&c),
-                                        reinterpret_cast<sockaddr*>(&s), &p.tuple) == Status::ok);
-  return p;
+  return recover::test::params(r, recover::test::tuple(AF_INET6, "fd00::1", 41000, "fd00::2", 8080),
+                               seed, 0);
 }
 
 struct REnd {
@@ -308,6 +287,43 @@ struct SecondStream {
   }
   SecondStream(const SecondStream&) = delete;
   SecondStream& operator=(const SecondStream&) = delete;
+};
+
+// An accepted server connection over a socketpair that the engine finds by
+// its 4-tuple, as accept() registers it.  forget() (or the destructor) ends
+// it as the program's close would and drops it from the engine's table.
+struct AcceptedConn {
+  int fds[2] = {-1, -1};
+  stream::Conn* c = nullptr;
+  explicit AcceptedConn(const recover::SessionParams& p) {
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    c = new stream::Conn(fds[1], p);
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    c->ref();
+    stream::engine::g().conns.push_back(c);
+    stream::engine::index_server(c);
+  }
+  AcceptedConn(const AcceptedConn&) = delete;
+  AcceptedConn& operator=(const AcceptedConn&) = delete;
+  ~AcceptedConn() { forget(); }
+  void forget() {
+    if (c == nullptr) return;
+    stream::engine::on_close(c);
+    {
+      std::lock_guard<std::mutex> g(stream::engine::g().mu);
+      auto& cs = stream::engine::g().conns;
+      for (size_t i = 0; i < cs.size(); ++i)
+        if (cs[i] == c) {
+          cs.erase(cs.begin() + static_cast<long>(i));
+          c->unref();
+          break;
+        }
+    }
+    c->unref();
+    c = nullptr;
+    close(fds[0]);
+    close(fds[1]);
+  }
 };
 
 } // namespace xp::test

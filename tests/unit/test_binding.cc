@@ -27,44 +27,25 @@ uint8_t kOther[4] = {10, 0, 0, 9};  // a forger elsewhere on the fabric
 // A server connection the engine knows by its 4-tuple (not bound to any
 // channel), and a fresh server channel whose client end the test drives
 // raw: it writes whatever records it likes.
-struct Served {
-  int fds[2];
-  stream::Conn* c = nullptr;
+struct Served : AcceptedConn {
   FakeLink la{64 * 1024, 1024}, lb{64 * 1024, 1024};
   stream::Channel* cb = nullptr;
   explicit Served(const uint8_t requester[4]) : Served(recover::ipv4_addr(requester), false) {}
-  Served(const recover::IpAddr& requester, bool v6) {
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
-    c = new stream::Conn(fds[1], v6 ? rparams6(recover::Role::server, 6)
-                                    : rparams(recover::Role::server, 6));
+  Served(const recover::IpAddr& requester, bool v6)
+      : AcceptedConn(v6 ? rparams6(recover::Role::server, 6) : rparams(recover::Role::server, 6)) {
     FakeLink::connect(la, lb);
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     cb = stream::engine::make_channel(&lb, false);
     cb->peer_addr = requester;
-    c->ref();
-    stream::engine::g().conns.push_back(c);
-    stream::engine::index_server(c); // found by its 4-tuple, as accept() does
   }
   ~Served() {
-    stream::engine::on_close(c);
-    {
-      std::lock_guard<std::mutex> g(stream::engine::g().mu);
-      auto& cs = stream::engine::g().conns;
-      for (size_t i = 0; i < cs.size(); ++i)
-        if (cs[i] == c) {
-          cs.erase(cs.begin() + static_cast<long>(i));
-          c->unref();
-          break;
-        }
-      auto& v = stream::engine::g().channels;
-      for (size_t i = 0; i < v.size(); ++i)
-        if (v[i] == cb) v.erase(v.begin() + static_cast<long>(i));
-      delete cb->mux;
-      delete cb;
-    }
-    c->unref();
-    close(fds[0]);
-    close(fds[1]);
+    forget(); // before the channel it may be bound to goes
+    std::lock_guard<std::mutex> g(stream::engine::g().mu);
+    auto& v = stream::engine::g().channels;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] == cb) v.erase(v.begin() + static_cast<long>(i));
+    delete cb->mux;
+    delete cb;
   }
   // Send one control record from the raw client end; the types of the
   // records the server answered with.

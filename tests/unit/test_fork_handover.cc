@@ -22,16 +22,7 @@ using namespace xp::recover::test;
 namespace {
 
 TcpTuple tuple4() {
-  sockaddr_in c{}, s{};
-  c.sin_family = s.sin_family = AF_INET;
-  c.sin_port = htons(40000);
-  s.sin_port = htons(5432);
-  inet_pton(AF_INET, "10.0.0.1", &c.sin_addr);
-  inet_pton(AF_INET, "10.0.0.2", &s.sin_addr);
-  TcpTuple t;
-  REQUIRE(tuple_from_sockaddrs(reinterpret_cast<sockaddr*>(&c), reinterpret_cast<sockaddr*>(&s),
-                               &t) == Status::ok);
-  return t;
+  return tuple(AF_INET, "10.0.0.1", 40000, "10.0.0.2", 5432);
 }
 
 SessionParams params(Role r, uint8_t seed) {

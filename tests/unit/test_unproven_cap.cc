@@ -45,34 +45,11 @@ recover::SessionParams params(recover::Role r, uint16_t port, uint8_t host) {
 // One accepted server connection (the engine finds it by its 4-tuple) and
 // the client's upgrade session of the same connection, which the test
 // drives by hand over a raw client end of the channel.
-struct Accepted {
-  int fds[2];
-  stream::Conn* c = nullptr;
+struct Accepted : AcceptedConn {
   recover::UpgradeSession client;
-  Accepted(uint16_t port, uint8_t host) : client(params(recover::Role::client, port, host)) {
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
-    c = new stream::Conn(fds[1], params(recover::Role::server, port, host));
-    std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    c->ref();
-    stream::engine::g().conns.push_back(c);
-    stream::engine::index_server(c); // as accept() does
-  }
-  ~Accepted() {
-    stream::engine::on_close(c);
-    {
-      std::lock_guard<std::mutex> g(stream::engine::g().mu);
-      auto& cs = stream::engine::g().conns;
-      for (size_t i = 0; i < cs.size(); ++i)
-        if (cs[i] == c) {
-          cs.erase(cs.begin() + static_cast<long>(i));
-          c->unref();
-          break;
-        }
-    }
-    c->unref();
-    close(fds[0]);
-    close(fds[1]);
-  }
+  Accepted(uint16_t port, uint8_t host)
+      : AcceptedConn(params(recover::Role::server, port, host)),
+        client(params(recover::Role::client, port, host)) {}
 };
 
 // A server channel from client address 10.0.0.<host>, its client end raw.

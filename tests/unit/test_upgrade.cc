@@ -21,23 +21,6 @@ using namespace xp::recover::test;
 
 namespace {
 
-// The 4-tuple from socket addresses, as the preload layer will build it.
-TcpTuple tuple(int af, const char* ca, uint16_t cp, const char* sa, uint16_t sp) {
-  sockaddr_in6 c6{}, s6{};
-  sockaddr_in c4{}, s4{};
-  c6.sin6_family = s6.sin6_family = AF_INET6;
-  c4.sin_family = s4.sin_family = AF_INET;
-  c6.sin6_port = c4.sin_port = htons(cp);
-  s6.sin6_port = s4.sin_port = htons(sp);
-  const bool v6 = af == AF_INET6;
-  REQUIRE(inet_pton(af, ca, v6 ? static_cast<void*>(&c6.sin6_addr) : &c4.sin_addr) == 1);
-  REQUIRE(inet_pton(af, sa, v6 ? static_cast<void*>(&s6.sin6_addr) : &s4.sin_addr) == 1);
-  TcpTuple t;
-  const sockaddr* c = v6 ? reinterpret_cast<sockaddr*>(&c6) : reinterpret_cast<sockaddr*>(&c4);
-  const sockaddr* s = v6 ? reinterpret_cast<sockaddr*>(&s6) : reinterpret_cast<sockaddr*>(&s4);
-  REQUIRE(tuple_from_sockaddrs(c, s, &t) == Status::ok);
-  return t;
-}
 TcpTuple tuple4(uint16_t port = 40000) {
   return tuple(AF_INET, "10.0.0.1", port, "10.0.0.2", 80);
 }
