@@ -498,6 +498,15 @@ bool UpgradeSession::hand_over(Message* nak) {
   return peer_knows;
 }
 
+bool UpgradeSession::attach_channel_lost() {
+  if (role_ != Role::client || state_ != State::attaching) return false;
+  state_ = State::refused;
+  reason_ = Reason::rdma_error_fallback;
+  timer_armed_ = false;
+  out_head_ = out_count_ = 0; // nothing more goes over that channel
+  return true;
+}
+
 void UpgradeSession::restart(const Nonce& nonce, const uint8_t seed[pake::kSeedBytes]) {
   nonce_ = nonce;
   peer_nonce_ = Nonce{};

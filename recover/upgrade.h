@@ -142,6 +142,14 @@ public:
     return m;
   }
 
+  // Client, attaching: the channel the ATTACH went over failed before its
+  // answer came (the process at its other end exited: a fork-per-connection
+  // server's earlier child, docs/protocol.md §7).  Nothing was bound, so
+  // the session is refused as after a NAK unknown_stream and the caller asks
+  // rdma_cm, which finds the process that holds the connection.  false in
+  // any other state (nothing changes: the caller fails the upgrade).
+  bool attach_channel_lost();
+
   // Records for the bound channel, oldest first; false when none is queued.
   bool pop_output(Message* out);
 

@@ -573,6 +573,38 @@ bool progress_if_free(Channel* ch) {
   return true;
 }
 
+namespace {
+
+// A client's ATTACH went over ch, which failed before the answer came: the
+// process at its other end is gone (a fork-per-connection server's child
+// that served an earlier connection exits while the client still has its
+// channel, docs/protocol.md §7).  Nothing was bound there, so the
+// connection asks rdma_cm instead (which redirects to the process holding
+// it), as after a NAK unknown_stream; once only (c->mu held).
+bool attach_elsewhere(Conn* c, Channel* ch) {
+  if (c->role != recover::Role::client || c->resumed.load() || c->closed.load() ||
+      c->phase.load() != Phase::upgrading || c->tx_rdma.load() || c->rx_rdma.load() ||
+      c->cm_tried || c->attach_refused || !c->sess.attach_channel_lost())
+    return false;
+  {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    detach(c, ch);
+  }
+  c->ch = nullptr;
+  c->attach_refused = true; // start_client goes to rdma_cm directly
+  XP_SLOG(XP_SLOG_DEBUG, "fd %d: the channel of its ATTACH failed before the answer: rdma_cm next",
+          c->sock());
+  c->ref();
+  {
+    std::lock_guard<std::mutex> ql(g().qmu);
+    g().start_queue.push_back(c);
+  }
+  kick();
+  return true;
+}
+
+} // namespace
+
 void channel_failed(Channel* ch, ResumeCause why) {
   mark_failed(ch, why);
   std::vector<Conn*> cs;
@@ -603,7 +635,7 @@ void channel_failed(Channel* ch, ResumeCause why) {
   for (Conn* c : cs) {
     {
       std::lock_guard<std::mutex> l(c->mu);
-      if (c->ch == ch) fail(c, Reason::rdma_error_fallback);
+      if (c->ch == ch && !attach_elsewhere(c, ch)) fail(c, Reason::rdma_error_fallback);
     }
     c->unref();
   }

@@ -24,6 +24,7 @@
 #   RDMA_MIN_PCT / TCP_MAX_PCT / TCP_CONN_ALLOW (thresholds, see lib.sh);
 #   FORGER_N / FORGER_REPORT (cases/forger.sh: flood size, print numbers);
 #   SCALE_N / SCALE_ROUNDS / BASE_LIB / SCALE_PERF (cases/scale.sh); IPERF_ONLY (cases/iperf3.sh);
+#   PG_RUNS (cases/postgres.sh: preloaded runs in the one boot);
 #   the caller's XPRESS_* (e.g. XPRESS_LOG_LEVEL) reach the programs.
 # Logs: $RDMA_PROGRAMS_LOG/CASE/: each command (.cmd, .out, .err), the
 #   statistics (stats/NAME.PID.json), results.tsv.
@@ -38,7 +39,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 # its connections on TCP (reason ipsec), as it must.
 ALL_CASES=(iperf3 sockperf redis nginx memcached node bulk zerocopy exit idle fallback recovery fork postgres kfeat probe dualstack ipv6 java grpc asyncio forger forkshare redisfork)
 # per-case deadline (seconds) of the case worker; the steps inside have their own
-declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=150 [recovery]=540 [fork]=240 [forkshare]=180 [redisfork]=150 [postgres]=300 [scale]=580 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240 [forger]=$((${FORGER_N:-2000} > 2000 ? 900 : 240)))
+declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=150 [recovery]=540 [fork]=240 [forkshare]=180 [redisfork]=150 [postgres]=$((300 + 60 * (${PG_RUNS:-1} - 1))) [scale]=580 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240 [forger]=$((${FORGER_N:-2000} > 2000 ? 900 : 240)))
 
 LIB=${XPRESS_LIB:-$REPO/build/libxpress.so}
 case $LIB in /*) ;; *) LIB=$REPO/$LIB ;; esac
@@ -65,7 +66,7 @@ if [ -z "${XPRESS_SOFTROCE_VM:-}" ]; then
   start=$SECONDS
   # The VM passes the caller's XPRESS_* on by itself; our own knobs too:
   envs=(-e "RDMA_PROGRAMS_LOG=$LOG")
-  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL RECOVERY_RUNS FORGER_N FORGER_REPORT SCALE_N SCALE_ROUNDS BASE_LIB SCALE_PERF IPERF_ONLY; do
+  for v in RDMA_PROGRAMS_BUDGET RDMA_MIN_PCT TCP_MAX_PCT TCP_CONN_ALLOW RDMA_LOG_LEVEL RECOVERY_RUNS FORGER_N FORGER_REPORT SCALE_N SCALE_ROUNDS BASE_LIB SCALE_PERF IPERF_ONLY PG_RUNS; do
     [ -z "${!v:-}" ] || envs+=(-e "$v=${!v}")
   done
   "$REPO/tools/softroce/vm" run -q --timeout "${RDMA_PROGRAMS_VM_TIMEOUT:-1560}" "${envs[@]}" -- bash "$SELF" "$@" | tee "$out"

@@ -1,0 +1,130 @@
+// A client's ATTACH over a channel whose process goes away before it
+// answers (docs/protocol.md §7 "A fork child that holds an accepted
+// connection"): pgbench's first connection is served by one PostgreSQL
+// backend, which exits when pgbench closes it; pgbench's next connections
+// find the channel to that backend still up and attach over it.  The
+// channel then fails (disconnected) with nothing bound, and the connection
+// asks rdma_cm instead, which redirects it to the backend that holds it.
+// Before, it stayed on TCP (rdma_error_fallback), and its backend, never
+// asked, counted peer_not_accelerated.  The engine's tables driven by hand
+// as its thread would (as test_admission.cc).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "fake_link.h"
+#include "resume_pair.h"
+#include "stream/engine_internal.h"
+
+using namespace xp;
+using namespace xp::stream;
+
+namespace {
+
+// A client channel to c's server, in the engine's table, as an earlier
+// connection's rdma_cm attempt left it.
+struct ClientChannel {
+  test::LinkPair links{1 << 20};
+  Channel* ch = nullptr;
+  explicit ClientChannel(const Conn* c) {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    ch = engine::make_channel(&links.la, true);
+    REQUIRE(ch != nullptr);
+    ch->peer_addr = recover::server_addr(c->tuple);
+    ch->peer_port = c->tuple.server_port;
+  }
+  ~ClientChannel() {
+    {
+      std::lock_guard<std::mutex> g(engine::g().mu);
+      auto& v = engine::g().channels;
+      v.erase(std::remove(v.begin(), v.end(), ch), v.end());
+    }
+    delete ch->mux;
+    delete ch;
+  }
+};
+
+// Whether c waits in the engine's start queue (its reference taken out).
+bool take_queued(Conn* c) {
+  std::lock_guard<std::mutex> q(engine::g().qmu);
+  auto& v = engine::g().start_queue;
+  auto it = std::find(v.begin(), v.end(), c);
+  if (it == v.end()) return false;
+  v.erase(it);
+  c->unref();
+  return true;
+}
+
+void attach(Conn* c, Channel* ch) {
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::start_client(c);
+  }
+  REQUIRE(c->ch == ch);
+  REQUIRE(c->sess.state() == recover::State::attaching);
+}
+
+} // namespace
+
+TEST_CASE("attach: a channel that fails before the ATTACH's answer: rdma_cm next") {
+  Conn* c = new Conn(-1, test::rparams(recover::Role::client, 21));
+  {
+    ClientChannel cc(c);
+    attach(c, cc.ch);
+    engine::channel_failed(cc.ch, ResumeCause::disconnected);
+    CHECK(c->phase.load() == Phase::upgrading);
+    CHECK(c->ch == nullptr);
+    CHECK(c->st == nullptr);
+    CHECK(cc.ch->conns.empty());
+    CHECK(c->attach_refused); // start_client goes to rdma_cm, not to another ATTACH
+    CHECK(c->sess.state() == recover::State::refused);
+    CHECK(take_queued(c));
+  }
+  engine::on_close(c);
+  c->unref();
+}
+
+TEST_CASE("attach: once only; a bound stream's channel that fails keeps it on TCP") {
+  SUBCASE("rdma_cm tried already") {
+    Conn* c = new Conn(-1, test::rparams(recover::Role::client, 22));
+    c->cm_tried = true;
+    {
+      ClientChannel cc(c);
+      attach(c, cc.ch);
+      engine::channel_failed(cc.ch, ResumeCause::disconnected);
+      CHECK(c->phase.load() == Phase::tcp);
+      CHECK(c->reason == Reason::rdma_error_fallback);
+      CHECK_FALSE(take_queued(c));
+    }
+    engine::on_close(c);
+    c->unref();
+  }
+  SUBCASE("the server's ACK came: bound there, nothing to start over") {
+    Conn* c = new Conn(-1, test::rparams(recover::Role::client, 23));
+    {
+      ClientChannel cc(c);
+      attach(c, cc.ch);
+      // The server's session answers the ATTACH (its own nonce).
+      recover::UpgradeSession srv(test::rparams(recover::Role::server, 24));
+      recover::Message m, ack;
+      {
+        std::lock_guard<std::mutex> l(c->mu);
+        // The ATTACH itself left with start_client; rebuild it for the
+        // server from a fresh client session with the same parameters.
+        recover::UpgradeSession twin(test::rparams(recover::Role::client, 23));
+        REQUIRE(twin.start_attach(c->sid, &m) == Status::ok);
+        REQUIRE(srv.on_attach(m.stream, m.seq, m.payload, m.len, &ack) == Status::ok);
+        REQUIRE(c->sess.on_message(ack.type, ack.stream, ack.seq, ack.payload, ack.len) ==
+                Status::ok);
+        REQUIRE(c->sess.state() != recover::State::attaching);
+      }
+      engine::channel_failed(cc.ch, ResumeCause::disconnected);
+      CHECK(c->phase.load() == Phase::tcp);
+      CHECK(c->reason == Reason::rdma_error_fallback);
+      CHECK_FALSE(take_queued(c));
+    }
+    engine::on_close(c);
+    c->unref();
+  }
+}
