@@ -38,6 +38,9 @@ bulk_step() {
   if [ $ok = 1 ]; then
     check_stats_fallback "$label" "$checked"
     check_net_tcp "$label" "$snap" "$FB_BYTES"
+    ok_if "$label: no exit warning for a peer without xpress" \
+      "$label: exit warning for a peer without xpress: $(cat "$CD"/xpress.*-"$label".*.log "$CD"/*-"$label".err 2>/dev/null | grep -m1 'exit: no connection')" \
+      no_exit_warning "$CD"/xpress.*-"$label".*.log "$CD"/*-"$label".err
   else
     step_failed "$snap" "$checked"
   fi
@@ -88,6 +91,12 @@ STATIC_SLACK_S=3
 static_ok() { [ -z "$1" ] && [ "$2" = "$STATIC_N" ]; }
 short_cached() { [ "$1" -ge 1 ] && [ "$1" -le 2 ] && [ "$S_PNA" -ge 1 ]; }
 static_cached() { [ "$1" -ge 1 ] && [ "$1" -le 2 ] && [ $((S_PNA + S_CDU)) -eq "$STATIC_N" ]; }
+# The engine's start-up line (at info and above) gives each port's state,
+# link layer and GID count.
+device_line_ok() { grep -qE 'RDMA devices: rxe[0-9]+ port 1 active Ethernet [1-9][0-9]* GIDs?' <<<"$1"; }
+# Connections to a peer without xpress are no fault: at the default level
+# (warn) the exit hint stays off the program's stderr and the log.
+no_exit_warning() { ! cat "$@" 2>/dev/null | grep -q 'exit: no connection went over RDMA'; }
 
 # static_step PORT
 static_step() {
@@ -133,6 +142,11 @@ static_step() {
     ok_if "$label: rdma_cm asked $tries times for $STATIC_N connections, then the negative cache: $S_PNA with peer_not_accelerated, $S_CDU closed while held" \
       "$label: rdma_cm asked $tries times for $STATIC_N connections (want 1 or 2), $S_PNA with peer_not_accelerated + $S_CDU closed_during_upgrade (want $STATIC_N)" \
       static_cached "$tries"
+    local devline
+    devline=$(cat "$CD"/xpress.curl-"$label".*.log 2>/dev/null | grep -m1 -o 'RDMA devices: .*')
+    ok_if "$label: the engine's start-up line: $devline" \
+      "$label: the engine's start-up line: '${devline:-none}' (want each port's state, link layer, GIDs)" \
+      device_line_ok "$devline"
     local slow
     slow=$(awk -v x="$CLIENT_SECS" -v p="$plain_secs" -v s="$STATIC_SLACK_S" 'BEGIN {print (x > p + s) ? 1 : 0}')
     ok_if "$label: fallback is quick: $CLIENT_SECS s preloaded against $plain_secs s plain" \
