@@ -65,6 +65,18 @@ l=socket.socket(); l.bind(('127.0.0.1',0)); l.listen(); c=socket.create_connecti
 if grep -q "info: xpress $(cat VERSION) ([0-9a-f]*\|unknown), pid [0-9]*; settings: .*XPRESS_LOG_LEVEL=info.*; RDMA devices: listed when the engine starts" <<<"$out"; then ok "start-up line: version, revision, settings, where devices are told"; else bad "start-up line: $out"; fi
 if grep -q "hint  *no connection went over RDMA (rule_denied=2" <<<"$out" && grep -q "info: exit: no connection went over RDMA" <<<"$out"; then ok "exit hint with the top reasons"; else bad "exit hint: $out"; fi
 
+# No device here: connections the rules let through stay on TCP (no_device),
+# which nobody can fix from this host.  At the default level the exit hint
+# stays off the program's stderr; at info it is there, at info.
+nodev='import socket
+l=socket.socket(); l.bind(("127.0.0.1",0)); l.listen(); c=socket.create_connection(l.getsockname()); s,_=l.accept()
+c.sendall(b"x"*100); s.recv(100)'
+out=$(XPRESS_RULES='allow * 127.0.0.1' tools/xpress-run /usr/bin/python3 -c "$nodev" 2>&1)
+out_info=$(XPRESS_RULES='allow * 127.0.0.1' XPRESS_LOG_LEVEL=info tools/xpress-run /usr/bin/python3 -c "$nodev" 2>&1)
+if ! grep -q "exit: no connection" <<<"$out" && grep -q "info: exit: no connection went over RDMA (no_device=2" <<<"$out_info"; then
+  ok "no device: the exit hint is at info only"
+else bad "no device: exit hint at the default level '$out', at info '$(grep exit: <<<"$out_info")'"; fi
+
 # Live statistics are off unless asked for.
 out=$(tools/xpress-run /usr/bin/python3 -c "
 import socket, os

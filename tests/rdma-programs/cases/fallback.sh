@@ -38,6 +38,9 @@ bulk_step() {
   if [ $ok = 1 ]; then
     check_stats_fallback "$label" "$checked"
     check_net_tcp "$label" "$snap" "$FB_BYTES"
+    ok_if "$label: no exit warning for a peer without xpress" \
+      "$label: exit warning for a peer without xpress: $(cat "$CD"/xpress.*-"$label".*.log "$CD"/*-"$label".err 2>/dev/null | grep -m1 'exit: no connection')" \
+      no_exit_warning "$CD"/xpress.*-"$label".*.log "$CD"/*-"$label".err
   else
     step_failed "$snap" "$checked"
   fi
@@ -88,6 +91,13 @@ STATIC_SLACK_S=3
 static_ok() { [ -z "$1" ] && [ "$2" = "$STATIC_N" ]; }
 short_cached() { [ "$1" -ge 1 ] && [ "$1" -le 2 ] && [ "$S_PNA" -ge 1 ]; }
 static_cached() { [ "$1" -ge 1 ] && [ "$1" -le 2 ] && [ $((S_PNA + S_CDU)) -eq "$STATIC_N" ]; }
+# The engine's start-up line (at info and above; the process banner before
+# it only says the engine lists them) gives each port's state, link layer
+# and GID count.
+device_line_ok() { grep -qE '^info: RDMA devices: rxe[0-9]+ port 1 active Ethernet [1-9][0-9]* GIDs?' <<<"$1"; }
+# Connections to a peer without xpress are no fault: at the default level
+# (warn) the exit hint stays off the program's stderr and the log.
+no_exit_warning() { ! cat "$@" 2>/dev/null | grep -q 'exit: no connection went over RDMA'; }
 
 # static_step PORT
 static_step() {
@@ -133,6 +143,11 @@ static_step() {
     ok_if "$label: rdma_cm asked $tries times for $STATIC_N connections, then the negative cache: $S_PNA with peer_not_accelerated, $S_CDU closed while held" \
       "$label: rdma_cm asked $tries times for $STATIC_N connections (want 1 or 2), $S_PNA with peer_not_accelerated + $S_CDU closed_during_upgrade (want $STATIC_N)" \
       static_cached "$tries"
+    local devline
+    devline=$(cat "$CD"/xpress.curl-"$label".*.log 2>/dev/null | grep -m1 -o 'info: RDMA devices: .*')
+    ok_if "$label: the engine's start-up line: $devline" \
+      "$label: the engine's start-up line: '${devline:-none}' (want each port's state, link layer, GIDs)" \
+      device_line_ok "$devline"
     local slow
     slow=$(awk -v x="$CLIENT_SECS" -v p="$plain_secs" -v s="$STATIC_SLACK_S" 'BEGIN {print (x > p + s) ? 1 : 0}')
     ok_if "$label: fallback is quick: $CLIENT_SECS s preloaded against $plain_secs s plain" \
@@ -157,7 +172,42 @@ static_step() {
   rm -rf "$T/www" "$T"/got.*
 }
 
+# hint_step PORT: an upgrade with an xpress peer that fails on a host with a
+# device is what the exit hint is a warn for: a preloaded server whose
+# program reads 8 s late, a preloaded client that waits at most 300 ms for
+# it (slow_reader.py; 8 s: an engine thread starved for seconds under TCG on
+# a loaded host still sees its deadline pass first).  The bytes arrive over TCP; the client's log has the
+# warn line, with handshake_timeout among its reasons, once.
+one_on_tcp() { [ "$S_RDMA" = 0 ] && [ "$S_TCP" = 1 ]; }
+hint_step() {
+  local port=$1 label=slow-reader srv warns
+  start_server "serve-$label" 40 xp "$PY" "$HERE/slow_reader.py" serve "$A1" "$port" 8
+  srv=$SERVER
+  wait_listen "serve-$label" "$port" "$srv" || return 1
+  run_client "warmup-$label" 20 plain "$PY" "$HERE/slow_reader.py" warmup "$A1" "$port" || {
+    stop_server "serve-$label" "$srv" TERM
+    return 1
+  }
+  if run_client "client-$label" 30 xp env XPRESS_HANDSHAKE_TIMEOUT_MS=300 XPRESS_PROGRAM_WAIT_MS=300 \
+    "$PY" "$HERE/slow_reader.py" client "$A1" "$port"; then
+    end_server "serve-$label" "$srv" 1
+    ok_if "$label: a server program that reads 8 s late: bytes intact over TCP ($(cat "$CD/client-$label.out"))" \
+      "$label: echo '$(cat "$CD/client-$label.out" 2>/dev/null)' (want 'echo ok')" \
+      grep -qx 'echo ok' "$CD/client-$label.out"
+    stats_load "client-$label"
+    ok_if "$label: client stats: on tcp: $S_DESC" "$label: client stats: want 1 connection on tcp, none on rdma: $S_DESC" \
+      one_on_tcp
+    warns=$(cat "$CD"/xpress.client-"$label".*.log 2>/dev/null | grep -c 'warn: exit: no connection went over RDMA (.*handshake_timeout=1')
+    ok_if "$label: the client's exit hint is a warn naming handshake_timeout, once" \
+      "$label: $warns warn-level exit hints naming handshake_timeout in the client's log (want 1): $(cat "$CD"/xpress.client-"$label".*.log 2>/dev/null | tail -c 600 | tr '\n' ' ')" \
+      [ "$warns" = 1 ]
+  else
+    stop_server "serve-$label" "$srv" TERM
+  fi
+}
+
 run_case() {
+  hint_step 19105
   static_step 19104
   bulk_step xp-client-plain-server plain xp 19100 send-xp-client-plain-server
   bulk_step plain-client-xp-server xp plain 19101 recv-plain-client-xp-server
