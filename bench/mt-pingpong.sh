@@ -35,7 +35,9 @@ bench_vm_setup "$BIN" "$@"
     echo "  env $pre $ev $BIN server 10.77.0.1 7000 4 & srv=\$!; sleep 1.5"
     echo "  for spec in ${MT_SPECS:-poll:1 poll:4 block:4}; do"
     echo "    c0=\"\$(cat /proc/\$srv/task/*/status | awk '/^voluntary_ctxt/{v+=\$2} /^nonvoluntary_ctxt/{i+=\$2} END{print v, i}') \$(awk '{print \$14 + \$15}' /proc/\$srv/stat)\""
-    echo "    echo -n \"r\$round $tag \${spec%:*} \"; timeout 120 env $pre $ev $BIN \${spec%:*} 10.77.0.1 7000 \${spec#*:} ${MT_N:-2000} ${MT_WARM:-100} || echo failed"
+    # Every line the client prints (its result, xpress's warnings: no
+    # connection on RDMA) gets the run's prefix, each on its own line.
+    echo "    { timeout 120 env $pre $ev $BIN \${spec%:*} 10.77.0.1 7000 \${spec#*:} ${MT_N:-2000} ${MT_WARM:-100} || echo failed; } 2>&1 | sed \"s/^/r\$round $tag \${spec%:*} /\""
     echo "    c1=\"\$(cat /proc/\$srv/task/*/status | awk '/^voluntary_ctxt/{v+=\$2} /^nonvoluntary_ctxt/{i+=\$2} END{print v, i}') \$(awk '{print \$14 + \$15}' /proc/\$srv/stat)\""
     echo "    echo \"r\$round $tag \${spec%:*} \$(echo \$c0 \$c1 | awk -v n=\$(( \${spec#*:} * (${MT_N:-2000} + ${MT_WARM:-100}) )) -v hz=\$(getconf CLK_TCK) '{printf \"srv_cpu_us_rt %.1f srv_csw_rt %.2f srv_icsw_rt %.2f\", (\$6-\$3)*1e6/hz/n, (\$4-\$1)/n, (\$5-\$2)/n}')\""
     echo "  done"
