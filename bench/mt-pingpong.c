@@ -1,8 +1,9 @@
 // Many threads, each with its own connection, doing 64 B request/response
 // the way memcached and its clients do: the server's worker threads each
 // wait in epoll_wait on their own epoll set (connections handed out round
-// robin by the accepting thread), the client's threads wait in poll (or a
-// blocking recv) before a non-blocking recv.  All streams between the two
+// robin by the accepting thread), the client's threads wait in poll or in
+// epoll_wait on an epoll set of their own (or in a blocking recv) before a
+// non-blocking recv.  All streams between the two
 // processes share xpress's channels, so this measures what one thread's
 // traffic costs the others.  Each thread first makes WARM round trips that
 // are not counted: a new connection starts on TCP and moves to RDMA within
@@ -14,7 +15,7 @@
 // round trip (us, user + system, all its threads, warm-up included: what
 // spinning and wake-ups cost) and the wall time.
 //   mt-pingpong server ADDR PORT WORKERS
-//   mt-pingpong poll|block ADDR PORT THREADS ROUND_TRIPS [WARM (100)]
+//   mt-pingpong poll|epoll|block ADDR PORT THREADS ROUND_TRIPS [WARM (100)]
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -101,31 +102,41 @@ static int serve(struct sockaddr_in* a, int workers) {
 }
 
 // ---- client: one connection per thread
+// How a client thread waits for its answer.
+enum wait_mode { kBlock, kPoll, kEpoll };
+
 struct client {
   struct sockaddr_in* a;
-  int poll_mode;
+  enum wait_mode mode;
   int n, warm;
   double* rtt;
   double warm_us;
 };
 
 // One request out, its whole answer in; exits on an error.
-static void round_trip(int s, char* buf, int poll_mode) {
+// ep: the thread's epoll set (kEpoll only).
+static void round_trip(int s, int ep, char* buf, enum wait_mode mode) {
   if (send(s, buf, kMsg, 0) != kMsg) {
     perror("send");
     exit(1);
   }
   int have = 0;
   while (have < kMsg) {
-    if (poll_mode) {
+    if (mode == kPoll) {
       struct pollfd p = {s, POLLIN, 0};
       if (poll(&p, 1, 5000) == 0) {
         fprintf(stderr, "poll: no answer within 5 s\n");
         exit(1);
       }
+    } else if (mode == kEpoll) {
+      struct epoll_event e;
+      if (epoll_wait(ep, &e, 1, 5000) == 0) {
+        fprintf(stderr, "epoll_wait: no answer within 5 s\n");
+        exit(1);
+      }
     }
     ssize_t r = recv(s, buf + have, (size_t)(kMsg - have), 0);
-    if (r < 0 && poll_mode && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (r < 0 && mode != kBlock && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (r <= 0) {
       perror("recv");
       exit(1);
@@ -144,24 +155,35 @@ static void* run_client(void* arg) {
     exit(1);
   }
   setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (c->poll_mode) fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+  if (c->mode != kBlock) fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+  int ep = -1;
+  if (c->mode == kEpoll) {
+    struct epoll_event e = {.events = EPOLLIN, .data.fd = s};
+    ep = epoll_create1(0);
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, s, &e) != 0) {
+      perror("epoll");
+      exit(1);
+    }
+  }
   char buf[kMsg];
   memset(buf, 'x', sizeof buf);
   for (int i = 0; i < c->warm; ++i)
-    round_trip(s, buf, c->poll_mode);
+    round_trip(s, ep, buf, c->mode);
   c->warm_us = now_us() - t0;
   for (int i = 0; i < c->n; ++i) {
     t0 = now_us();
-    round_trip(s, buf, c->poll_mode);
+    round_trip(s, ep, buf, c->mode);
     c->rtt[i] = now_us() - t0;
   }
   close(s);
+  if (ep >= 0) close(ep);
   return NULL;
 }
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: %s server ADDR PORT WORKERS | poll|block ADDR PORT THREADS N [WARM]\n",
+    fprintf(stderr,
+            "usage: %s server ADDR PORT WORKERS | poll|epoll|block ADDR PORT THREADS N [WARM]\n",
             argv[0]);
     return 2;
   }
@@ -170,13 +192,16 @@ int main(int argc, char** argv) {
   if (!strcmp(argv[1], "server")) return serve(&a, atoi(argv[4]) < 1 ? 1 : atoi(argv[4]));
   int threads = atoi(argv[4]), n = argc > 5 ? atoi(argv[5]) : 1000;
   int warm = argc > 6 ? atoi(argv[6]) : 100;
+  enum wait_mode mode = !strcmp(argv[1], "poll")    ? kPoll
+                        : !strcmp(argv[1], "epoll") ? kEpoll
+                                                    : kBlock;
   if (threads < 1 || threads > kMaxThreads || n < 1 || warm < 0) return 2;
   double* all = calloc((size_t)threads * (size_t)n, sizeof *all);
   struct client cs[kMaxThreads];
   pthread_t ts[kMaxThreads];
   double t0 = now_us();
   for (int i = 0; i < threads; ++i) {
-    cs[i] = (struct client){&a, !strcmp(argv[1], "poll"), n, warm, all + (size_t)i * (size_t)n, 0};
+    cs[i] = (struct client){&a, mode, n, warm, all + (size_t)i * (size_t)n, 0};
     pthread_create(&ts[i], NULL, run_client, &cs[i]);
   }
   for (int i = 0; i < threads; ++i)

@@ -73,6 +73,9 @@ public:
   // A readiness change: every watcher is told, in the order they came.
   // wake::notify(source) calls it; one load when nobody watches.
   void tell_watchers() const;
+  // The same after the caller's own seq_cst fence (wake::notify, whose one
+  // fence serves this load and its sleeper counts).
+  void tell_watchers_fenced() const;
   uint32_t watchers() const { return n_watchers_.load(std::memory_order_relaxed); }
 
 protected:

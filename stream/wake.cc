@@ -58,6 +58,10 @@ void ReadySource::unwatch(ReadyWatch& w) {
 
 void ReadySource::tell_watchers() const {
   std::atomic_thread_fence(std::memory_order_seq_cst); // pairs with watch()
+  tell_watchers_fenced();
+}
+
+void ReadySource::tell_watchers_fenced() const {
   if (n_watchers_.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard<std::mutex> g(watch_mu_of(this));
   bool exclusive_woken = false;
@@ -324,14 +328,29 @@ void remove(int efd) {
   st.n = kept;
 }
 
+namespace {
+// notify_set() after its fence.
+void notify_fenced(const void* key);
+} // namespace
+
 void notify(const void* key) {
+  if (key == nullptr) g_all_gen.fetch_add(1, std::memory_order_seq_cst);
+  // One fence for both pairings.  What it orders: the change the caller
+  // published (a readiness level, bytes, a generation; with no key, also
+  // all_gen) before the two loads that decide whom to tell, the source's
+  // watcher count (pairs with ReadySource::watch(): a watcher linked after
+  // this load looks at the readiness after linking) and the sleeper counts
+  // (pairs with add_entries(): a sleeper counted after this load looks
+  // after counting).  A second fence between the two loads would order
+  // nothing more: the watchers' work in between (ready lists, eventfd
+  // writes, each set's own notify_set) publishes no change a sleeper
+  // must see before it is counted, and the one change it must see is
+  // already behind this fence.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   // A connection's key is its ReadySource (wake.h): its epoll sets queue it
   // on their ready lists and wake their own sleepers (notify_set).
-  if (key != nullptr)
-    static_cast<const ReadySource*>(key)->tell_watchers();
-  else
-    g_all_gen.fetch_add(1, std::memory_order_seq_cst);
-  notify_set(key);
+  if (key != nullptr) static_cast<const ReadySource*>(key)->tell_watchers_fenced();
+  notify_fenced(key);
 }
 
 uint32_t all_gen() {
@@ -342,6 +361,11 @@ void notify_set(const void* key) {
   // Pairs with add(): a change published before this load is seen by any
   // sleeper that registered after it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  notify_fenced(key);
+}
+
+namespace {
+void notify_fenced(const void* key) {
   if (g_count.load(std::memory_order_relaxed) == 0) return;
   Writes w;
   w.self = t_self_awake ? t_st.fd : -1;
@@ -360,6 +384,7 @@ void notify_set(const void* key) {
   for (int s = 0; s <= kKeyBuckets; ++s)
     if (counter_of(s).load(std::memory_order_relaxed) != 0) w.scan(s, nullptr);
 }
+} // namespace
 
 uint64_t scans_for_tests() {
   return g_scans.load(std::memory_order_relaxed);

@@ -3,7 +3,8 @@
 // members (xpress: a ready list per set) reports exactly the one that became
 // ready, edge-triggered ones once per edge, forgets members taken out or
 // closed while a thread sleeps, wakes one set for EPOLLEXCLUSIVE, and does
-// not wake a thread asleep in poll on another connection.
+// not wake a thread asleep in poll on another connection; poll and select
+// over many sockets wake for their own.
 #include "sem.h"
 
 #include <poll.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -346,6 +348,127 @@ static void wait_poll_one_epoll_many(void) {
   RC(0, close(ep));
 }
 
+// A thread asleep in poll, then in select, over many sockets (more than the
+// 8 a poll sleeper is keyed by: xpress watches each socket for the call
+// instead) stays asleep through another connection's bytes, wakes for one
+// of its own and is told of exactly that one; the next call sees it still
+// ready (level) and nothing once it is read.
+struct many_poller {
+  pthread_t thread;
+  int* fds;
+  int use_select;
+  volatile pid_t tid;
+  int result;
+  int first;    // the first fd index reported
+  int reported; // how many were
+  short revents;
+  volatile int done;
+};
+
+// The thread's voluntary context switches: one per time it went to sleep.
+static long thread_sleeps(pid_t tid) {
+  char path[64], line[128];
+  snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
+  FILE* f = fopen(path, "r");
+  if (!f) return -1;
+  long n = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
+static void* many_poller_main(void* arg) {
+  struct many_poller* p = arg;
+  p->tid = gettid();
+  p->first = -1;
+  if (!p->use_select) {
+    struct pollfd f[kMembers];
+    for (int i = 0; i < kMembers; i++)
+      f[i] = (struct pollfd){.fd = p->fds[i], .events = POLLIN};
+    p->result = poll(f, kMembers, 5000);
+    for (int i = 0; i < kMembers; i++) {
+      if (f[i].revents == 0) continue;
+      if (p->first < 0) p->first = i, p->revents = f[i].revents;
+      p->reported++;
+    }
+  } else {
+    fd_set r;
+    FD_ZERO(&r);
+    int top = 0;
+    for (int i = 0; i < kMembers; i++) {
+      FD_SET(p->fds[i], &r);
+      if (p->fds[i] > top) top = p->fds[i];
+    }
+    struct timeval tv = {5, 0};
+    p->result = select(top + 1, &r, NULL, NULL, &tv);
+    for (int i = 0; i < kMembers; i++) {
+      if (!FD_ISSET(p->fds[i], &r)) continue;
+      if (p->first < 0) p->first = i, p->revents = POLLIN;
+      p->reported++;
+    }
+  }
+  __atomic_store_n(&p->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+static void wait_many_fds(int use_select) {
+  int a[kMembers], b[kMembers], oa, ob;
+  tcp_pair(&oa, &ob);
+  for (int i = 0; i < kMembers; i++)
+    tcp_pair(&a[i], &b[i]);
+  struct many_poller p = {.fds = b, .use_select = use_select};
+  REQUIRE(pthread_create(&p.thread, NULL, many_poller_main, &p) == 0);
+  long end = now_ms() + 3000;
+  while (!(p.tid && thread_sleeping(p.tid))) {
+    REQUIRE(now_ms() < end);
+    msleep(1);
+  }
+  // Another connection's byte, up to 5 times: a change announced to every
+  // sleeper (xpress: a connection of the pairs finishing its upgrade to
+  // RDMA, or the user-mode run's relays of their set-up) may wake it
+  // meanwhile, and those end; a byte of another connection never may.
+  long woken = -1;
+  for (int try = 0; try < 5 && woken != 0; try++) {
+    msleep(300); // past the user-mode run's 150 ms relay
+    long sleeps = thread_sleeps(p.tid);
+    if (send(oa, "!", 1, 0) != 1) break;
+    msleep(300);
+    woken = thread_sleeps(p.tid) - sleeps;
+  }
+  EQ("woken by another connection", __atomic_load_n(&p.done, __ATOMIC_SEQ_CST), 0);
+  EQ("woken (and slept again) meanwhile", woken, 0);
+  long t0 = now_ms();
+  RC(1, send(a[10], "!", 1, 0));
+  REQUIRE(pthread_join(p.thread, NULL) == 0);
+  EQ("result", p.result, 1);
+  EQ("reported", p.reported, 1);
+  EQ("member", p.first, 10);
+  MASK("revents", p.revents, POLLIN);
+  EQ("woken within 2 s", now_ms() - t0 < 2000, 1);
+  struct pollfd f[kMembers];
+  for (int i = 0; i < kMembers; i++)
+    f[i] = (struct pollfd){.fd = b[i], .events = POLLIN};
+  RC(1, poll(f, kMembers, 0));
+  MASK("still ready", f[10].revents, POLLIN);
+  drain_fd(b[10]);
+  RC(0, poll(f, kMembers, 0));
+  for (int i = 0; i < kMembers; i++) {
+    RC(0, close(a[i]));
+    RC(0, close(b[i]));
+  }
+  RC(0, close(oa));
+  RC(0, close(ob));
+}
+
+static void poll_many_fds_wakes_by_own(void) {
+  wait_many_fds(0);
+}
+
+static void select_many_fds_wakes_by_own(void) {
+  wait_many_fds(1);
+}
+
 const struct sem_case sem_wait_sets_cases[] = {
     {"epoll_shared_set_one_leaves", epoll_shared_set_one_leaves},
     {"epoll_many_members_one_ready", epoll_many_members_one_ready},
@@ -353,5 +476,7 @@ const struct sem_case sem_wait_sets_cases[] = {
     {"epoll_many_members_partial_reads", epoll_many_members_partial_reads},
     {"epoll_many_members_exclusive", epoll_many_members_exclusive},
     {"wait_poll_one_epoll_many", wait_poll_one_epoll_many},
+    {"poll_many_fds_wakes_by_own", poll_many_fds_wakes_by_own},
+    {"select_many_fds_wakes_by_own", select_many_fds_wakes_by_own},
     {NULL, NULL},
 };
