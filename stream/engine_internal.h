@@ -83,9 +83,18 @@ constexpr uint32_t kMaxPendingReqsPerPeer = 64;
 // client then asks rdma_cm, bounded above).
 constexpr size_t kMaxPendingAttaches = 4096;
 constexpr uint32_t kMaxPendingAttachesPerPeer = 256;
-// A server channel with no stream for this long is torn down (the client
-// tears its idle channels down after 5 s: this is for a client that does
-// not, or never attached anything).
+// A client channel with no stream for this long is torn down.  It lingers
+// to serve the program's next connection to the same peer, which then
+// attaches at once instead of waiting for a new channel's rdma_cm set-up
+// (docs/protocol.md §1): programs that connect again after a pause (a
+// client run once a second, a pool that reconnects, iperf3's control and
+// data connections) find it.  Shorter than kServerIdleMs, so that the
+// client, which knows when it attaches, ends an idle channel first and
+// never attaches over one its server is tearing down.
+constexpr uint64_t kClientIdleMs = 20000;
+// A server channel with no stream for this long is torn down (this is for
+// a client that does not tear its idle channels down, or never attached
+// anything).
 constexpr uint64_t kServerIdleMs = 30000;
 
 struct PendingReq {

@@ -124,7 +124,7 @@ void tick_conns(uint64_t now) {
 }
 
 // Channels nobody uses for a while, and failed ones, go (client channels
-// after 5 s idle, server ones after kServerIdleMs); listeners whose device
+// after kClientIdleMs idle, server ones after kServerIdleMs); listeners whose device
 // went away listen again.
 void reap_channels(uint64_t now) {
   XP_ASSERT_HELD(g().mu);
@@ -143,7 +143,7 @@ void reap_channels(uint64_t now) {
     // A server channel's streams come by ATTACH (no link_stream): any
     // stream, or an ATTACH waiting for the application, makes it busy.
     if (!ch->client_side && (!empty || pending_attaches_of(ch) > 0)) ch->idle_since_ms = 0;
-    const uint64_t idle_ms = ch->client_side ? 5000 : kServerIdleMs;
+    const uint64_t idle_ms = ch->client_side ? kClientIdleMs : kServerIdleMs;
     bool idle_long = empty && ch->idle_since_ms != 0 && now - ch->idle_since_ms > idle_ms;
     if ((ch->failed.load() && empty) || idle_long) {
       // Unlink now; free later: a caller that read a connection's channel

@@ -328,6 +328,36 @@ TEST_CASE("engine: an idle server channel is torn down") {
   CHECK(s.ch->dying_since_ms != 0);
 }
 
+// Issue 28, connection start: an idle client channel lingers to serve the
+// program's next connection to the same peer (it attaches at once instead
+// of setting a channel up), and goes before its server's idle limit.  It
+// went after 5 s, before a program that connects again every few seconds
+// came back.
+TEST_CASE("engine: an idle client channel lingers for the next connection, then goes") {
+  test::LinkPair links(64 * 1024, 128);
+  Channel* ch;
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    ch = engine::make_channel(&links.la, true);
+  }
+  const uint64_t now = engine::now_ms();
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::reap_channels(now);
+    CHECK(ch->dying_since_ms == 0);
+    engine::reap_channels(now + 10000);
+    REQUIRE(ch->dying_since_ms == 0);
+    engine::reap_channels(now + engine::kClientIdleMs + 1);
+    CHECK(ch->dying_since_ms != 0);
+    for (auto* v : {&engine::g().channels, &engine::g().dying})
+      for (size_t i = 0; i < v->size(); ++i)
+        if ((*v)[i] == ch) v->erase(v->begin() + static_cast<long>(i));
+  }
+  static_assert(engine::kClientIdleMs < engine::kServerIdleMs);
+  delete ch->mux;
+  delete ch;
+}
+
 // Found by the VM forger (tests/rdma-programs/cases/forger.sh): a peer that
 // sends a burst of ATTACHes (2000, 512 in flight) got no answer for 190 of
 // them.  The server answered a whole batch at once; once its send queue
