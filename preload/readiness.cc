@@ -15,7 +15,6 @@
 #include "preload/epoll_regs.h"
 #include "preload/epoll_state.h"
 #include "preload/fd_slots.h"
-#include "preload/poll_watch.h"
 #include "preload/test_user_mode.h"
 #include "stream/channel_sleep.h"
 #include "stream/engine.h"
@@ -301,43 +300,22 @@ public:
   // revents.  One that left user mode goes back to the kernel.
   int answer() {
     int ready = 0;
-    for (size_t i = 0; i < nu_; ++i)
-      ready += answer_one(users_[i]);
-    return ready;
-  }
-  // As answer(), but while the call's watch is on only the entries that
-  // changed since the last look (not ready then, nothing made the others
-  // so), unless a change was announced to all (all_gen) or too many
-  // changed.  arm: the next change wakes this thread (about to sleep).
-  int look(bool arm = false) {
-    if (!pw_.on()) return answer();
-    uint32_t changed[PollWatch::kListed];
-    int k = pw_.take(changed, arm && tfd_on_ ? wakes_[0] : -1);
-    uint32_t gen = stream::wake::all_gen();
-    if (k < 0 || gen != all_seen_ || full_) {
-      all_seen_ = gen;
-      full_ = false;
-      return answer();
+    for (size_t i = 0; i < nu_; ++i) {
+      pollfd& p = fds_[users_[i].idx];
+      SocketRef rec = track::lookup(users_[i].fd);
+      stream::ReadySource* src = rec ? rec->ready.load(std::memory_order_acquire) : nullptr;
+      if (src == nullptr) {
+        p.fd = users_[i].fd;
+        continue;
+      }
+      p.fd = -1;
+      uint32_t want = static_cast<uint16_t>(p.events) | POLLERR | POLLHUP;
+      p.revents = static_cast<short>(epoll::widen(src->ready_events()) & want);
+      if (p.revents) ++ready;
     }
-    int ready = 0;
-    for (int i = 0; i < k; ++i)
-      ready += answer_one(users_[changed[i]]);
     return ready;
   }
   bool has_users() const { return nu_ != 0; }
-  int answer_one(const Hidden& h) {
-    pollfd& p = fds_[h.idx];
-    SocketRef rec = track::lookup(h.fd);
-    stream::ReadySource* src = rec ? rec->ready.load(std::memory_order_acquire) : nullptr;
-    if (src == nullptr) {
-      p.fd = h.fd;
-      return 0;
-    }
-    p.fd = -1;
-    uint32_t want = static_cast<uint16_t>(p.events) | POLLERR | POLLHUP;
-    p.revents = static_cast<short>(epoll::widen(src->ready_events()) & want);
-    return p.revents ? 1 : 0;
-  }
   void refresh_epolls() {
     for (int i = 0; i < neps_; ++i)
       epoll::refresh_fd(eps_[i]);
@@ -364,8 +342,7 @@ public:
     }
     if (nu_ != 0) {
       int tfd = stream::wake::thread_fd();
-      tfd_on_ = tfd >= 0 && add_thread_fd(tfd);
-      if (tfd_on_)
+      if (tfd >= 0 && add_thread_fd(tfd))
         wakes_[nwakes_++] = tfd;
       else
         ok_ = false;
@@ -382,18 +359,12 @@ public:
     }
     return ok_;
   }
-  // Woken only by changes of the connections polled: few and all in user
-  // mode, by registrations under their keys; more, by the call's watch of
-  // their sources (PollWatch, from the first sleep to the call's end) and
-  // the call's own key, which only a change announced to every sleeper
-  // reaches (a connection leaving user mode); else by any change.
+  // Woken only by changes of the connections polled, when they are few
+  // and all still in user mode (one that is leaving is announced to every
+  // sleeper); by any change otherwise.
   bool add_thread_fd(int tfd) {
     const void* keys[stream::wake::kMaxWatchKeys];
     int n = 0;
-    if (nu_ > static_cast<size_t>(stream::wake::kMaxWatchKeys) && (pw_.on() || start_watch())) {
-      keys[0] = &pw_;
-      return stream::wake::add_watch(tfd, keys, 1);
-    }
     if (nu_ <= static_cast<size_t>(stream::wake::kMaxWatchKeys)) {
       for (size_t i = 0; i < nu_; ++i) {
         SocketRef rec = track::lookup(users_[i].fd);
@@ -405,25 +376,12 @@ public:
     }
     return stream::wake::add(tfd);
   }
-  // The next look() looks at every entry (earlier changes are not listed).
-  bool start_watch() {
-    if (!pw_.begin(nu_)) return false;
-    for (size_t i = 0; i < nu_; ++i) {
-      SocketRef rec = track::lookup(users_[i].fd);
-      stream::ReadySource* src = rec ? rec->ready.load(std::memory_order_acquire) : nullptr;
-      if (src) pw_.watch(i, static_cast<SocketRef&&>(rec), src);
-    }
-    full_ = true;
-    return true;
-  }
   void unregister_sleep() {
     remove_wakes();
     chans_.clear();
     room_.leave();
   }
   void remove_wakes() {
-    if (tfd_on_) pw_.disarm();
-    tfd_on_ = false;
     for (int i = 0; i < nwakes_; ++i)
       stream::wake::remove(wakes_[i]);
     nwakes_ = 0;
@@ -558,8 +516,7 @@ private:
   int wakes_[kWakes];
   int nwakes_ = 0;
   bool ok_ = true;
-  bool dead_ = false;   // the thread's eventfd is gone
-  bool tfd_on_ = false; // wakes_[0] is the thread's eventfd, registered
+  bool dead_ = false; // the thread's eventfd is gone
   long slot_ = -1;
   short slot_events_ = 0;
   struct Watched {
@@ -571,9 +528,6 @@ private:
   int nwatch_ = 0;
   stream::ChannelSleep chans_;
   stream::RoomWait room_;
-  PollWatch pw_;          // many user-mode fds: their sources' changes
-  uint32_t all_seen_ = 0; // stream::wake::all_gen() at the last full look
-  bool full_ = false;     // the watch just began: look at every entry
 };
 
 // poll/ppoll with user-mode fds or epoll sets with user-mode members.
@@ -598,7 +552,7 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
   };
   for (;;) {
     set.refresh_epolls();
-    int ready = set.look();
+    int ready = set.answer();
     if ((ready > 0 || clock.left() == 0) && settled()) return result;
     if (set.has_users() && spin.spin(clock.left())) {
       if (spin.kernel_round()) {
@@ -608,7 +562,7 @@ int slow_poll(pollfd* fds, nfds_t n, int64_t span_ns, const sigset_t* mask, bool
       continue;
     }
     bool ok = set.register_sleep();
-    ready = set.look(true); // looked at after registering: no lost wake-up
+    ready = set.answer(); // looked at after registering: no lost wake-up
     if (ready > 0) {
       set.unregister_sleep();
       if (settled()) return result;

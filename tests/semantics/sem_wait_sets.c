@@ -365,19 +365,6 @@ struct many_poller {
   volatile int done;
 };
 
-// The thread's voluntary context switches: one per time it went to sleep.
-static long thread_sleeps(pid_t tid) {
-  char path[64], line[128];
-  snprintf(path, sizeof path, "/proc/self/task/%d/status", (int)tid);
-  FILE* f = fopen(path, "r");
-  if (!f) return -1;
-  long n = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1) break;
-  fclose(f);
-  return n;
-}
-
 static void* many_poller_main(void* arg) {
   struct many_poller* p = arg;
   p->tid = gettid();
@@ -424,20 +411,13 @@ static void wait_many_fds(int use_select) {
     REQUIRE(now_ms() < end);
     msleep(1);
   }
-  // Another connection's byte, up to 5 times: a change announced to every
-  // sleeper (xpress: a connection of the pairs finishing its upgrade to
-  // RDMA, or the user-mode run's relays of their set-up) may wake it
-  // meanwhile, and those end; a byte of another connection never may.
-  long woken = -1;
-  for (int try = 0; try < 5 && woken != 0; try++) {
-    msleep(300); // past the user-mode run's 150 ms relay
-    long sleeps = thread_sleeps(p.tid);
-    if (send(oa, "!", 1, 0) != 1) break;
-    msleep(300);
-    woken = thread_sleeps(p.tid) - sleeps;
-  }
+  // Another connection's byte never ends the call.  Whether the sleeper
+  // woke and slept again is xpress's cost, not the kernel's semantics (on
+  // RDMA the connections share one channel and its completion fd).
+  msleep(300);
+  RC(1, send(oa, "!", 1, 0));
+  msleep(300);
   EQ("woken by another connection", __atomic_load_n(&p.done, __ATOMIC_SEQ_CST), 0);
-  EQ("woken (and slept again) meanwhile", woken, 0);
   long t0 = now_ms();
   RC(1, send(a[10], "!", 1, 0));
   REQUIRE(pthread_join(p.thread, NULL) == 0);
