@@ -200,6 +200,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
         if (moved) c->redirected = false;
         if ((!c->cm_tried && !c->attach_refused) || moved) {
           c->attach_refused = true; // start_client goes to rdma_cm directly
+          c->deadline_ms = now_ms() + g().p.handshake_timeout_ms; // not the lost ATTACH's
           c->ref();
           std::lock_guard<std::mutex> ql(g().qmu);
           g().start_queue.push_back(c);
@@ -591,7 +592,8 @@ bool attach_elsewhere(Conn* c, Channel* ch) {
     detach(c, ch);
   }
   c->ch = nullptr;
-  c->attach_refused = true; // start_client goes to rdma_cm directly
+  c->attach_refused = true;                               // start_client goes to rdma_cm directly
+  c->deadline_ms = now_ms() + g().p.handshake_timeout_ms; // not the lost ATTACH's
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: the channel of its ATTACH failed before the answer: rdma_cm next",
           c->sock());
   c->ref();

@@ -72,8 +72,15 @@ TEST_CASE("attach: a channel that fails before the ATTACH's answer: rdma_cm next
   {
     ClientChannel cc(c);
     attach(c, cc.ch);
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      c->deadline_ms = 1; // the ATTACH waited longer than a handshake
+    }
     engine::channel_failed(cc.ch, ResumeCause::disconnected);
     CHECK(c->phase.load() == Phase::upgrading);
+    // A fresh handshake's time: the engine's tick must not end the retry
+    // before it starts.
+    CHECK(c->deadline_ms > engine::now_ms());
     CHECK(c->ch == nullptr);
     CHECK(c->st == nullptr);
     CHECK(cc.ch->conns.empty());
