@@ -330,7 +330,25 @@ void remove(int efd) {
 
 namespace {
 // notify_set() after its fence.
-void notify_fenced(const void* key);
+void notify_fenced(const void* key) {
+  if (g_count.load(std::memory_order_relaxed) == 0) return;
+  Writes w;
+  w.self = t_self_awake ? t_st.fd : -1;
+  if (key != nullptr) {
+    int b = bucket_of(key);
+    bool in_bucket = g_bucket[b].load(std::memory_order_relaxed) != 0;
+    bool any = g_any.load(std::memory_order_relaxed) != 0;
+    if (!in_bucket && !any) return; // nobody waits for key, nor for anything
+    g_scans.fetch_add(1, std::memory_order_relaxed);
+    if (in_bucket) w.scan(b, key);
+    if (any) w.scan(kAnyShard, key);
+    return;
+  }
+  // Every sleeper: a change announced to all (a mode change, a failure).
+  g_scans.fetch_add(1, std::memory_order_relaxed);
+  for (int s = 0; s <= kKeyBuckets; ++s)
+    if (counter_of(s).load(std::memory_order_relaxed) != 0) w.scan(s, nullptr);
+}
 } // namespace
 
 void notify(const void* key) {
@@ -363,28 +381,6 @@ void notify_set(const void* key) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   notify_fenced(key);
 }
-
-namespace {
-void notify_fenced(const void* key) {
-  if (g_count.load(std::memory_order_relaxed) == 0) return;
-  Writes w;
-  w.self = t_self_awake ? t_st.fd : -1;
-  if (key != nullptr) {
-    int b = bucket_of(key);
-    bool in_bucket = g_bucket[b].load(std::memory_order_relaxed) != 0;
-    bool any = g_any.load(std::memory_order_relaxed) != 0;
-    if (!in_bucket && !any) return; // nobody waits for key, nor for anything
-    g_scans.fetch_add(1, std::memory_order_relaxed);
-    if (in_bucket) w.scan(b, key);
-    if (any) w.scan(kAnyShard, key);
-    return;
-  }
-  // Every sleeper: a change announced to all (a mode change, a failure).
-  g_scans.fetch_add(1, std::memory_order_relaxed);
-  for (int s = 0; s <= kKeyBuckets; ++s)
-    if (counter_of(s).load(std::memory_order_relaxed) != 0) w.scan(s, nullptr);
-}
-} // namespace
 
 uint64_t scans_for_tests() {
   return g_scans.load(std::memory_order_relaxed);
