@@ -136,6 +136,31 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
 
 namespace {
 
+// A client's ATTACH over ch bound nothing: c leaves ch (c->mu held).
+void leave_attach_channel(Conn* c, Channel* ch) {
+  XP_ASSERT_HELD(c->mu);
+  {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    detach(c, ch);
+  }
+  c->ch = nullptr;
+}
+
+// ... and asks rdma_cm next, whose rendezvous redirects to the process that
+// holds the connection, with a handshake's time of its own, not what was
+// left of the ATTACH's (c->mu held).
+void retry_through_rdma_cm(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
+  c->attach_refused = true; // start_client goes to rdma_cm directly
+  c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
+  c->ref();
+  {
+    std::lock_guard<std::mutex> ql(g().qmu);
+    g().start_queue.push_back(c);
+  }
+  kick();
+}
+
 void handle_record(Channel* ch, const ControlRecord& r) {
   XP_SLOG(XP_SLOG_TRACE, "channel: control record type %u for stream %u received",
           static_cast<unsigned>(r.h.type), r.h.stream);
@@ -190,21 +215,12 @@ void handle_record(Channel* ch, const ControlRecord& r) {
       if (c->sess.state() == recover::State::refused) {
         // NAK unknown_stream/busy: this channel's process does not hold
         // the connection; try rdma_cm (a redirect finds the right process).
-        {
-          std::lock_guard<std::mutex> chl(ch->mu);
-          detach(c, ch);
-        }
-        c->ch = nullptr;
+        leave_attach_channel(c, ch);
         // NAK moved: the server forked; rdma_cm finds the process holding it.
         const bool moved = c->sess.take_moved();
         if (moved) c->redirected = false;
         if ((!c->cm_tried && !c->attach_refused) || moved) {
-          c->attach_refused = true; // start_client goes to rdma_cm directly
-          c->deadline_ms = now_ms() + g().p.handshake_timeout_ms; // not the lost ATTACH's
-          c->ref();
-          std::lock_guard<std::mutex> ql(g().qmu);
-          g().start_queue.push_back(c);
-          kick();
+          retry_through_rdma_cm(c);
         } else {
           fail(c, Reason::handshake_failed, "attach refused, and rdma_cm tried already");
         }
@@ -587,21 +603,10 @@ bool attach_elsewhere(Conn* c, Channel* ch) {
       c->phase.load() != Phase::upgrading || c->tx_rdma.load() || c->rx_rdma.load() ||
       c->cm_tried || c->attach_refused || !c->sess.attach_channel_lost())
     return false;
-  {
-    std::lock_guard<std::mutex> chl(ch->mu);
-    detach(c, ch);
-  }
-  c->ch = nullptr;
-  c->attach_refused = true;                               // start_client goes to rdma_cm directly
-  c->deadline_ms = now_ms() + g().p.handshake_timeout_ms; // not the lost ATTACH's
+  leave_attach_channel(c, ch);
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: the channel of its ATTACH failed before the answer: rdma_cm next",
           c->sock());
-  c->ref();
-  {
-    std::lock_guard<std::mutex> ql(g().qmu);
-    g().start_queue.push_back(c);
-  }
-  kick();
+  retry_through_rdma_cm(c);
   return true;
 }
 
