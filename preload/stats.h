@@ -72,6 +72,10 @@ struct alignas(64) ConnSlot {
   Counter tx_switch_at, rx_switch_at;
   uint64_t opened_unix_ms;
   uint8_t local[16], peer[16];
+  // Data calls begun and done (track::CallInFlight): equal when no call of
+  // this process is between the kernel's move of its bytes and their
+  // count above (stream/fork_bytes.h observe()).  Never reset.
+  Counter calls_begun, calls_done;
 };
 
 struct StatsBlock {

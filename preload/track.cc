@@ -270,11 +270,14 @@ constinit FdTable g_table;
 namespace {
 // The program's byte counts on fd, for the stream layer's after-fork check
 // (stream/fork_bytes.h): its statistics row counts every call's result.
-bool fork_counts(int fd, uint64_t* tx, uint64_t* rx) {
+// `done` before `begun`, both before the bytes (fork_bytes::sample()).
+bool fork_counts(int fd, stream::fork_bytes::Ours* out) {
   SocketRef r = lookup(fd);
   if (!r || r->slot == nullptr) return false;
-  *tx = r->slot->bytes_tx.load(std::memory_order_relaxed);
-  *rx = r->slot->bytes_rx.load(std::memory_order_relaxed);
+  out->done = r->slot->calls_done.load(std::memory_order_seq_cst);
+  out->begun = r->slot->calls_begun.load(std::memory_order_seq_cst);
+  out->tx = r->slot->bytes_tx.load(std::memory_order_seq_cst);
+  out->rx = r->slot->bytes_rx.load(std::memory_order_seq_cst);
   return true;
 }
 

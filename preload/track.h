@@ -57,6 +57,26 @@ void set_readiness_hook(void (*h)(int fd, stream::ReadySource* now));
 // Descriptors that arrived with SCM_RIGHTS.
 void forget_passed_fds(const struct msghdr* msg);
 
+// One data call on a tracked socket, from before its bytes reach the
+// kernel (or the stream) until its result is counted: the after-fork
+// check takes the kernel's counts only while no call is in between
+// (stream/fork_bytes.h observe()).  seq_cst: the begun count is visible
+// before the call's system call can move a byte.
+class CallInFlight {
+public:
+  explicit CallInFlight(SocketRecord* r) : s_(r ? r->slot : nullptr) {
+    if (s_) s_->calls_begun.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~CallInFlight() {
+    if (s_) s_->calls_done.fetch_add(1, std::memory_order_seq_cst);
+  }
+  CallInFlight(const CallInFlight&) = delete;
+  CallInFlight& operator=(const CallInFlight&) = delete;
+
+private:
+  ConnSlot* s_;
+};
+
 // The connection's own row when it has one (see ConnSlot), else the totals.
 inline void count_tx(SocketRecord& r, ssize_t n) {
   if (n <= 0) return;

@@ -142,6 +142,7 @@ ssize_t mmsg_bytes(const struct mmsghdr* v, int n) {
 
 XP_EXPORT ssize_t read(int fd, void* buf, size_t count) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (slow(s)) {
     bool kernel;
     iovec v{buf, count};
@@ -153,6 +154,7 @@ XP_EXPORT ssize_t read(int fd, void* buf, size_t count) {
 
 XP_EXPORT ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (slow(s) && iovcnt >= 0) {
     bool kernel;
     ssize_t r = conn_recv(fd, iov, iovcnt, 0, &kernel);
@@ -163,6 +165,7 @@ XP_EXPORT ssize_t readv(int fd, const struct iovec* iov, int iovcnt) {
 
 XP_EXPORT ssize_t recv(int fd, void* buf, size_t len, int flags) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (stream_recv(s, flags)) {
     bool kernel;
     iovec v{buf, len};
@@ -176,6 +179,7 @@ XP_EXPORT ssize_t recv(int fd, void* buf, size_t len, int flags) {
 XP_EXPORT ssize_t recvfrom(int fd, void* buf, size_t len, int flags, struct sockaddr* addr,
                            socklen_t* alen) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (stream_recv(s, flags)) {
     bool kernel;
     iovec v{buf, len};
@@ -191,6 +195,7 @@ XP_EXPORT ssize_t recvfrom(int fd, void* buf, size_t len, int flags, struct sock
 
 XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (stream_recv(s, flags) && msg != nullptr && msg->msg_iovlen <= 1024) {
     bool kernel;
     ssize_t r = conn_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &kernel);
@@ -215,6 +220,7 @@ XP_EXPORT ssize_t recvmsg(int fd, struct msghdr* msg, int flags) {
 XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags,
                        struct timespec* timeout) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (stream_recv(s, flags) && vec != nullptr && vlen > 0) {
     // One message per stream read: the first as the flags say, the rest
     // only while bytes are ready (a byte stream has no message boundaries).
@@ -258,6 +264,7 @@ XP_EXPORT int recvmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags
 
 XP_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (slow(s)) {
     bool kernel;
     iovec v{const_cast<void*>(buf), count};
@@ -269,6 +276,7 @@ XP_EXPORT ssize_t write(int fd, const void* buf, size_t count) {
 
 XP_EXPORT ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (slow(s) && iovcnt >= 0) {
     bool kernel;
     ssize_t r = conn_send(fd, iov, iovcnt, 0, &kernel);
@@ -279,6 +287,7 @@ XP_EXPORT ssize_t writev(int fd, const struct iovec* iov, int iovcnt) {
 
 XP_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s)) {
     bool kernel;
@@ -292,6 +301,7 @@ XP_EXPORT ssize_t send(int fd, const void* buf, size_t len, int flags) {
 XP_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags,
                          const struct sockaddr* addr, socklen_t alen) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s)) { // a connected TCP socket ignores the address
     bool kernel;
@@ -304,6 +314,7 @@ XP_EXPORT ssize_t sendto(int fd, const void* buf, size_t len, int flags,
 
 XP_EXPORT ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s) && msg != nullptr && msg->msg_iovlen <= 1024) {
     bool kernel;
@@ -315,6 +326,7 @@ XP_EXPORT ssize_t sendmsg(int fd, const struct msghdr* msg, int flags) {
 
 XP_EXPORT int sendmmsg(int fd, struct mmsghdr* vec, unsigned int vlen, int flags) {
   SocketRecord* s = track::peek(fd);
+  track::CallInFlight in_flight(s);
   if (!zerocopy_send_ok(fd, s, flags)) return -1;
   if (slow(s) && vec != nullptr && vlen > 0) {
     unsigned i = 0;
@@ -389,6 +401,7 @@ ssize_t stream_sendfile(int out_fd, int in_fd, off64_t* offset, size_t count, bo
 
 XP_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) noexcept {
   SocketRecord* s = track::peek(out_fd);
+  track::CallInFlight in_flight(s);
   if (slow(s)) {
     bool kernel;
     off64_t o = offset ? *offset : 0;
@@ -403,6 +416,7 @@ XP_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) n
 
 XP_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) noexcept {
   SocketRecord* s = track::peek(out_fd);
+  track::CallInFlight in_flight(s);
   if (slow(s)) {
     bool kernel;
     ssize_t r = stream_sendfile(out_fd, in_fd, offset, count, &kernel);
@@ -415,6 +429,7 @@ XP_EXPORT ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out,
                          unsigned int flags) {
   SocketRecord* in = track::peek(fd_in);
   SocketRecord* out = track::peek(fd_out);
+  track::CallInFlight in_flight_in(in), in_flight_out(out);
   if (slow(out) && off_out == nullptr && is_pipe(fd_in)) {
     // pipe -> stream: read what the stream will take, send it all.
     ConnRef r;

@@ -28,6 +28,77 @@ fork_share::Watch& watch() {
 // boot_ticks() before the fork under way (fork_prepare).
 uint64_t g_fork_ticks = 0;
 
+// Samples of a socket's counts taken at once before giving up for now
+// (fork_bytes::sample(): a call of ours in flight spoils one).
+constexpr int kForkSamples = 16;
+// How long a moved stream whose counts stayed busy is sampled again on
+// the engine's ticks before its use since the fork is called unknown.
+constexpr uint64_t kJudgeForMs = 10000;
+
+// Moved streams no other process holds any more whose counts were busy
+// when that was learnt, each with a reference and a deadline.  Engine
+// thread only.
+struct Unjudged {
+  Conn* c;
+  uint64_t until;
+  bool back; // reattach::unshared() said it may go back onto RDMA
+};
+std::vector<Unjudged>& unjudged() {
+  static std::vector<Unjudged>* v = new std::vector<Unjudged>();
+  return *v;
+}
+
+// Whether another process used a moved stream while it shared the socket
+// (fork_bytes::observe), once nobody else holds it.  A stream our own
+// calls keep busy is asked again on later ticks, until kJudgeForMs.
+void judge_moved(uint64_t now) {
+  std::vector<Unjudged>& v = unjudged();
+  for (size_t i = 0; i < v.size();) {
+    Conn* c = v[i].c;
+    bool judged = false, busy = false, was_valid;
+    fork_bytes::Use use = fork_bytes::Use::inconsistent;
+    int fd;
+    {
+      std::lock_guard<std::mutex> l(c->mu);
+      fd = c->sock();
+      was_valid = c->fork_mark.valid;
+      if (!c->closed.load() && was_valid) {
+        const Resume* r = c->rs;
+        const uint64_t held_left = r ? r->pre.size() + r->buf.size() : 0;
+        judged = fork_bytes::observe(fd, c->fork_mark, held_left, kForkSamples, &use, &busy);
+        if (busy && now < v[i].until) {
+          ++i;
+          continue;
+        }
+        c->fork_mark.valid = false;
+        c->fork_used_elsewhere = judged && use != fork_bytes::Use::alone;
+      }
+    }
+    // A moved stream another process used stays on TCP for good; one only
+    // this process used could go back (docs/protocol.md §7 "The return of
+    // a moved stream": its switch is not built).
+    if (v[i].back)
+      XP_SLOG(XP_SLOG_INFO,
+              "fd %d: no other process holds the socket since the fork any more: its stream may "
+              "go back onto RDMA",
+              fd);
+    else
+      XP_SLOG(XP_SLOG_INFO,
+              "fd %d: no other process holds the socket since the fork any more: it stays on "
+              "plain TCP (moved at a fork; %s",
+              fd,
+              !was_valid        ? "its use since the fork unknown)"
+              : !judged && busy ? "its use since the fork unknown: our calls stayed in flight)"
+              : !judged         ? "its use since the fork unknown)"
+              : use == fork_bytes::Use::alone ? "no other process read or wrote it)"
+              : use == fork_bytes::Use::other ? "another process read or wrote it)"
+                                              : "counts inconsistent)");
+    c->unref();
+    v[i] = v.back();
+    v.pop_back();
+  }
+}
+
 } // namespace
 
 void engine::forked(pid_t child) {
@@ -58,8 +129,10 @@ void engine::mark_fork_bytes(Conn* c) {
       r->raw_left > 0 || (r->rx_framed && !r->rx_raw))
     return;
   m.held_rx = r->pre.size() + r->buf.size();
-  m.valid = fork_bytes::kernel(c->sock(), &m.k) &&
-            fork_bytes::app_counts(c->sock(), &m.app_tx, &m.app_rx);
+  // No mark while a call of ours stays in flight (a thread blocked in a
+  // read): its use since the fork is then unknown, and it stays on TCP.
+  for (int i = 0; i < kForkSamples && !m.valid; ++i)
+    m.valid = fork_bytes::sample(c->sock(), &m.k, &m.app_tx, &m.app_rx) == fork_bytes::Sample::ok;
 }
 
 void engine::fork_shares() {
@@ -88,6 +161,7 @@ void engine::tick_forks(uint64_t now) {
   // The scan runs without g_mu: close() of a watched socket (under
   // State::mu and Conn::mu) and fork() take it, and must not wait for a
   // pass over /proc.
+  judge_moved(now);
   fork_share::Ask ask;
   {
     std::lock_guard<std::mutex> l(g_mu);
@@ -115,35 +189,18 @@ void engine::tick_forks(uint64_t now) {
     }
   }
   for (Conn* c : cs) {
-    bool back = false, moved = false, judged = false;
-    fork_bytes::Use use = fork_bytes::Use::inconsistent;
-    int fd;
+    bool back = false, moved = false;
     {
       std::lock_guard<std::mutex> l(c->mu);
-      fd = c->sock();
       moved = c->moved_stream.load();
       if (!c->closed.load()) back = reattach::unshared(c);
-      if (!c->closed.load() && moved && c->fork_mark.valid) {
-        const Resume* r = c->rs;
-        const uint64_t held_left = r ? r->pre.size() + r->buf.size() : 0;
-        judged = fork_bytes::observe(fd, c->fork_mark, held_left, 3, &use);
-        c->fork_mark.valid = false;
-        c->fork_used_elsewhere = judged && use != fork_bytes::Use::alone;
-      }
     }
-    // A moved stream another process used stays on TCP for good; one only
-    // this process used could go back (docs/protocol.md §7 "The return of
-    // a moved stream": its switch is not built).
-    XP_SLOG(XP_SLOG_INFO, "fd %d: no other process holds the socket since the fork any more: %s%s",
-            fd,
-            back    ? "its stream may go back onto RDMA"
-            : moved ? "it stays on plain TCP (moved at a fork; "
-                    : "it stays on TCP",
-            !moved || back                  ? ""
-            : !judged                       ? "its use since the fork unknown)"
-            : use == fork_bytes::Use::alone ? "no other process read or wrote it)"
-            : use == fork_bytes::Use::other ? "another process read or wrote it)"
-                                            : "counts inconsistent)");
+    if (moved) {
+      unjudged().push_back({c, now + kJudgeForMs, back}); // keeps the reference
+      continue;
+    }
+    XP_SLOG(XP_SLOG_INFO, "fd %d: no other process holds the socket since the fork any more: %s",
+            c->sock(), back ? "its stream may go back onto RDMA" : "it stays on TCP");
     c->unref();
   }
 }
@@ -160,6 +217,8 @@ void engine::forks_after_fork_child() {
   // copies of the pidfds leaves the parent's registrations as they are.
   watch().set_epoll(-1, 0);
   watch().reset();
+  // The parent judges those; their references stay unused in the child.
+  unjudged().clear();
 }
 
 } // namespace xp::stream

@@ -6,6 +6,7 @@
 #include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -39,9 +40,18 @@ void set_app_counts(AppCounts f) {
   g_app.store(f, std::memory_order_release);
 }
 
-bool app_counts(int fd, uint64_t* tx, uint64_t* rx) {
+bool app_counts(int fd, Ours* out) {
   AppCounts f = g_app.load(std::memory_order_acquire);
-  return f != nullptr && f(fd, tx, rx);
+  return f != nullptr && f(fd, out);
+}
+
+Sample sample(int fd, Kernel* k, uint64_t* tx, uint64_t* rx) {
+  Ours a, b;
+  if (!app_counts(fd, &a) || !kernel(fd, k) || !app_counts(fd, &b)) return Sample::failed;
+  if (a.begun != a.done || b.begun != a.begun) return Sample::busy;
+  *tx = a.tx;
+  *rx = a.rx;
+  return Sample::ok;
 }
 
 Use judge(const Mark& mark, const Kernel& now, uint64_t app_tx, uint64_t app_rx,
@@ -72,26 +82,26 @@ const char* use_name(Use u) {
   return "?";
 }
 
-bool observe(int fd, const Mark& mark, uint64_t held_left, int tries, Use* out) {
-  Use u = Use::other;
-  int judged = 0;
-  // At most this many samples in all: a socket our threads keep busy may
-  // never hold still between two of our counts.
-  for (int sample = 0; sample < 16 * tries && judged < tries; ++sample) {
-    uint64_t tx0, rx0, tx1, rx1;
+bool observe(int fd, const Mark& mark, uint64_t held_left, int tries, Use* out, bool* busy) {
+  *busy = false;
+  for (int i = 0; i < tries; ++i) {
     Kernel k;
-    // Ours, the kernel's, ours again: a call of ours that completed in
-    // between changes ours, and the sample is taken again.
-    if (!app_counts(fd, &tx0, &rx0) || !kernel(fd, &k) || !app_counts(fd, &tx1, &rx1)) return false;
-    if (tx0 != tx1 || rx0 != rx1) continue;
-    u = judge(mark, k, tx1, rx1, held_left);
-    ++judged;
-    if (u != Use::other) break;
-    if (judged < tries) usleep(1000);
+    uint64_t tx, rx;
+    switch (sample(fd, &k, &tx, &rx)) {
+    case Sample::failed:
+      *busy = false;
+      return false;
+    case Sample::busy:
+      *busy = true;
+      sched_yield(); // let the thread in its call count it
+      continue;
+    case Sample::ok:
+      *out = judge(mark, k, tx, rx, held_left);
+      *busy = false;
+      return true;
+    }
   }
-  if (judged == 0) return false;
-  *out = u;
-  return true;
+  return false;
 }
 
 } // namespace xp::stream::fork_bytes

@@ -34,11 +34,27 @@ struct Kernel {
 bool kernel(int fd, Kernel* out);
 
 // This process's own calls on the socket: bytes their results said were
-// written and read (no peek).  Counted by the layer that sees every call
-// (preload/track.cc registers it).  false: not counted for this fd.
-using AppCounts = bool (*)(int fd, uint64_t* tx, uint64_t* rx);
+// written and read (no peek), and how many calls began and how many were
+// counted.  Counted by the layer that sees every call (preload/track.cc
+// registers it), which reads `done` before `begun`, both before the bytes.
+// false: not counted for this fd.
+struct Ours {
+  uint64_t tx = 0, rx = 0;
+  uint64_t begun = 0, done = 0;
+};
+using AppCounts = bool (*)(int fd, Ours* out);
 void set_app_counts(AppCounts f);
-bool app_counts(int fd, uint64_t* tx, uint64_t* rx);
+bool app_counts(int fd, Ours* out);
+
+// The kernel's counts and ours at one instant.  Problem: a call of ours in
+// another thread moves bytes in the kernel before it counts them, so for
+// a while the kernel is ahead of us (a preempted thread: for a time
+// slice).  Mechanism: ours, the kernel's, ours again; the sample holds
+// only if no call was in flight at the first read and none began by the
+// second (then every byte the kernel moved by the middle read was counted
+// by the first).  busy: a call was in flight; take another sample later.
+enum class Sample { ok, busy, failed };
+Sample sample(int fd, Kernel* k, uint64_t* tx, uint64_t* rx);
 
 // Taken in the parent before fork() runs, once the stream moved and owes
 // the kernel nothing (stream/move.cc): the kernel's counts, ours, and the
@@ -61,12 +77,9 @@ Use judge(const Mark& mark, const Kernel& now, uint64_t app_tx, uint64_t app_rx,
           uint64_t held_left);
 const char* use_name(Use u);
 
-// judge() on fresh counts of fd.  A call of ours in another thread between
-// the kernel's count and ours looks like another process's bytes for an
-// instant, so `other` is answered only when `tries` samples all say so;
-// the first `alone` answers at once.  false: no answer (kernel() or
-// app_counts() failed, or our own calls never held still between two
-// counts): ask again later.
-bool observe(int fd, const Mark& mark, uint64_t held_left, int tries, Use* out);
+// judge() on the first sample() of fd that holds, of at most `tries`.
+// false: no answer (*busy: our calls were in flight in every sample, ask
+// again later; else kernel() or app_counts() failed).
+bool observe(int fd, const Mark& mark, uint64_t held_left, int tries, Use* out, bool* busy);
 
 } // namespace xp::stream::fork_bytes

@@ -10,6 +10,7 @@
 #include <linux/sockios.h>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <thread>
 
@@ -138,10 +139,11 @@ namespace {
 
 RPair* g_pair = nullptr;
 // The program's counts of a's socket, as preload's statistics row has them.
-bool pair_counts(int fd, uint64_t* tx, uint64_t* rx) {
+bool pair_counts(int fd, stream::fork_bytes::Ours* out) {
   if (g_pair == nullptr || fd != g_pair->a.c->fd) return false;
-  *tx = g_pair->a.sent;
-  *rx = g_pair->a.got;
+  out->tx = g_pair->a.sent;
+  out->rx = g_pair->a.got;
+  out->begun = out->done = 0; // one thread: no call in flight
   return true;
 }
 
@@ -251,7 +253,9 @@ Use after_child(Child what) {
     held_left = p.a.c->rs ? p.a.c->rs->pre.size() + p.a.c->rs->buf.size() : 0;
   }
   CHECK(held_left == 0);
-  CHECK(stream::fork_bytes::observe(fd, mark, held_left, 3, &u));
+  bool busy = true;
+  CHECK(stream::fork_bytes::observe(fd, mark, held_left, 3, &u, &busy));
+  CHECK_FALSE(busy);
   {
     // Once another process used it, no later fork marks it again.
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
@@ -278,4 +282,73 @@ TEST_CASE("fork_bytes: a child that read one byte of the moved stream is seen") 
 
 TEST_CASE("fork_bytes: a child that wrote one byte to the moved stream is seen") {
   CHECK(after_child(Child::writes) == Use::other);
+}
+
+namespace {
+// A thread's call as the preload counts it (track::CallInFlight):
+// begun, then the kernel, then the bytes, then done.
+struct Counted {
+  int fd = -1;
+  std::atomic<uint64_t> tx{0}, rx{0}, begun{0}, done{0};
+};
+Counted* g_counted = nullptr;
+bool counted(int fd, stream::fork_bytes::Ours* out) {
+  if (g_counted == nullptr || fd != g_counted->fd) return false;
+  out->done = g_counted->done.load();
+  out->begun = g_counted->begun.load();
+  out->tx = g_counted->tx.load();
+  out->rx = g_counted->rx.load();
+  return true;
+}
+} // namespace
+
+// redisfork's intermittent "1 used by another process": a thread of ours
+// preempted between its recv and its count made the kernel look ahead of
+// our calls in every sample.  A call in flight spoils the sample instead.
+TEST_CASE(
+    "fork_bytes: our own call between its kernel move and its count is not another process's") {
+  int fds[2];
+  tcp_loopback_pair(fds);
+  Counted cn;
+  cn.fd = fds[0];
+  g_counted = &cn;
+  stream::fork_bytes::set_app_counts(counted);
+  Mark mark;
+  REQUIRE(stream::fork_bytes::sample(fds[0], &mark.k, &mark.app_tx, &mark.app_rx) ==
+          stream::fork_bytes::Sample::ok);
+  mark.valid = true;
+  REQUIRE(put(fds[1], 100) == 100);
+  usleep(20000);
+  // Our call: begun, its recv took the bytes, not counted yet.
+  cn.begun.fetch_add(1);
+  REQUIRE(take(fds[0], 100) == 100);
+  Use u = Use::alone;
+  bool busy = false;
+  CHECK_FALSE(stream::fork_bytes::observe(fds[0], mark, 0, 3, &u, &busy));
+  CHECK(busy);
+  Kernel k;
+  uint64_t tx, rx;
+  CHECK(stream::fork_bytes::sample(fds[0], &k, &tx, &rx) == stream::fork_bytes::Sample::busy);
+  // ... and counted: ours alone.
+  cn.rx.fetch_add(100);
+  cn.done.fetch_add(1);
+  CHECK(stream::fork_bytes::observe(fds[0], mark, 0, 3, &u, &busy));
+  CHECK_FALSE(busy);
+  CHECK(u == Use::alone);
+  // Bytes no call of ours moved are another process's.
+  REQUIRE(put(fds[1], 7) == 7);
+  usleep(20000);
+  char b[7];
+  REQUIRE(::syscall(SYS_recvfrom, fds[0], b, 7, MSG_DONTWAIT, nullptr, nullptr) == 7);
+  CHECK(stream::fork_bytes::observe(fds[0], mark, 0, 3, &u, &busy));
+  CHECK(u == Use::other);
+  // A sample fails on a socket that is not established TCP.
+  ::shutdown(fds[1], SHUT_WR);
+  usleep(20000);
+  CHECK_FALSE(stream::fork_bytes::observe(fds[0], mark, 0, 3, &u, &busy));
+  CHECK_FALSE(busy);
+  stream::fork_bytes::set_app_counts(nullptr);
+  g_counted = nullptr;
+  close(fds[0]);
+  close(fds[1]);
 }
