@@ -252,6 +252,8 @@ ConnSlot* claim_slot(int fd) {
       s.tx_switch_at.store(0, std::memory_order_relaxed);
       s.rx_switch_at.store(0, std::memory_order_relaxed);
       s.opened_unix_ms = unix_ms();
+      s.calls_gen.fetch_add(1, std::memory_order_seq_cst);
+      s.calls_done.store(s.calls_begun.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
       return &s;
     }
   }

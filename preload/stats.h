@@ -74,8 +74,11 @@ struct alignas(64) ConnSlot {
   uint8_t local[16], peer[16];
   // Data calls begun and done (track::CallInFlight): equal when no call of
   // this process is between the kernel's move of its bytes and their
-  // count above (stream/fork_bytes.h observe()).  Never reset.
-  Counter calls_begun, calls_done;
+  // count above (stream/fork_bytes.h sample()).  A new row's generation
+  // makes done equal begun: a call of the row's previous connection, or
+  // one a thread never finished (cancelled, or left with longjmp), counts
+  // nothing done in the new one.
+  Counter calls_begun, calls_done, calls_gen;
 };
 
 struct StatsBlock {

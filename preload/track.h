@@ -65,16 +65,21 @@ void forget_passed_fds(const struct msghdr* msg);
 class CallInFlight {
 public:
   explicit CallInFlight(SocketRecord* r) : s_(r ? r->slot : nullptr) {
-    if (s_) s_->calls_begun.fetch_add(1, std::memory_order_seq_cst);
+    if (s_) {
+      gen_ = s_->calls_gen.load(std::memory_order_acquire);
+      s_->calls_begun.fetch_add(1, std::memory_order_seq_cst);
+    }
   }
   ~CallInFlight() {
-    if (s_) s_->calls_done.fetch_add(1, std::memory_order_seq_cst);
+    if (s_ && s_->calls_gen.load(std::memory_order_relaxed) == gen_)
+      s_->calls_done.fetch_add(1, std::memory_order_seq_cst);
   }
   CallInFlight(const CallInFlight&) = delete;
   CallInFlight& operator=(const CallInFlight&) = delete;
 
 private:
   ConnSlot* s_;
+  uint64_t gen_ = 0;
 };
 
 // The connection's own row when it has one (see ConnSlot), else the totals.

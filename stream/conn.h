@@ -110,6 +110,9 @@ public:
   // ... and another process read or wrote it (or the counts disagreed):
   // it stays on TCP for good.
   bool fork_used_elsewhere = false;
+  // Queued for the judgement of its use since the fork (engine_fork.cc
+  // judge_moved): its mark stays until then, under Conn::mu.
+  bool fork_judging = false;
   bool tx_shut = false;        // shutdown(SHUT_WR) or close while our direction was on TCP
   bool epipe_reported = false; // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the

@@ -223,7 +223,8 @@ int wait_ms() {
   std::lock_guard<std::mutex> l(s.mu);
   if (polls_owed()) return kOwedPollMs;
   if (maybe_unarmed()) return unarmed_in_use() ? kBusyUnarmedTickMs : kUnarmedTickMs;
-  if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty()) return kTickMs;
+  if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty() || fork_judgements_pending())
+    return kTickMs;
   for (Conn* c : s.conns)
     if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading &&
         !c->untimed.load(std::memory_order_relaxed))

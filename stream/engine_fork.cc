@@ -55,9 +55,25 @@ void judge_moved(uint64_t now) {
   std::vector<Unjudged>& v = unjudged();
   for (size_t i = 0; i < v.size();) {
     Conn* c = v[i].c;
-    bool judged = false, busy = false, was_valid;
+    bool judged = false, busy = false, was_valid, shared;
     fork_bytes::Use use = fork_bytes::Use::inconsistent;
     int fd;
+    {
+      std::lock_guard<std::mutex> l(engine::g().mu);
+      shared = c->fork_ino != 0;
+    }
+    if (shared) {
+      // A later fork shared the socket again: the mark stays for that
+      // child's exit, which queues the stream again.
+      {
+        std::lock_guard<std::mutex> l(c->mu);
+        c->fork_judging = false;
+      }
+      c->unref();
+      v[i] = v.back();
+      v.pop_back();
+      continue;
+    }
     {
       std::lock_guard<std::mutex> l(c->mu);
       fd = c->sock();
@@ -73,6 +89,7 @@ void judge_moved(uint64_t now) {
         c->fork_mark.valid = false;
         c->fork_used_elsewhere = judged && use != fork_bytes::Use::alone;
       }
+      c->fork_judging = false;
     }
     // A moved stream another process used stays on TCP for good; one only
     // this process used could go back (docs/protocol.md §7 "The return of
@@ -101,6 +118,10 @@ void judge_moved(uint64_t now) {
 
 } // namespace
 
+bool engine::fork_judgements_pending() {
+  return !unjudged().empty();
+}
+
 void engine::forked(pid_t child) {
   State& s = g();
   if (!s.started || s.cm == nullptr || child <= 0) return;
@@ -118,7 +139,7 @@ void engine::mark_fork_bytes(Conn* c) {
   // The earliest mark of a socket still shared stays: a child of an
   // earlier fork may have used the stream since.  One another process
   // used stays on TCP for good: no new mark.
-  if ((m.valid && c->fork_ino != 0) || c->fork_used_elsewhere) return;
+  if ((m.valid && (c->fork_ino != 0 || c->fork_judging)) || c->fork_used_elsewhere) return;
   m = fork_bytes::Mark{};
   const Resume* r = c->rs;
   // Only a moved stream that owes the kernel nothing and reads nothing
@@ -189,14 +210,19 @@ void engine::tick_forks(uint64_t now) {
     }
   }
   for (Conn* c : cs) {
-    bool back = false, moved = false;
+    bool back = false, moved = false, queued = false;
     {
       std::lock_guard<std::mutex> l(c->mu);
       moved = c->moved_stream.load();
       if (!c->closed.load()) back = reattach::unshared(c);
+      queued = c->fork_judging;
+      if (moved) c->fork_judging = true;
     }
     if (moved) {
-      unjudged().push_back({c, now + kJudgeForMs, back}); // keeps the reference
+      if (queued)
+        c->unref(); // its entry is still there
+      else
+        unjudged().push_back({c, now + kJudgeForMs, back}); // keeps the reference
       continue;
     }
     XP_SLOG(XP_SLOG_INFO, "fd %d: no other process holds the socket since the fork any more: %s",

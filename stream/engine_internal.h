@@ -285,6 +285,8 @@ constexpr uint64_t kTagForkWatch = 4;
 // Engine tick, or a watched holder exited (no lock held): sockets a fork shared that are this
 // process's alone again (stream/engine_fork.cc).
 void tick_forks(uint64_t now);
+// Moved streams whose use since a fork is still to be judged (engine thread).
+bool fork_judgements_pending();
 // In a fork child: the parent's watch of them is not the child's.
 void forks_after_fork_child();
 // g().mu held: the program closed a socket a fork shared (no longer watched).

@@ -18,22 +18,37 @@ std::atomic<AppCounts> g_app{nullptr};
 
 } // namespace
 
-bool kernel(int fd, Kernel* out) {
-  ::tcp_info ti{}; // linux/tcp.h: has tcpi_bytes_acked, tcpi_bytes_received
-  socklen_t len = sizeof ti;
-  if (syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-      len < offsetof(::tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-    return false;
+namespace {
+
+// linux/tcp.h's tcp_info has tcpi_bytes_acked and tcpi_bytes_received.
+bool info(int fd, ::tcp_info* ti) {
+  socklen_t len = sizeof *ti;
   // TCP_ESTABLISHED (1): no FIN either way, whose sequence number the
   // counts include.
-  if (ti.tcpi_state != 1) return false;
-  int outq = 0, inq = 0;
-  if (syscall(SYS_ioctl, fd, SIOCOUTQ, &outq) != 0 || syscall(SYS_ioctl, fd, SIOCINQ, &inq) != 0 ||
-      outq < 0 || inq < 0 || static_cast<uint64_t>(inq) > ti.tcpi_bytes_received)
-    return false;
-  out->written = ti.tcpi_bytes_acked + static_cast<uint64_t>(outq);
-  out->read = ti.tcpi_bytes_received - static_cast<uint64_t>(inq);
-  return true;
+  return syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, ti, &len) == 0 &&
+         len >= offsetof(::tcp_info, tcpi_bytes_received) + sizeof ti->tcpi_bytes_received &&
+         ti->tcpi_state == 1;
+}
+
+} // namespace
+
+bool kernel(int fd, Kernel* out, bool* moving) {
+  if (moving) *moving = false;
+  for (int i = 0; i < 4; ++i) {
+    ::tcp_info a{}, b{};
+    int outq = 0, inq = 0;
+    if (!info(fd, &a) || syscall(SYS_ioctl, fd, SIOCOUTQ, &outq) != 0 ||
+        syscall(SYS_ioctl, fd, SIOCINQ, &inq) != 0 || !info(fd, &b) || outq < 0 || inq < 0 ||
+        static_cast<uint64_t>(inq) > a.tcpi_bytes_received)
+      return false;
+    if (a.tcpi_bytes_acked != b.tcpi_bytes_acked || a.tcpi_bytes_received != b.tcpi_bytes_received)
+      continue;
+    out->written = a.tcpi_bytes_acked + static_cast<uint64_t>(outq);
+    out->read = a.tcpi_bytes_received - static_cast<uint64_t>(inq);
+    return true;
+  }
+  if (moving) *moving = true;
+  return false;
 }
 
 void set_app_counts(AppCounts f) {
@@ -47,7 +62,10 @@ bool app_counts(int fd, Ours* out) {
 
 Sample sample(int fd, Kernel* k, uint64_t* tx, uint64_t* rx) {
   Ours a, b;
-  if (!app_counts(fd, &a) || !kernel(fd, k) || !app_counts(fd, &b)) return Sample::failed;
+  bool moving = false;
+  if (!app_counts(fd, &a)) return Sample::failed;
+  if (!kernel(fd, k, &moving)) return moving ? Sample::busy : Sample::failed;
+  if (!app_counts(fd, &b)) return Sample::failed;
   if (a.begun != a.done || b.begun != a.begun) return Sample::busy;
   *tx = a.tx;
   *rx = a.rx;

@@ -28,10 +28,14 @@ struct Kernel {
   uint64_t read = 0;    // bytes the programs read (received - queued)
   bool operator==(const Kernel&) const = default;
 };
+// The counts come from three calls (TCP_INFO, SIOCOUTQ, SIOCINQ): an ACK or
+// bytes arriving between them would make one count short, so TCP_INFO is
+// read again after the two and its counts must not have moved.
 // false: not an established TCP socket (a FIN sent or received counts one
-// sequence number the counts cannot tell from a byte), or a kernel without
-// tcpi_bytes_acked/tcpi_bytes_received (Linux 4.1/4.2).
-bool kernel(int fd, Kernel* out);
+// sequence number the counts cannot tell from a byte), a kernel without
+// tcpi_bytes_acked/tcpi_bytes_received (Linux 4.1/4.2), or (*moving set)
+// the socket's counts moved during each of a few reads.
+bool kernel(int fd, Kernel* out, bool* moving = nullptr);
 
 // This process's own calls on the socket: bytes their results said were
 // written and read (no peek), and how many calls began and how many were
@@ -52,7 +56,8 @@ bool app_counts(int fd, Ours* out);
 // slice).  Mechanism: ours, the kernel's, ours again; the sample holds
 // only if no call was in flight at the first read and none began by the
 // second (then every byte the kernel moved by the middle read was counted
-// by the first).  busy: a call was in flight; take another sample later.
+// by the first).  busy: a call was in flight, or the kernel's counts kept
+// moving (kernel()); take another sample later.
 enum class Sample { ok, busy, failed };
 Sample sample(int fd, Kernel* k, uint64_t* tx, uint64_t* rx);
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "preload/stats.h"
+#include "preload/track.h"
 #include "stream/upgrade_policy.h"
 #include "verbs/device.h"
 
@@ -35,6 +36,41 @@ TEST_CASE("stats: claim and release connection rows") {
   stats::release_slot(a);
   stats::release_slot(b);
   CHECK(a->in_use.load() == 0);
+}
+
+// A call in flight when its connection's row is released (a thread
+// cancelled in a blocking read never counts itself done) leaves the row's
+// next connection balanced: no call of its own in flight.
+TEST_CASE("stats: a row's next connection starts with no call in flight") {
+  ConnSlot* a = stats::claim_slot(9);
+  REQUIRE(a);
+  SocketRecord r;
+  r.slot = a;
+  auto call = std::make_unique<track::CallInFlight>(&r);
+  CHECK(a->calls_begun.load() == a->calls_done.load() + 1);
+  stats::release_slot(a);
+  ConnSlot* again = nullptr;
+  std::vector<ConnSlot*> others;
+  for (uint32_t i = 0; i < sw::kStatsConnSlots && again == nullptr; ++i) {
+    ConnSlot* s = stats::claim_slot(10);
+    REQUIRE(s);
+    if (s == a)
+      again = s;
+    else
+      others.push_back(s);
+  }
+  REQUIRE(again == a);
+  CHECK(a->calls_begun.load() == a->calls_done.load());
+  call.reset(); // the old connection's call ends: nothing of the new one
+  CHECK(a->calls_begun.load() == a->calls_done.load());
+  {
+    track::CallInFlight own(&r);
+    CHECK(a->calls_begun.load() == a->calls_done.load() + 1);
+  }
+  CHECK(a->calls_begun.load() == a->calls_done.load());
+  stats::release_slot(a);
+  for (ConnSlot* s : others)
+    stats::release_slot(s);
 }
 
 TEST_CASE("stats: rows run out gracefully") {
