@@ -229,7 +229,7 @@ bool Stream::early_bytes(const uint8_t** p, size_t* n) const {
 }
 
 Status Stream::set_rx_start(uint64_t s) {
-  if (rx_start_set_ || rx_.size() != 0 || rx_next_ != delivered_ || fin_received_)
+  if (peer_dropped_ || rx_start_set_ || rx_.size() != 0 || rx_next_ != delivered_ || fin_received_)
     return Status::invalid;
   if (rx_next_ != 0 && rx_next_ != s) return Status::invalid;
   rx_next_ = delivered_ = acked_sent_ = s;

@@ -164,7 +164,9 @@ public:
   // The peer's ATTACH_NAK "reads plain" for this stream was polled: the
   // peer dropped it right after that NAK (docs/protocol.md §3), so any
   // record with its id that follows is the peer's answer to our bytes for a
-  // stream it no longer holds (RST), never this stream's: ignored.
+  // stream it no longer holds (RST), never this stream's: ignored.  The
+  // same once our handshake timer fired: our NAK "reads plain" follows, and
+  // the peer's SWITCH, if it comes, must not start the receive side.
   void peer_dropped() { peer_dropped_ = true; }
   // Until the peer's first ACK it may, after a channel failure, go on
   // unframed from its S on TCP (it never verified our SWITCH nor had our

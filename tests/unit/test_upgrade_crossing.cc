@@ -445,3 +445,50 @@ TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RD
     }
   }
 }
+
+TEST_CASE("upgrade crossing: a SWITCH polled right after the handshake timer fired") {
+  // The engine's tick finds b's handshake timer due and a's SWITCH not yet
+  // in; before its fail() takes the stream off the channel, another thread
+  // polls b's channel and a's SWITCH and bytes come in.  The timer's
+  // decision and what the stream takes from then on are one step: b's NAK
+  // says "reads plain", a's stream alone goes back to TCP with every byte,
+  // and the channel's other stream stays on RDMA.  (The SWITCH used to start
+  // b's receive side in that gap, and b failed the whole channel.)
+  RPair p;
+  Second q(p);
+  q.exchange(5000);
+  q.settle();
+  REQUIRE(q.on_rdma());
+  const uint64_t total = 5000 + 30000 + 40000;
+  a_switched_b_unaware(p, 5000);
+  REQUIRE(rput(p.a, 30000) > 0);
+  const uint64_t now = stream::engine::now_ms();
+  {
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    p.b.c->sess.tick(now); // arms: b waits for a's PROOF
+    stream::engine::tick_handshake(p.b.c, now + 60000);
+    REQUIRE(p.b.c->sess.state() == recover::State::failed);
+  }
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    REQUIRE(p.b.ch->mux->progress() == Status::ok); // a's SWITCH and bytes, not handled
+  }
+  {
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    stream::engine::fail(p.b.c, p.b.c->sess.fallback_reason()); // the tick goes on
+  }
+  CHECK(p.b.c->phase.load() == stream::Phase::tcp);
+  rdrive(p, total, 9, -1, [] {});
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+  CHECK(p.b.got == total);
+  CHECK(p.b.bad == 0);
+  CHECK(p.a.c->resumed.load()); // a's stream alone left the channel
+  CHECK_FALSE(p.a.ch->failed.load());
+  CHECK_FALSE(p.b.ch->failed.load());
+  q.exchange(300000);
+  CHECK(q.on_rdma());
+  CHECK(q.a.got == 305000);
+  CHECK(q.b.got == 305000);
+  CHECK(q.a.bad + q.b.bad == 0);
+}
