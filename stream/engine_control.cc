@@ -462,6 +462,16 @@ Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* 
       if (c->st) c->st->set_rx_start(h.seq);
     }
   }
+  // A NAK "reads plain": the peer dropped the stream with it, and answers
+  // our records that follow with RST, which the stream must not take for
+  // its own (it would fail the channel: resume::start_alone refuses a
+  // reset stream).  Marked now, in the channel's order; the NAK itself is
+  // handled from the inbox (docs/protocol.md §3).
+  if (h.type == static_cast<uint8_t>(RecordType::attach_nak) &&
+      (h.seq & recover::kNakReadsPlain) != 0) {
+    if (Conn* c = ch->conn_of(h.stream); c != nullptr && !c->resumed.load() && c->st != nullptr)
+      c->st->peer_dropped();
+  }
   if (h.type == static_cast<uint8_t>(RecordType::move_)) {
     int m = move::on_record(ch, h, payload);
     if (m < 0) return Status::invalid;

@@ -269,6 +269,9 @@ void keepalive(uint64_t now);
 // the channel failed), and c's channel is failed too.  true then.  No lock.
 bool tcp_after_switch(Conn* c);
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload);
+// c->mu held: the upgrade's handshake timer (recover/upgrade.h tick), which
+// does not fire while the peer's SWITCH is in (docs/protocol.md §3).
+void tick_handshake(Conn* c, uint64_t now);
 void tick_conns(uint64_t now);
 // before_fork: the time the fork starts (a bound on the child's start).
 void fork_prepare();

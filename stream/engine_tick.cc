@@ -16,18 +16,22 @@
 
 namespace xp::stream::engine {
 
-namespace {
-// c->mu held.  The peer's SWITCH reached c's stream: its PROOF, which goes
-// before it on the channel, waits in the inbox (or was handled), so the
-// handshake is not waiting for the peer but for us.  A timeout then would
-// give up a stream whose peer already sends over RDMA, and only recovery
-// could sort that out (docs/protocol.md §3).
-bool peer_switched(Conn* c) {
-  if (c->ch == nullptr || c->st == nullptr) return false;
-  std::lock_guard<std::mutex> l(c->ch->mu);
-  return c->st->rx_started();
+void tick_handshake(Conn* c, uint64_t now) {
+  XP_ASSERT_HELD(c->mu);
+  Channel* ch = c->ch;
+  if (ch == nullptr || c->st == nullptr || !c->sess.timer_due(now)) return c->sess.tick(now);
+  // The check, the timeout and what the stream takes from then on are one
+  // step under the channel's lock: a SWITCH polled between a check and the
+  // NAK of fail() started the stream's receive side, and fail() then
+  // failed the whole channel for it (docs/protocol.md §3).
+  std::lock_guard<std::mutex> l(ch->mu);
+  // The peer's SWITCH reached c's stream: its PROOF, which goes before it
+  // on the channel, waits in the inbox (or was handled), so the handshake
+  // is not waiting for the peer but for us.
+  if (c->st->rx_started()) return;
+  c->sess.tick(now);
+  if (c->sess.state() == recover::State::failed) c->st->peer_dropped(); // fail() follows
 }
-} // namespace
 
 void tick_conns(uint64_t now) {
   std::vector<Conn*> cs;
@@ -62,7 +66,7 @@ void tick_conns(uint64_t now) {
         if (!c->closed.load()) resume::tick(c, now);
       } else if (!c->closed.load()) {
         if (c->phase.load() == Phase::upgrading) {
-          if (!(c->sess.timer_due(now) && peer_switched(c))) c->sess.tick(now);
+          tick_handshake(c, now);
           if (c->sess.state() == recover::State::failed) {
             fail(c, c->sess.fallback_reason());
           } else if (c->retry_at_ms && now >= c->retry_at_ms && c->ch == nullptr) {

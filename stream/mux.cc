@@ -229,11 +229,12 @@ bool Stream::early_bytes(const uint8_t** p, size_t* n) const {
 }
 
 Status Stream::set_rx_start(uint64_t s) {
-  if (rx_start_set_ || rx_.size() != 0 || rx_next_ != delivered_ || fin_received_)
+  if (peer_dropped_ || rx_start_set_ || rx_.size() != 0 || rx_next_ != delivered_ || fin_received_)
     return Status::invalid;
   if (rx_next_ != 0 && rx_next_ != s) return Status::invalid;
   rx_next_ = delivered_ = acked_sent_ = s;
   rx_start_set_ = true;
+  rx_digest_on_ = !peer_rx_started_;
   return Status::ok;
 }
 
@@ -283,6 +284,7 @@ Status Stream::maybe_ack() {
 }
 
 Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
+  if (peer_dropped_) return Status::ok;
   switch (static_cast<RecordType>(h.type)) {
   case RecordType::data:
     // RC delivers in order: anything but the next sequence, data after
@@ -292,6 +294,11 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
     // room.
     if (h.seq != rx_next_ || fin_received_ || h.seq + h.len - acked_sent_ > window_size_)
       return Status::invalid;
+    if (rx_digest_on_) {
+      rx_digest_len_ += h.len;
+      rx_digest_on_ = rx_digest_len_ <= kRxDigestMax;
+      rx_digest_ = digest_bytes(rx_digest_, payload, h.len);
+    }
     {
       size_t direct = lent_ && rx_.size() == 0 ? fill_lent(payload, h.len) : 0;
       if (!rx_.put(payload + direct, h.len - direct)) return Status::invalid;
@@ -301,6 +308,7 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
   case RecordType::ack:
     // The peer acknowledges only after it verified our SWITCH (ack_switch).
     peer_rx_started_ = true;
+    rx_digest_on_ = false;                   // the peer verified our SWITCH: it goes on framed
     if (early_keep_) keep_early(nullptr, 0); // its copy is no longer needed
     return window_.on_ack(h.seq);
   case RecordType::fin:

@@ -47,6 +47,15 @@ struct MuxCounters {
 
 class Mux;
 
+// FNV-1a over bytes, continued from h (kDigestBasis to start): the
+// receiver's check of bytes it may see twice (Stream::rx_digest).
+constexpr uint64_t kDigestBasis = 0xcbf29ce484222325ull;
+inline uint64_t digest_bytes(uint64_t h, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
 class Stream {
 public:
   uint32_t id() const { return id_; }
@@ -152,6 +161,24 @@ public:
     uint64_t end = 0, start = 0, received = 0;
   };
   void freeze_tx() { frozen_ = true; }
+  // The peer's ATTACH_NAK "reads plain" for this stream was polled: the
+  // peer dropped it right after that NAK (docs/protocol.md §3), so any
+  // record with its id that follows is the peer's answer to our bytes for a
+  // stream it no longer holds (RST), never this stream's: ignored.  The
+  // same once our handshake timer fired: our NAK "reads plain" follows, and
+  // the peer's SWITCH, if it comes, must not start the receive side.
+  void peer_dropped() { peer_dropped_ = true; }
+  // Until the peer's first ACK it may, after a channel failure, go on
+  // unframed from its S on TCP (it never verified our SWITCH nor had our
+  // ACK of its own, docs/protocol.md §7): a receiver that expected its
+  // frames then checks that those bytes are the ones it had over RDMA.
+  // true: *h digests [S, received()) (digest_bytes).  Kept for at most
+  // kRxDigestMax bytes.
+  bool rx_digest(uint64_t* h) const {
+    *h = rx_digest_;
+    return rx_digest_on_;
+  }
+  static constexpr uint64_t kRxDigestMax = 4u << 20;
   // Whose stream this is (the engine's connection), for the channel's
   // lookups by stream id.
   void* owner = nullptr;
@@ -201,6 +228,9 @@ private:
   uint64_t zc_lo_ = 0, zc_hi_ = 0, zc_last_wr_ = 0;
   const uint8_t* zc_src_ = nullptr;
   bool frozen_ = false;
+  bool peer_dropped_ = false;
+  bool rx_digest_on_ = false;
+  uint64_t rx_digest_ = kDigestBasis, rx_digest_len_ = 0;
   bool marked_ = false;
   // early_bytes(): kept from set_tx_start until the peer's first ACK.
   bool early_keep_ = false;

@@ -183,7 +183,7 @@ void give_up(Conn* c, Resume* r, const char* why) {
 
 // The peer never saw our SWITCH: it reads our direction as plain TCP, and
 // it received nothing of it over RDMA.  Continue at S, unframed.
-static void continue_unframed(Conn* c, Resume* r) {
+void continue_unframed(Conn* c, Resume* r) {
   if (r->resend_seq != r->tx_start)
     return give_up(c, r, "the peer lost our SWITCH but holds bytes after it");
   uint64_t n = r->tx_next - r->tx_start;
@@ -232,7 +232,9 @@ bool gather(uint8_t* buf, uint8_t* have, size_t want, const uint8_t** p, size_t*
 // Bytes from the kernel, in frames after the peer's S.
 void decode(Conn* c, Resume* r, const uint8_t* p, size_t n) {
   while (n > 0 && !r->broken) {
+    if (r->rx_raw && r->check_left > 0 && !check_plain(c, r, &p, &n)) return;
     if (r->rx_raw) return raw_in(r, p, n);
+    if (!r->in_frame && peer_went_plain(c, r, p, n)) continue;
     if (!r->in_frame) {
       if (!gather(r->hdr, &r->hdr_have, recover::kFrameHeaderBytes, &p, &n)) return;
       r->hdr_have = 0;
@@ -552,6 +554,7 @@ void start(Conn* c, ResumeCause why) {
         while (s->read(tmp, sizeof tmp, &got, false) == Status::ok && got > 0)
           r->buf.put(tmp, got);
         r->rx_next = s->received();
+        r->rx_digest_ok = s->rx_digest(&r->rx_digest);
         r->fin = s->peer_finished();
         reset = s->was_reset();
       }

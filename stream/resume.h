@@ -108,6 +108,10 @@ struct Resume {
   // for whichever process reads it).
   bool turning = false;
   uint64_t rx_skip = 0; // ... of which this many we hold already
+  // The peer went on unframed from its S (resume.cc peer_went_plain): its
+  // first check_left raw bytes must digest (Stream::rx_digest) to rx_digest.
+  bool rx_digest_ok = false;
+  uint64_t rx_digest = 0, check_left = 0, check_digest = 0;
   // At fork a framed stream turns into a moved one (stream/resume_fork.h):
   // the peer's RAW was read and ours waits for room in `out`.
   bool raw_owed = false;

@@ -27,5 +27,16 @@ void give_up(Conn* c, Resume* r, const char* why);
 bool collect_resend(Channel* ch, Stream* s, Resume* r, uint64_t* first);
 // Our RESUME and the re-sent bytes from `from` on into r->out (framed).
 void go_framed(Conn* c, Resume* r, uint64_t from);
+// The peer never saw our SWITCH: continue at S, unframed (or give up when
+// bytes after S are not all in r->resend).
+void continue_unframed(Conn* c, Resume* r);
+// Raw bytes from the peer into buf, the first r->rx_skip of them dropped.
+void raw_in(Resume* r, const uint8_t* p, size_t n);
+// resume_plain.cc: the first bytes after the peer's S (p, n) are no frame
+// and the peer goes on unframed: true when taken so (r->rx_raw, or given
+// up).  Then check_plain() takes what must match what came over RDMA:
+// false once given up or when all of (*p, *n) went.
+bool peer_went_plain(Conn* c, Resume* r, const uint8_t* p, size_t n);
+bool check_plain(Conn* c, Resume* r, const uint8_t** p, size_t* n);
 
 } // namespace xp::stream::resume

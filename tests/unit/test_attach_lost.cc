@@ -135,3 +135,78 @@ TEST_CASE("attach: once only; a bound stream's channel that fails keeps it on TC
     c->unref();
   }
 }
+
+TEST_CASE("attach: an ATTACH that comes after the server's timer costs that stream only") {
+  // A burst of connects (2,000 in the Soft-RoCE VM): the server's wait for
+  // this connection's ATTACH ended (handshake timer, the connection on TCP)
+  // before the ATTACH came over a channel that carries another stream on
+  // RDMA.  The server answers NAK; the client's connection stays on TCP with
+  // every byte, and the channel and its other stream go on over RDMA at both
+  // ends (docs/protocol.md §1).
+  {
+    test::RPair p;
+    REQUIRE(test::rput(p.a, 3000) == 3000); // what the binding covers
+    REQUIRE(test::rput(p.b, 3000) == 3000);
+    while (p.a.got < 3000 || p.b.got < 3000) {
+      test::rtake(p.a, 65536, 1);
+      test::rtake(p.b, 65536, 0);
+    }
+    test::settle_switches(p);
+    REQUIRE(p.a.c->tx_rdma.load());
+    REQUIRE(p.b.c->rx_rdma.load());
+    const recover::SessionParams ps = recover::test::params(
+        recover::Role::server, recover::test::tuple(AF_INET, "10.0.0.1", 41002, "10.0.0.2", 8080),
+        31, 0);
+    recover::SessionParams pc = ps;
+    pc.role = recover::Role::client;
+    pc.nonce.b[0] ^= 1;
+    pc.seed[0] ^= 1;
+    test::AcceptedConn srv(ps);
+    p.a.ch->peer_addr = recover::server_addr(ps.tuple);
+    p.a.ch->peer_port = ps.tuple.server_port;
+    p.b.ch->peer_addr = recover::client_addr(ps.tuple);
+    {
+      // The server's wait ends as in the engine's tick (engine_tick.cc).
+      std::lock_guard<std::mutex> l(srv.c->mu);
+      engine::fail(srv.c, Reason::peer_not_accelerated);
+    }
+    REQUIRE(srv.c->phase.load() == Phase::tcp);
+    Conn* c = new Conn(srv.fds[0], pc);
+    attach(c, p.a.ch);
+    for (int i = 0; i < 5; ++i) {
+      engine::progress(p.b.ch); // the late ATTACH: NAK
+      engine::progress(p.a.ch);
+    }
+    CHECK(c->phase.load() == Phase::tcp);
+    CHECK(c->reason == Reason::handshake_failed); // the server's NAK failed
+    CHECK(c->ch == nullptr);
+    CHECK_FALSE(c->resumed.load());
+    CHECK_FALSE(take_queued(c));
+    CHECK_FALSE(p.a.ch->failed.load());
+    CHECK_FALSE(p.b.ch->failed.load());
+    // The connection's bytes, both ways, on TCP.
+    test::REnd ce{c, nullptr, 0}, se{srv.c, nullptr, 1};
+    for (int i = 0; i < 200 && (se.got < 50000 || ce.got < 50000); ++i) {
+      if (ce.sent < 50000) test::rput(ce, std::min<uint64_t>(50000 - ce.sent, 7000));
+      if (se.sent < 50000) test::rput(se, std::min<uint64_t>(50000 - se.sent, 7000));
+      test::rtake(se, 65536, 0);
+      test::rtake(ce, 65536, 1);
+    }
+    CHECK(ce.got == 50000);
+    CHECK(se.got == 50000);
+    CHECK(ce.bad + se.bad == 0);
+    CHECK_FALSE(ce.reset);
+    CHECK_FALSE(se.reset);
+    // The channel's other stream, still on RDMA.
+    test::rdrive(p, 203000, 3, -1, [] {});
+    test::check_delivered(p, 203000);
+    CHECK(p.a.c->tx_rdma.load());
+    CHECK(p.a.c->rx_rdma.load());
+    CHECK_FALSE(p.a.c->resumed.load());
+    engine::on_close(c);
+    c->unref();
+  }
+  // The other stream's corked records left the process-wide "some channel
+  // holds a record" note set: clear it for the tests that follow.
+  engine::post_idle_held();
+}

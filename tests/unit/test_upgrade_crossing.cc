@@ -330,3 +330,165 @@ TEST_CASE("upgrade crossing: a channel that fails in any state of the switch res
     check_delivered(p, total);
   }
 }
+
+TEST_CASE("upgrade crossing: the reset that answers our bytes after the peer's NAK is no reset") {
+  // b's handshake timer fires before a's SWITCH reaches it (a burst of
+  // bindings: 2,000 connections in the Soft-RoCE VM): b NAKs "reads plain"
+  // and drops the stream; a's records after S then find no stream at b,
+  // which answers them with RST (as the kernel would, stream/mux.cc).  a
+  // polls the NAK and that RST in one batch: the RST applies to the stream
+  // at once, the NAK waits in the inbox, and the stream used to look reset
+  // to a, so a failed the whole channel and every other stream of it went
+  // through recovery.  The NAK's stream alone goes back to TCP, byte-exact.
+  for (size_t after : {size_t{1}, size_t{30000}}) {
+    CAPTURE(after);
+    RPair p;
+    Second q(p);
+    q.exchange(5000);
+    q.settle();
+    REQUIRE(q.on_rdma());
+    const uint64_t total = 5000 + after + 40000;
+    a_switched_b_unaware(p, 5000);
+    REQUIRE(rput(p.a, after) > 0);
+    b_times_out(p);
+    stream::engine::progress(p.b.ch); // a's bytes after S meet no stream: RST
+    stream::engine::progress(p.a.ch); // the NAK and the RST in one batch
+    CHECK_FALSE(p.a.ch->failed.load());
+    CHECK_FALSE(p.a.reset);
+    rdrive(p, total, 7, -1, [] {});
+    CHECK_FALSE(p.a.reset);
+    CHECK_FALSE(p.b.reset);
+    CHECK(p.b.got == total);
+    CHECK(p.b.bad == 0);
+    CHECK(p.a.c->resumed.load()); // a's stream alone left the channel
+    CHECK(p.a.c->ch == nullptr);
+    CHECK_FALSE(p.a.ch->failed.load());
+    CHECK_FALSE(p.b.ch->failed.load());
+    q.exchange(300000);
+    CHECK(q.on_rdma());
+    CHECK(q.a.got == 305000);
+    CHECK(q.b.got == 305000);
+    CHECK(q.a.bad + q.b.bad == 0);
+  }
+}
+
+TEST_CASE("upgrade crossing: a channel that fails after b verified a's SWITCH, a unaware") {
+  // b verified a's SWITCH (its acknowledgement is on the way), switched its
+  // own direction and read some of a's bytes over RDMA; a polled nothing of
+  // b's since its PROOF.  The channel fails at both ends (the whole channel
+  // of a stream whose NAK did fail it, in the VM at 2,000 connections).
+  // a never had b's ACK nor b's SWITCH: it goes on unframed from its S.  b
+  // expected a's RESUME and read a's plain bytes as a malformed frame:
+  // a reset.  b now knows them for what they are (docs/protocol.md §7).
+  for (size_t read_first : {size_t{0}, size_t{7000}}) {
+    CAPTURE(read_first);
+    RPair p;
+    a_switched_b_unaware(p, 5000);
+    REQUIRE(rput(p.a, 20000) > 0);
+    stream::engine::progress(p.b.ch); // PROOF, SWITCH: b verifies, acknowledges, switches
+    REQUIRE(p.b.c->rx_rdma.load());
+    REQUIRE(p.b.c->tx_rdma.load());
+    while (p.b.got < 5000 + read_first)
+      REQUIRE(rtake(p.b, 5000 + read_first - p.b.got, 0) > 0);
+    REQUIRE(rput(p.b, 3000) > 0); // over RDMA: a never reads it there
+    stream::engine::mark_failed(p.a.ch, stream::ResumeCause::completion_error);
+    stream::engine::mark_failed(p.b.ch, stream::ResumeCause::completion_error);
+    engine_step(p);
+    const uint64_t total = 150000;
+    rdrive(p, total, 17, -1, [] {});
+    for (int i = 0; i < 200 && (p.a.got < total || p.b.got < total) && !p.a.reset && !p.b.reset;
+         ++i) {
+      rtake(p.a, 65536, 1);
+      rtake(p.b, 65536, 0);
+      engine_step(p);
+    }
+    check_delivered(p, total);
+  }
+}
+
+TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RDMA") {
+  // b expected a's frames and meets plain bytes after S instead: they are
+  // taken only if they repeat, byte for byte, what came over RDMA from S
+  // (a re-sends from its S).  Other bytes (the channel's peer was not the
+  // TCP peer: a forger's SWITCH, docs/protocol.md §8) reset the stream:
+  // never a mix of the two.  Written here straight into a's socket, b's
+  // channel alone failed.
+  for (bool same : {true, false}) {
+    CAPTURE(same);
+    RPair p;
+    a_switched_b_unaware(p, 5000);
+    REQUIRE(rput(p.a, 20000) == 20000);
+    stream::engine::progress(p.b.ch); // b verifies a's SWITCH
+    REQUIRE(p.b.c->rx_rdma.load());
+    while (p.b.got < 9000)
+      REQUIRE(rtake(p.b, 9000 - p.b.got, 0) > 0);
+    stream::engine::mark_failed(p.b.ch, stream::ResumeCause::completion_error);
+    stream::engine::progress(p.b.ch);
+    REQUIRE(p.b.c->resumed.load());
+    std::vector<uint8_t> plain(30000);
+    for (size_t k = 0; k < plain.size(); ++k)
+      plain[k] = rpat(0, 5000 + k);
+    if (!same) plain[12345] ^= 1;
+    REQUIRE(::send(p.fds[0], plain.data(), plain.size(), MSG_DONTWAIT) == 30000);
+    for (int i = 0; i < 50 && p.b.got < 35000 && !p.b.reset; ++i) {
+      rtake(p.b, 65536, 0);
+      std::lock_guard<std::mutex> l(p.b.c->mu);
+      stream::resume::pump(p.b.c);
+    }
+    CHECK(p.b.bad == 0);
+    if (same) {
+      CHECK_FALSE(p.b.reset);
+      CHECK(p.b.got == 35000);
+    } else {
+      CHECK(p.b.reset);
+      CHECK(p.b.got <= 25000); // what came over RDMA, and nothing after it
+    }
+  }
+}
+
+TEST_CASE("upgrade crossing: a SWITCH polled right after the handshake timer fired") {
+  // The engine's tick finds b's handshake timer due and a's SWITCH not yet
+  // in; before its fail() takes the stream off the channel, another thread
+  // polls b's channel and a's SWITCH and bytes come in.  The timer's
+  // decision and what the stream takes from then on are one step: b's NAK
+  // says "reads plain", a's stream alone goes back to TCP with every byte,
+  // and the channel's other stream stays on RDMA.  (The SWITCH used to start
+  // b's receive side in that gap, and b failed the whole channel.)
+  RPair p;
+  Second q(p);
+  q.exchange(5000);
+  q.settle();
+  REQUIRE(q.on_rdma());
+  const uint64_t total = 5000 + 30000 + 40000;
+  a_switched_b_unaware(p, 5000);
+  REQUIRE(rput(p.a, 30000) > 0);
+  const uint64_t now = stream::engine::now_ms();
+  {
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    p.b.c->sess.tick(now); // arms: b waits for a's PROOF
+    stream::engine::tick_handshake(p.b.c, now + 60000);
+    REQUIRE(p.b.c->sess.state() == recover::State::failed);
+  }
+  {
+    std::lock_guard<std::mutex> l(p.b.ch->mu);
+    REQUIRE(p.b.ch->mux->progress() == Status::ok); // a's SWITCH and bytes, not handled
+  }
+  {
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    stream::engine::fail(p.b.c, p.b.c->sess.fallback_reason()); // the tick goes on
+  }
+  CHECK(p.b.c->phase.load() == stream::Phase::tcp);
+  rdrive(p, total, 9, -1, [] {});
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+  CHECK(p.b.got == total);
+  CHECK(p.b.bad == 0);
+  CHECK(p.a.c->resumed.load()); // a's stream alone left the channel
+  CHECK_FALSE(p.a.ch->failed.load());
+  CHECK_FALSE(p.b.ch->failed.load());
+  q.exchange(300000);
+  CHECK(q.on_rdma());
+  CHECK(q.a.got == 305000);
+  CHECK(q.b.got == 305000);
+  CHECK(q.a.bad + q.b.bad == 0);
+}
