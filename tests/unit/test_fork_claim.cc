@@ -236,3 +236,101 @@ TEST_CASE("fork claim: a fork child of a child that claimed keeps no reference o
           return k.c->ref_count() == 1 ? 0 : 4;
         }) == 0);
 }
+
+TEST_CASE("fork claim: while another process holds the socket, re-checks back off to the "
+          "deadline") {
+  Accepted k(false);
+  k.c->fork_counts = true;
+  OtherHolder h(k.fds[1]);
+  const uint64_t t0 = 100000;
+  claim(k.c, t0);
+  REQUIRE(claimed(k.c));
+  const uint64_t deadline = k.c->deadline_ms;
+  CHECK(deadline == t0 + 2 * engine::g().p.handshake_timeout_ms);
+  // At once, then 5 ms doubling up to 200 ms (docs/protocol.md §7).
+  uint64_t now = t0;
+  const uint32_t want[] = {5, 10, 20, 40, 80, 160, 200, 200};
+  for (uint32_t d : want) {
+    engine::tick_claims(now);
+    CHECK(k.c->claim_delay_ms == d);
+    CHECK(k.c->claim_next_ms == now + d);
+    CHECK(k.c->phase.load() == Phase::upgrading);
+    // Not asked again before it is due.
+    engine::tick_claims(now + d - 1);
+    CHECK(k.c->claim_delay_ms == d);
+    now += d;
+  }
+  CHECK(claimed(k.c));
+  // Due, short of the deadline: still waiting.
+  now = deadline - 1;
+  engine::tick_claims(now);
+  CHECK(k.c->phase.load() == Phase::upgrading);
+  CHECK(claimed(k.c));
+  // At the deadline (the next check is due by then): on TCP, claim let go.
+  engine::tick_claims(deadline + 200);
+  CHECK(k.c->phase.load() == Phase::tcp);
+  CHECK(k.c->reason == Reason::shared_by_fork);
+  CHECK_FALSE(claimed(k.c));
+}
+
+TEST_CASE("fork claim: a claim whose connection closed or left the upgrade is let go at the next "
+          "tick") {
+  Accepted a(false), b(false);
+  claim(a.c, 0);
+  claim(b.c, 0);
+  // Not yet due (a later check): let go all the same.
+  a.c->claim_next_ms = b.c->claim_next_ms = 1u << 30;
+  a.c->closed.store(true);
+  b.c->phase.store(Phase::tcp);
+  engine::tick_claims(10);
+  CHECK_FALSE(claimed(a.c));
+  CHECK_FALSE(claimed(b.c));
+  CHECK(b.c->reason == Reason::none); // nothing more said about it
+}
+
+TEST_CASE("fork claim: alone, but the kernel's counts differ from the session's: stays on TCP") {
+  // Once no other process holds the socket, bytes read or written by
+  // another process since the fork (or counts that cannot be read, as a
+  // socketpair's) keep it on TCP: never two readers of one stream.
+  Accepted k(false);
+  k.c->fork_counts = true;
+  claim(k.c, 0);
+  engine::tick_claims(0);
+  CHECK(k.c->phase.load() == Phase::tcp);
+  CHECK(k.c->reason == Reason::shared_by_fork);
+  CHECK_FALSE(claimed(k.c));
+}
+
+TEST_CASE("fork claim: alone with matching counts: published, then no longer followed") {
+  Accepted k(true);
+  // The rendezvous owner is this process: publishing asks no rdma_cm.
+  k.c->share->owner_pid.store(getpid());
+  {
+    std::lock_guard<std::mutex> l(k.c->mu);
+    engine::note_fork_counts(k.c); // as before_fork
+  }
+  REQUIRE(k.c->fork_counts);
+  add_to_table(k.c);
+  claim(k.c, 0);
+  k.c->slot_written = true; // as keep_for_claim: not published before it is ours alone
+  {
+    OtherHolder h(k.fds[1]);
+    engine::tick_claims(0);
+    CHECK(k.c->slot_written);
+    CHECK(k.c->claim_next_ms == 5);
+  }
+  // The other process exited: alone, and nobody used the socket since.
+  engine::tick_claims(5);
+  CHECK(k.c->phase.load() == Phase::upgrading);
+  // Published in the listening socket's table, as a sibling worker's.
+  CHECK(k.c->slot_written);
+  int mine = 0;
+  for (auto& sl : k.c->share->slots)
+    mine += sl.state.load() == 2 && sl.pid == getpid();
+  CHECK(mine == 1);
+  CHECK(k.c->ref_count() == 2); // the program's and the table's: the claim let go
+  engine::on_close(k.c);
+  std::lock_guard<std::mutex> l(engine::g().mu);
+  auto& v = engine::g().shares; // serve_share's: no later test looks at it
+  v.erase(std::remove(v.begin(), v.end(), k.c->share), v.end());
+}
