@@ -17,10 +17,20 @@
 namespace xp::epoll {
 
 std::atomic<uint32_t> g_active{0};
+namespace {
+// claims() once made: the fork child handler only resets what exists (it
+// must not allocate).
+std::atomic<LockedClaims*> g_claims{nullptr};
+} // namespace
+
 // Never destroyed: the engine thread and the program's other threads still
 // use it (epoll_wait, close) while exit() runs the static destructors.
 LockedClaims& claims() {
-  static LockedClaims* c = new LockedClaims();
+  static LockedClaims* c = [] {
+    auto* made = new LockedClaims();
+    g_claims.store(made, std::memory_order_release);
+    return made;
+  }();
   return *c;
 }
 
@@ -567,7 +577,7 @@ namespace {
 // the fork would never be released.
 void atfork_child() {
   new (&g_mu) std::mutex;
-  claims().reset_lock();
+  if (LockedClaims* c = g_claims.load(std::memory_order_acquire)) c->reset_lock();
   for (EpollState* e = g_list; e; e = e->next) {
     new (&e->mu) std::mutex;
     e->regs.reset_locks();

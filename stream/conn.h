@@ -55,6 +55,8 @@ public:
 
   void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   void unref(); // deletes at zero
+  // The references held now (unit tests).
+  uint32_t ref_count() const { return refs.load(std::memory_order_relaxed); }
 
   std::atomic<int> fd;
   std::mutex mu;

@@ -112,8 +112,10 @@ void engine::on_fork_child() {
   // (stream/wake.h), and a moved stream still in user mode (bytes buffered
   // at the fork) is looked at only by the child's own calls.
   if (s.started) wake::set_no_waker(true);
-  claims_after_fork_child();
-  std::vector<Conn*> keep; // accepted connections this child may claim
+  // Nothing here allocates (after fork() in a multithreaded parent only
+  // async-signal-safe work is sure to be safe): the connections this child
+  // may claim are gathered at the front of the table in place.
+  size_t kept = 0;
   // The engine's epoll set and command eventfd are the parent's (an epoll
   // set is shared across fork: removing a socket here would remove the
   // parent's watch of it).
@@ -153,7 +155,9 @@ void engine::on_fork_child() {
       // Nothing moved over RDMA yet: the kernel socket has every byte.  An
       // accepted one may be this child's to upgrade (stream/fork_handover.h).
       if (keep_for_claim(c)) {
-        keep.push_back(c);
+        // The parent's table reference, now ours (ahead of the reader).
+        s.conns[kept] = c;
+        c->pos_all = static_cast<uint32_t>(kept++);
         continue;
       }
       c->phase.store(Phase::tcp);
@@ -168,9 +172,8 @@ void engine::on_fork_child() {
     }
   }
   s.forking.store(false);
-  s.conns.clear();
-  for (Conn* c : keep)
-    conn_add<&Conn::pos_all>(s.conns, c); // the parent's table reference, now ours
+  s.conns.resize(kept); // shrinking: no allocation
+  claims_after_fork_child(kept);
   s.channels.clear();
   clear_pending();
   s.listeners.clear();
@@ -180,8 +183,8 @@ void engine::on_fork_child() {
   // Never start again in this process if the parent had, except for the
   // connections it may claim (a fresh engine: its own rdma_cm channel,
   // device context, protection domains and queue pairs).
-  s.started = s.used_rdma && keep.empty();
-  if (!keep.empty()) verbs::fresh_cm_for_fork_child();
+  s.started = s.used_rdma && kept == 0;
+  if (kept != 0) verbs::fresh_cm_for_fork_child();
   s.cm = nullptr;
 }
 

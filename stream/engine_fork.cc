@@ -20,10 +20,13 @@ namespace {
 // from the program's threads.  A leaf lock: nothing else is taken under
 // it, and it is never held during a scan of /proc.
 std::mutex g_mu;
-// Never destroyed: a program's threads may still fork or close at exit.
+// Made at first use (under g_mu), never destroyed: a program's threads may
+// still fork or close at exit.  A fork child only resets one that exists
+// (its fork handler allocates nothing).
+fork_share::Watch* g_watch = nullptr;
 fork_share::Watch& watch() {
-  static fork_share::Watch* w = new fork_share::Watch();
-  return *w;
+  if (g_watch == nullptr) g_watch = new fork_share::Watch();
+  return *g_watch;
 }
 // boot_ticks() before the fork under way (fork_prepare).
 uint64_t g_fork_ticks = 0;
@@ -43,9 +46,10 @@ struct Unjudged {
   uint64_t until;
   bool back; // reattach::unshared() said it may go back onto RDMA
 };
+std::vector<Unjudged>* g_unjudged = nullptr; // made at first use, as g_watch
 std::vector<Unjudged>& unjudged() {
-  static std::vector<Unjudged>* v = new std::vector<Unjudged>();
-  return *v;
+  if (g_unjudged == nullptr) g_unjudged = new std::vector<Unjudged>();
+  return *g_unjudged;
 }
 
 // Whether another process used a moved stream while it shared the socket
@@ -241,10 +245,12 @@ void engine::forks_after_fork_child() {
   new (&g_mu) std::mutex();
   // The epoll set is the parent's (shared across fork): closing our
   // copies of the pidfds leaves the parent's registrations as they are.
-  watch().set_epoll(-1, 0);
-  watch().reset();
+  if (g_watch != nullptr) {
+    g_watch->set_epoll(-1, 0);
+    g_watch->reset();
+  }
   // The parent judges those; their references stay unused in the child.
-  unjudged().clear();
+  if (g_unjudged != nullptr) g_unjudged->clear();
 }
 
 } // namespace xp::stream

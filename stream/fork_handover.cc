@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
 #include "stream/fork_bytes.h"
@@ -16,10 +17,14 @@ namespace xp::stream::engine {
 namespace {
 
 // The child's connections waiting to be its alone (g().mu; one ref each).
-// Never destroyed: the engine thread runs until the process ends.
+// Made at the first claim, never destroyed (the engine thread runs until
+// the process ends); a fork child only looks at it when it exists, so its
+// fork handler allocates nothing (claims_after_fork_child).  Entries leave
+// it only on the engine thread (tick_claims).
+std::vector<Conn*>* g_claims = nullptr;
 std::vector<Conn*>& claims() {
-  static auto* v = new std::vector<Conn*>();
-  return *v;
+  if (g_claims == nullptr) g_claims = new std::vector<Conn*>();
+  return *g_claims;
 }
 
 // How often the child asks the kernel's fd tables while another process
@@ -136,8 +141,18 @@ bool keep_for_claim(Conn* c) {
   return true;
 }
 
-void claims_after_fork_child() {
-  claims().clear(); // the parent's references, not ours
+void claims_after_fork_child(size_t kept) {
+  if (g_claims == nullptr) return;
+  // The parent's claims are not this child's: its own first data call
+  // claims again (claim_start).  A kept connection (g().conns[0, kept)) is
+  // the same object here, so the parent's claim reference on it is
+  // dropped (its table's reference remains: never the last); the others
+  // stay forgotten with their table references, as every connection of
+  // the parent's this child does not keep.
+  const auto& conns = g().conns;
+  for (Conn* k : *g_claims)
+    if (k->pos_all < kept && conns[k->pos_all] == k) k->unref();
+  g_claims->clear();
 }
 
 void claim_start(Conn* c) {
@@ -151,6 +166,12 @@ void claim_start(Conn* c) {
     std::lock_guard<std::mutex> cl(c->mu);
     return fail(c, Reason::shared_by_fork, "no engine in the fork child");
   }
+  follow_claim(c, now_ms());
+  kick();
+}
+
+void follow_claim(Conn* c, uint64_t now) {
+  XP_ASSERT_HELD(g().mu);
   c->ref();
   claims().push_back(c);
   // Started: the data calls stop asking (each took State::mu and scanned
@@ -158,12 +179,15 @@ void claim_start(Conn* c) {
   c->fork_claim.store(false);
   // The client's own wait (its request at the parent's rendezvous) is
   // XPRESS_HANDSHAKE_TIMEOUT_MS: beyond twice that nobody asks any more.
-  c->deadline_ms = now_ms() + 2 * s.p.handshake_timeout_ms;
+  c->deadline_ms = now + 2 * g().p.handshake_timeout_ms;
   c->claim_next_ms = 0;
-  kick();
 }
 
 void tick_claims(uint64_t now) {
+  // No reference of its own on a due connection: only this thread takes
+  // entries out of claims(), so each stays held by its claim meanwhile.  A
+  // reference held across the scan of /proc would be copied into a child
+  // this process forks meanwhile, where nothing drops it.
   std::vector<Conn*> due;
   {
     std::lock_guard<std::mutex> l(g().mu);
@@ -174,10 +198,7 @@ void tick_claims(uint64_t now) {
         drop_claim(i);
         continue;
       }
-      if (now >= c->claim_next_ms) {
-        c->ref();
-        due.push_back(c);
-      }
+      if (now >= c->claim_next_ms) due.push_back(c);
       ++i;
     }
   }
@@ -223,7 +244,6 @@ void tick_claims(uint64_t now) {
         c->claim_next_ms = now + c->claim_delay_ms;
       }
     }
-    c->unref();
   }
 }
 

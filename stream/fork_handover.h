@@ -15,6 +15,7 @@
 // redirects the client to the child's own rdma_cm port.  A parent that
 // keeps its copy keeps the connection on TCP in both (shared_by_fork).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace xp::stream {
@@ -35,11 +36,17 @@ bool keep_for_claim(Conn* c);
 // (no lock held): the child's engine starts and looks for the moment no
 // other process holds the socket.
 void claim_start(Conn* c);
+// claim_start's end, once the child's engine runs (g().mu held): c joins
+// the claims (one reference), its deadline counted from now.  The unit
+// tests' way in without an engine.
+void follow_claim(Conn* c, uint64_t now);
 // Engine tick (no lock held): kept connections whose socket is this
 // process's alone are published (or given up at their deadline).
 void tick_claims(uint64_t now);
-// on_fork_child: the parent's list is not the child's.
-void claims_after_fork_child();
+// on_fork_child, once g().conns holds only the connections the child
+// keeps (its first `kept`): the parent's list is not the child's.  No
+// allocation.
+void claims_after_fork_child(size_t kept);
 // Whether the kernel's counts of c's socket (bytes written and read by
 // anyone) equal what this process's session saw (c->mu held).  false when
 // they differ or cannot be read.

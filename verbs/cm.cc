@@ -51,11 +51,22 @@ struct Cm::Impl {
 
 Cm* Cm::create() {
   if (!rdma_loaded()) return nullptr;
-  (void)fresh_rdmacm_if_asked(); // a fork child's own librdmacm (verbs/device.h)
+  // A fork child's own librdmacm (verbs/device.h); a copy that cannot be
+  // loaded was said there.
+  const FreshCm fresh = fresh_rdmacm_if_asked();
   auto* cm = new (std::nothrow) Cm();
   if (cm == nullptr) return nullptr;
   cm->impl_ = new (std::nothrow) Impl();
   if (cm->impl_ == nullptr || (cm->impl_->ec = rdmacm().create_event_channel()) == nullptr) {
+    // In a fork child this is the end of its claim, which nothing else
+    // says above debug (stream/fork_handover.h); the parent's start says
+    // nothing new here.
+    if (fresh != FreshCm::not_asked)
+      XP_SLOG(XP_SLOG_INFO,
+              "fork child: no rdma_cm event channel (%s; %s librdmacm): the accepted connection "
+              "it would upgrade stays on TCP (shared_by_fork)",
+              cm->impl_ == nullptr ? "out of memory" : strerror(errno),
+              fresh == FreshCm::copy ? "its private copy of" : "the inherited");
     delete cm;
     return nullptr;
   }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -26,10 +27,18 @@ char g_cm_path[512];
 std::atomic<bool> g_fresh_asked{false};
 
 // One entry by name and version; false (and says which) when missing.
-template <typename Fn> bool resolve(void* lib, const char* symbol, const char* version, Fn* out) {
+// missing: instead of saying it, the first missing name is left there (a
+// fork child's private copy: its caller says what follows).
+template <typename Fn>
+bool resolve(void* lib, const char* symbol, const char* version, Fn* out,
+             const char** missing = nullptr) {
   *out = reinterpret_cast<Fn>(dlvsym(lib, symbol, version));
   if (*out != nullptr) return true;
-  XP_SLOG(XP_SLOG_INFO, "rdma-core: %s@%s not found: RDMA off (no_device)", symbol, version);
+  if (missing != nullptr) {
+    if (*missing == nullptr) *missing = symbol;
+  } else {
+    XP_SLOG(XP_SLOG_INFO, "rdma-core: %s@%s not found: RDMA off (no_device)", symbol, version);
+  }
   return false;
 }
 
@@ -68,24 +77,33 @@ bool load() {
 // A private copy of librdmacm: the file copied into a memfd and loaded
 // from there (another inode: the dynamic loader maps it anew, with its own
 // globals; libibverbs, named by soname, stays the one already loaded).
-void* load_copy() {
-  if (g_cm_path[0] == '\0') return nullptr;
-  const int in = static_cast<int>(syscall(SYS_openat, AT_FDCWD, g_cm_path, O_RDONLY | O_CLOEXEC));
-  if (in < 0) return nullptr;
-    // MFD_EXEC: under vm.memfd_noexec (Linux 6.3+) a memfd is otherwise not
-    // executable and dlopen would fail; older kernels refuse the flag.
+// nullptr when it cannot be; *why then says which step failed and why.
+void* load_copy(const char* path, char* why, size_t n) {
+  if (path[0] == '\0') {
+    snprintf(why, n, "the library's file is not known");
+    return nullptr;
+  }
+  const int in = static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
+  if (in < 0) {
+    snprintf(why, n, "open %s: %s", path, strerror(errno));
+    return nullptr;
+  }
+  // MFD_EXEC: under vm.memfd_noexec (Linux 6.3+) a memfd is otherwise not
+  // executable and dlopen would fail; older kernels refuse the flag.
 #ifndef MFD_EXEC
 #define MFD_EXEC 0x0010U
 #endif
   int mfd = static_cast<int>(syscall(SYS_memfd_create, "xpress-rdmacm", MFD_CLOEXEC | MFD_EXEC));
   if (mfd < 0 && errno == EINVAL)
     mfd = static_cast<int>(syscall(SYS_memfd_create, "xpress-rdmacm", MFD_CLOEXEC));
+  if (mfd < 0) snprintf(why, n, "memfd_create: %s", strerror(errno));
   bool ok = mfd >= 0;
   char buf[16384];
   while (ok) {
-    const ssize_t n = syscall(SYS_read, in, buf, sizeof buf);
-    if (n == 0) break;
-    ok = n > 0 && syscall(SYS_write, mfd, buf, n) == n;
+    const ssize_t r = syscall(SYS_read, in, buf, sizeof buf);
+    if (r == 0) break;
+    ok = r > 0 && syscall(SYS_write, mfd, buf, r) == r;
+    if (!ok) snprintf(why, n, "copying %s: %s", path, r < 0 ? strerror(errno) : "short write");
   }
   syscall(SYS_close, in);
   void* h = nullptr;
@@ -93,6 +111,10 @@ void* load_copy() {
     char p[64];
     snprintf(p, sizeof p, "/proc/self/fd/%d", mfd);
     h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* e = dlerror();
+      snprintf(why, n, "dlopen of the copy of %s: %s", path, e ? e : "failed");
+    }
   }
   // The memfd stays open for the process's life (close-on-exec): the loader
   // knows the copy by its name, /proc/self/fd/N, and a later dlopen of the
@@ -107,21 +129,35 @@ void fresh_cm_asked() {
   g_fresh_asked.store(true, std::memory_order_release);
 }
 
-bool fresh_rdmacm_if_asked() {
-  if (!g_fresh_asked.exchange(false, std::memory_order_acq_rel)) return true;
-  void* lib = load_copy();
+bool fresh_rdmacm_from(const char* path) {
+  char why[600];
+  void* lib = load_copy(path, why, sizeof why);
   if (lib == nullptr) {
-    XP_SLOG(XP_SLOG_INFO, "fork child: no private copy of librdmacm (%s): the inherited one serves",
-            g_cm_path);
+    XP_SLOG(XP_SLOG_INFO,
+            "fork child: no private copy of librdmacm (%s): the inherited copy serves "
+            "(docs/protocol.md §7)",
+            why);
     return false;
   }
   RdmaCm t{};
-  bool ok = true;
-#define XP_RESOLVE(name, version) ok = resolve(lib, "rdma_" #name, version, &t.name) && ok;
+  const char* missing = nullptr;
+#define XP_RESOLVE(name, version) (void)resolve(lib, "rdma_" #name, version, &t.name, &missing);
   XP_RDMACM_FUNCTIONS(XP_RESOLVE)
 #undef XP_RESOLVE
-  if (ok) g_rdmacm = t;
-  return ok;
+  if (missing != nullptr) {
+    XP_SLOG(XP_SLOG_INFO,
+            "fork child: the private copy of librdmacm (%s) has no %s: the inherited copy serves "
+            "(docs/protocol.md §7)",
+            path, missing);
+    return false;
+  }
+  g_rdmacm = t;
+  return true;
+}
+
+FreshCm fresh_rdmacm_if_asked() {
+  if (!g_fresh_asked.exchange(false, std::memory_order_acq_rel)) return FreshCm::not_asked;
+  return fresh_rdmacm_from(g_cm_path) ? FreshCm::copy : FreshCm::inherited;
 }
 
 bool rdma_loaded() {

@@ -81,10 +81,15 @@ struct RdmaCm {
 bool rdma_loaded();
 
 // In a fork child asked for it (fresh_cm_for_fork_child): librdmacm's table
-// from a private copy of the library, once.  false: the copy could not be
-// loaded (the inherited one stays in use).
-bool fresh_rdmacm_if_asked();
+// from a private copy of the library, once (docs/protocol.md §7 "A fork
+// child that holds an accepted connection").  inherited: the copy could
+// not be loaded, said once here with why; the inherited one stays in use.
+enum class FreshCm { not_asked, copy, inherited };
+FreshCm fresh_rdmacm_if_asked();
 void fresh_cm_asked(); // fresh_cm_for_fork_child's flag
+// fresh_rdmacm_if_asked's copy of the file at path (true: its table is in
+// use from here).
+bool fresh_rdmacm_from(const char* path);
 
 // The tables; only after rdma_loaded() returned true.
 const Ibv& ibv();
