@@ -56,14 +56,19 @@ struct Sip {
   }
 };
 
-// Initialization and compression of every message word; the caller runs the
-// finalization for the tag width it wants.
-Sip absorb(const uint8_t* key, const void* data, size_t len, bool wide) {
+Sip init(const uint8_t* key, bool wide) {
   const uint64_t k0 = load_le64(key), k1 = load_le64(key + 8);
   // "somepseudorandomlygeneratedbytes"
   Sip s{k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL, k0 ^ 0x6c7967656e657261ULL,
         k1 ^ 0x7465646279746573ULL};
   if (wide) s.v1 ^= 0xee;
+  return s;
+}
+
+// Initialization and compression of every message word; the caller runs the
+// finalization for the tag width it wants.
+Sip absorb(const uint8_t* key, const void* data, size_t len, bool wide) {
+  Sip s = init(key, wide);
   const uint8_t* p = static_cast<const uint8_t*>(data);
   const size_t whole = len & ~size_t{7};
   for (size_t i = 0; i < whole; i += 8)
@@ -76,6 +81,44 @@ Sip absorb(const uint8_t* key, const void* data, size_t len, bool wide) {
 }
 
 } // namespace
+
+void SipStream::start(const uint8_t key[kSipKeyBytes]) {
+  Sip s = init(key, false);
+  v_[0] = s.v0;
+  v_[1] = s.v1;
+  v_[2] = s.v2;
+  v_[3] = s.v3;
+  tail_ = 0;
+  len_ = 0;
+}
+
+void SipStream::add(const void* data, size_t len) {
+  Sip s{v_[0], v_[1], v_[2], v_[3]};
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  size_t i = 0;
+  while (i < len && (len_ & 7) != 0) { // complete the word under way
+    tail_ |= static_cast<uint64_t>(p[i++]) << (8 * (len_ & 7));
+    if ((++len_ & 7) == 0) {
+      s.compress(tail_);
+      tail_ = 0;
+    }
+  }
+  for (; i + 8 <= len; i += 8, len_ += 8)
+    s.compress(load_le64(p + i));
+  for (; i < len; ++i, ++len_)
+    tail_ |= static_cast<uint64_t>(p[i]) << (8 * (len_ & 7));
+  v_[0] = s.v0;
+  v_[1] = s.v1;
+  v_[2] = s.v2;
+  v_[3] = s.v3;
+}
+
+uint64_t SipStream::tag() const {
+  Sip s{v_[0], v_[1], v_[2], v_[3]};
+  s.compress(tail_ | (static_cast<uint64_t>(len_ & 0xff) << 56));
+  s.v2 ^= 0xff;
+  return s.finish_word();
+}
 
 uint64_t siphash24_64(const uint8_t key[kSipKeyBytes], const void* data, size_t len) {
   Sip s = absorb(key, data, len, false);

@@ -30,7 +30,11 @@ void tick_handshake(Conn* c, uint64_t now) {
   // is not waiting for the peer but for us.
   if (c->st->rx_started()) return;
   c->sess.tick(now);
-  if (c->sess.state() == recover::State::failed) c->st->peer_dropped(); // fail() follows
+  // Only where fail() takes the NAK path (nothing switched): a stream that
+  // resumes needs the peer's records, its ACK of our SWITCH among them.
+  if (c->sess.state() == recover::State::failed && !c->tx_rdma.load() && !c->rx_rdma.load() &&
+      !c->sess.needs_resume())
+    c->st->peer_dropped(); // fail() follows
 }
 
 void tick_conns(uint64_t now) {

@@ -234,8 +234,16 @@ Status Stream::set_rx_start(uint64_t s) {
   if (rx_next_ != 0 && rx_next_ != s) return Status::invalid;
   rx_next_ = delivered_ = acked_sent_ = s;
   rx_start_set_ = true;
-  rx_digest_on_ = !peer_rx_started_;
+  const uint8_t* key = digest_key();
+  rx_digest_on_ = !peer_rx_started_ && key != nullptr;
+  if (rx_digest_on_) rx_digest_.start(key);
   return Status::ok;
+}
+
+const uint8_t* digest_key() {
+  static uint8_t key[recover::kSipKeyBytes];
+  static const bool ok = getrandom(key, sizeof key, GRND_NONBLOCK) == sizeof key;
+  return ok ? key : nullptr;
 }
 
 void Stream::ack_switch() {
@@ -294,14 +302,14 @@ Status Stream::on_record(const flow::RecordHeader& h, const uint8_t* payload) {
     // room.
     if (h.seq != rx_next_ || fin_received_ || h.seq + h.len - acked_sent_ > window_size_)
       return Status::invalid;
-    if (rx_digest_on_) {
-      rx_digest_len_ += h.len;
-      rx_digest_on_ = rx_digest_len_ <= kRxDigestMax;
-      rx_digest_ = digest_bytes(rx_digest_, payload, h.len);
-    }
     {
       size_t direct = lent_ && rx_.size() == 0 ? fill_lent(payload, h.len) : 0;
       if (!rx_.put(payload + direct, h.len - direct)) return Status::invalid;
+    }
+    if (rx_digest_on_) { // what received() counts, no more
+      rx_digest_len_ += h.len;
+      rx_digest_on_ = rx_digest_len_ <= kRxDigestMax;
+      rx_digest_.add(payload, h.len);
     }
     rx_next_ += h.len;
     return Status::ok;

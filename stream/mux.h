@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "flow/record_channel.h"
 #include "flow/send_window.h"
+#include "recover/siphash.h"
 #include "stream/byte_ring.h"
 #include "stream/id_table.h"
 
@@ -47,14 +48,11 @@ struct MuxCounters {
 
 class Mux;
 
-// FNV-1a over bytes, continued from h (kDigestBasis to start): the
-// receiver's check of bytes it may see twice (Stream::rx_digest).
-constexpr uint64_t kDigestBasis = 0xcbf29ce484222325ull;
-inline uint64_t digest_bytes(uint64_t h, const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
+// The key of the receiver's check of bytes it may see twice
+// (Stream::rx_digest): SipHash under a key of this process, so that a
+// peer cannot make other bytes digest alike.  null: the kernel gave no
+// randomness (no check, and such a stream resets as it did before it).
+const uint8_t* digest_key();
 
 class Stream {
 public:
@@ -172,10 +170,10 @@ public:
   // unframed from its S on TCP (it never verified our SWITCH nor had our
   // ACK of its own, docs/protocol.md §7): a receiver that expected its
   // frames then checks that those bytes are the ones it had over RDMA.
-  // true: *h digests [S, received()) (digest_bytes).  Kept for at most
-  // kRxDigestMax bytes.
+  // true: *h is the tag of [S, received()) (digest_key()).  Kept for at
+  // most kRxDigestMax bytes.
   bool rx_digest(uint64_t* h) const {
-    *h = rx_digest_;
+    *h = rx_digest_.tag();
     return rx_digest_on_;
   }
   static constexpr uint64_t kRxDigestMax = 4u << 20;
@@ -230,7 +228,8 @@ private:
   bool frozen_ = false;
   bool peer_dropped_ = false;
   bool rx_digest_on_ = false;
-  uint64_t rx_digest_ = kDigestBasis, rx_digest_len_ = 0;
+  recover::SipStream rx_digest_;
+  uint64_t rx_digest_len_ = 0;
   bool marked_ = false;
   // early_bytes(): kept from set_tx_start until the peer's first ACK.
   bool early_keep_ = false;

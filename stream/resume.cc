@@ -195,6 +195,7 @@ void continue_unframed(Conn* c, Resume* r) {
 // The peer's RESUME arrived (its tag verified).
 void on_peer_resume(Conn* c, Resume* r, const recover::ResumeInfo& ri) {
   r->peer_resumed = true;
+  r->rx_digest_ok = false; // its frames follow: no plain bytes at S any more
   if (r->tx == Resume::Tx::wait) {
     if (ri.received > r->tx_next || ri.received < r->resend_seq)
       return give_up(c, r, "the peer's RESUME names bytes we do not have");

@@ -14,6 +14,7 @@
 
 #include "common/io_result.h"
 #include "recover/resume_wire.h"
+#include "recover/siphash.h"
 #include "stream/byte_ring.h"
 
 namespace xp::stream {
@@ -111,7 +112,8 @@ struct Resume {
   // The peer went on unframed from its S (resume.cc peer_went_plain): its
   // first check_left raw bytes must digest (Stream::rx_digest) to rx_digest.
   bool rx_digest_ok = false;
-  uint64_t rx_digest = 0, check_left = 0, check_digest = 0;
+  uint64_t rx_digest = 0, check_left = 0;
+  recover::SipStream check;
   // At fork a framed stream turns into a moved one (stream/resume_fork.h):
   // the peer's RAW was read and ours waits for room in `out`.
   bool raw_owed = false;

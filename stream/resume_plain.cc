@@ -13,14 +13,17 @@ namespace xp::stream::resume {
 // forger's, docs/protocol.md §8).  false: given up, or all of p taken.
 bool check_plain(Conn* c, Resume* r, const uint8_t** p, size_t* n) {
   const size_t m = r->check_left < *n ? static_cast<size_t>(r->check_left) : *n;
-  r->check_digest = digest_bytes(r->check_digest, *p, m);
+  r->check.add(*p, m);
   r->check_left -= m;
   r->rx_skip -= m;
   *p += m;
   *n -= m;
-  if (r->check_left == 0 && r->check_digest != r->rx_digest) {
-    give_up(c, r, "the peer's plain bytes after S are not those it sent over RDMA");
-    return false;
+  if (r->check_left == 0) {
+    if (r->check.tag() != r->rx_digest) {
+      give_up(c, r, "the peer's plain bytes after S are not those it sent over RDMA");
+      return false;
+    }
+    r->rx_framed = false; // its direction is plain TCP from S: its end is an end
   }
   return *n > 0;
 }
@@ -32,7 +35,7 @@ bool check_plain(Conn* c, Resume* r, const uint8_t** p, size_t* n) {
 // like a magic stay frames, whose check then resets the stream.
 bool peer_went_plain(Conn* c, Resume* r, const uint8_t* p, size_t n) {
   if (r->peer_resumed || r->moved || c->reup.returned || r->hdr_have >= 2 || !r->rx_digest_ok ||
-      r->rx_next < c->sess.rx_offset())
+      r->fin || r->rx_next < c->sess.rx_offset() || digest_key() == nullptr)
     return false;
   if (r->hdr_have == 0 ? p[0] == 'X' && (n < 2 || p[1] == 'F') : p[0] == 'F') return false;
   if (r->tx == Resume::Tx::framed || (r->tx == Resume::Tx::shut && r->tx_next != r->tx_start)) {
@@ -42,7 +45,8 @@ bool peer_went_plain(Conn* c, Resume* r, const uint8_t* p, size_t n) {
   if (r->tx == Resume::Tx::wait) continue_unframed(c, r);
   r->rx_raw = true;
   r->rx_skip = r->check_left = r->rx_next - c->sess.rx_offset(); // it re-sends from S
-  r->check_digest = kDigestBasis;
+  r->check.start(digest_key());
+  if (r->check_left == 0) r->rx_framed = false; // nothing came over RDMA after S
   c->reup.never = true;
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: stream %u: the peer goes on unframed at its S", c->sock(), c->sid);
   const uint8_t* h = r->hdr;

@@ -3,7 +3,9 @@
 // for i = 0..63), and the worked example of the paper's appendix.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <initializer_list>
 
 #include "recover/siphash.h"
 
@@ -124,4 +126,25 @@ TEST_CASE("siphash: unaligned input gives the same tag, and the key matters") {
   memcpy(k2, in.key, 16);
   k2[15] ^= 1;
   CHECK(siphash24_64(k2, in.msg, 15) != 0xa129ca6149be45e5ULL);
+}
+
+TEST_CASE("siphash: bytes in pieces cut anywhere give the tag of the whole") {
+  uint8_t key[16], msg[200];
+  for (int i = 0; i < 16; ++i)
+    key[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (int i = 0; i < 200; ++i)
+    msg[i] = static_cast<uint8_t>(i * 13 + 5);
+  for (size_t len :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{15}, size_t{64}, size_t{200}}) {
+    for (size_t cut = 1; cut <= 11; ++cut) {
+      CAPTURE(len);
+      CAPTURE(cut);
+      xp::recover::SipStream s;
+      s.start(key);
+      for (size_t at = 0; at < len; at += cut)
+        s.add(msg + at, std::min(cut, len - at));
+      CHECK(s.tag() == xp::recover::siphash24_64(key, msg, len));
+      CHECK(s.tag() == s.tag()); // tag() leaves the state as it was
+    }
+  }
 }

@@ -439,6 +439,17 @@ TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RD
     if (same) {
       CHECK_FALSE(p.b.reset);
       CHECK(p.b.got == 35000);
+      // a's direction is plain TCP from its S: its FIN is an end of stream,
+      // not a break (the review of the plain path: it was ECONNRESET).
+      REQUIRE(::shutdown(p.fds[0], SHUT_WR) == 0);
+      for (int i = 0; i < 50 && !p.b.eof && !p.b.reset; ++i) {
+        rtake(p.b, 65536, 0);
+        std::lock_guard<std::mutex> l(p.b.c->mu);
+        stream::resume::pump(p.b.c);
+      }
+      CHECK(p.b.eof);
+      CHECK_FALSE(p.b.reset);
+      CHECK(p.b.got == 35000);
     } else {
       CHECK(p.b.reset);
       CHECK(p.b.got <= 25000); // what came over RDMA, and nothing after it
