@@ -192,6 +192,27 @@ struct Second : SecondStream {
 
 } // namespace
 
+namespace {
+// a's stream alone went back to TCP with every byte of `total`; the
+// channel and its other stream q go on over RDMA at both ends.
+void only_a_left(RPair& p, Second& q, uint64_t total) {
+  rdrive(p, total, 7, -1, [] {});
+  CHECK_FALSE(p.a.reset);
+  CHECK_FALSE(p.b.reset);
+  CHECK(p.b.got == total);
+  CHECK(p.b.bad == 0);
+  CHECK(p.a.c->resumed.load()); // a's stream alone left the channel
+  CHECK(p.a.c->ch == nullptr);
+  CHECK_FALSE(p.a.ch->failed.load());
+  CHECK_FALSE(p.b.ch->failed.load());
+  q.exchange(300000);
+  CHECK(q.on_rdma());
+  CHECK(q.a.got == 305000);
+  CHECK(q.b.got == 305000);
+  CHECK(q.a.bad + q.b.bad == 0);
+}
+} // namespace
+
 TEST_CASE("upgrade crossing: a stream its peer gave up leaves the channel alone") {
   // b gives the upgrade up before it processed a's SWITCH (its NAK says it
   // reads a's direction plain): only that stream goes back to TCP, with
@@ -208,20 +229,7 @@ TEST_CASE("upgrade crossing: a stream its peer gave up leaves the channel alone"
     a_switched_b_unaware(p, 5000);
     if (after) REQUIRE(rput(p.a, after) > 0);
     b_times_out(p);
-    rdrive(p, total, 7, -1, [] {});
-    CHECK_FALSE(p.a.reset);
-    CHECK_FALSE(p.b.reset);
-    CHECK(p.b.got == total);
-    CHECK(p.b.bad == 0);
-    CHECK(p.a.c->resumed.load()); // a's stream alone left the channel
-    CHECK(p.a.c->ch == nullptr);
-    CHECK_FALSE(p.a.ch->failed.load());
-    CHECK_FALSE(p.b.ch->failed.load());
-    q.exchange(300000);
-    CHECK(q.on_rdma());
-    CHECK(q.a.got == 305000);
-    CHECK(q.b.got == 305000);
-    CHECK(q.a.bad + q.b.bad == 0);
+    only_a_left(p, q, total);
   }
 }
 
@@ -268,6 +276,25 @@ TEST_CASE("upgrade crossing: the handshake timer does not fire while the peer's 
   q.exchange(10000);
   CHECK(q.on_rdma());
 }
+
+namespace {
+// Both channels fail; then 150,000 bytes each way (pattern `seed`) arrive
+// whole, over TCP.
+void fail_both_and_deliver(RPair& p, unsigned seed) {
+  stream::engine::mark_failed(p.a.ch, stream::ResumeCause::completion_error);
+  stream::engine::mark_failed(p.b.ch, stream::ResumeCause::completion_error);
+  engine_step(p);
+  const uint64_t total = 150000;
+  rdrive(p, total, seed, -1, [] {});
+  for (int i = 0; i < 200 && (p.a.got < total || p.b.got < total) && !p.a.reset && !p.b.reset;
+       ++i) {
+    rtake(p.a, 65536, 1);
+    rtake(p.b, 65536, 0);
+    engine_step(p);
+  }
+  check_delivered(p, total);
+}
+} // namespace
 
 TEST_CASE("upgrade crossing: a channel that fails in any state of the switch resets no stream") {
   // The channel fails (both ends, as after a QP error) while the stream is
@@ -316,18 +343,7 @@ TEST_CASE("upgrade crossing: a channel that fails in any state of the switch res
       REQUIRE(p.b.c->tx_rdma.load());
       break;
     }
-    stream::engine::mark_failed(p.a.ch, stream::ResumeCause::completion_error);
-    stream::engine::mark_failed(p.b.ch, stream::ResumeCause::completion_error);
-    engine_step(p);
-    const uint64_t total = 150000;
-    rdrive(p, total, 13, -1, [] {});
-    for (int i = 0; i < 200 && (p.a.got < total || p.b.got < total) && !p.a.reset && !p.b.reset;
-         ++i) {
-      rtake(p.a, 65536, 1);
-      rtake(p.b, 65536, 0);
-      engine_step(p);
-    }
-    check_delivered(p, total);
+    fail_both_and_deliver(p, 13);
   }
 }
 
@@ -355,20 +371,7 @@ TEST_CASE("upgrade crossing: the reset that answers our bytes after the peer's N
     stream::engine::progress(p.a.ch); // the NAK and the RST in one batch
     CHECK_FALSE(p.a.ch->failed.load());
     CHECK_FALSE(p.a.reset);
-    rdrive(p, total, 7, -1, [] {});
-    CHECK_FALSE(p.a.reset);
-    CHECK_FALSE(p.b.reset);
-    CHECK(p.b.got == total);
-    CHECK(p.b.bad == 0);
-    CHECK(p.a.c->resumed.load()); // a's stream alone left the channel
-    CHECK(p.a.c->ch == nullptr);
-    CHECK_FALSE(p.a.ch->failed.load());
-    CHECK_FALSE(p.b.ch->failed.load());
-    q.exchange(300000);
-    CHECK(q.on_rdma());
-    CHECK(q.a.got == 305000);
-    CHECK(q.b.got == 305000);
-    CHECK(q.a.bad + q.b.bad == 0);
+    only_a_left(p, q, total);
   }
 }
 
@@ -391,18 +394,7 @@ TEST_CASE("upgrade crossing: a channel that fails after b verified a's SWITCH, a
     while (p.b.got < 5000 + read_first)
       REQUIRE(rtake(p.b, 5000 + read_first - p.b.got, 0) > 0);
     REQUIRE(rput(p.b, 3000) > 0); // over RDMA: a never reads it there
-    stream::engine::mark_failed(p.a.ch, stream::ResumeCause::completion_error);
-    stream::engine::mark_failed(p.b.ch, stream::ResumeCause::completion_error);
-    engine_step(p);
-    const uint64_t total = 150000;
-    rdrive(p, total, 17, -1, [] {});
-    for (int i = 0; i < 200 && (p.a.got < total || p.b.got < total) && !p.a.reset && !p.b.reset;
-         ++i) {
-      rtake(p.a, 65536, 1);
-      rtake(p.b, 65536, 0);
-      engine_step(p);
-    }
-    check_delivered(p, total);
+    fail_both_and_deliver(p, 17);
   }
 }
 
