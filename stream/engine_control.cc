@@ -354,7 +354,7 @@ void fail(Conn* c, Reason why, const char* detail) {
   if (c->sess.state() != recover::State::failed) c->sess.fail(why);
   if (c->sess.binding_refused() && c->ch && !c->ch->client_side)
     g().bind_failures.note(c->ch->peer_addr, now_ms()); // docs/protocol.md §8
-  bool resume = c->tx_rdma.load() || c->rx_rdma.load() || c->sess.needs_resume();
+  bool resume = !fails_by_nak(c);
   if (!resume && c->phase.load() == Phase::upgrading && c->ch) {
     // The peer may have switched its direction already (it may have had our
     // PROOF).  The check and the NAK are one step under the channel's lock:

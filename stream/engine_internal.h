@@ -221,6 +221,11 @@ void advance(Conn* c);
 // The engine's edge-triggered watch of c's socket reported `events`.
 void tcp_event(Conn* c, uint32_t events);
 void fail(Conn* c, Reason why, const char* detail = nullptr); // detail: for the debug log
+// fail() gives c up with a NAK, nothing switched either way; otherwise the
+// stream resumes on TCP (docs/protocol.md §3).
+inline bool fails_by_nak(const Conn* c) {
+  return !c->tx_rdma.load() && !c->rx_rdma.load() && !c->sess.needs_resume();
+}
 // c->mu held, nothing moved over RDMA and c off every channel: the kernel
 // serves c from now on (its watch dropped, readiness the kernel's, sleepers
 // told).  fail()'s end, and the fork hand-over's.

@@ -32,8 +32,7 @@ void tick_handshake(Conn* c, uint64_t now) {
   c->sess.tick(now);
   // Only where fail() takes the NAK path (nothing switched): a stream that
   // resumes needs the peer's records, its ACK of our SWITCH among them.
-  if (c->sess.state() == recover::State::failed && !c->tx_rdma.load() && !c->rx_rdma.load() &&
-      !c->sess.needs_resume())
+  if (c->sess.state() == recover::State::failed && fails_by_nak(c))
     c->st->peer_dropped(); // fail() follows
 }
 

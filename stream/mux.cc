@@ -234,16 +234,39 @@ Status Stream::set_rx_start(uint64_t s) {
   if (rx_next_ != 0 && rx_next_ != s) return Status::invalid;
   rx_next_ = delivered_ = acked_sent_ = s;
   rx_start_set_ = true;
-  const uint8_t* key = digest_key();
-  rx_digest_on_ = !peer_rx_started_ && key != nullptr;
+  uint8_t key[recover::kSipKeyBytes];
+  rx_digest_on_ = !peer_rx_started_ && digest_key(key);
   if (rx_digest_on_) rx_digest_.start(key);
   return Status::ok;
 }
 
-const uint8_t* digest_key() {
-  static uint8_t key[recover::kSipKeyBytes];
-  static const bool ok = getrandom(key, sizeof key, GRND_NONBLOCK) == sizeof key;
-  return ok ? key : nullptr;
+namespace {
+// Each word is set once, by the first thread whose compare-exchange finds
+// it 0: no thread ever waits for another (a function-local static would:
+// its guard, taken by a thread that a fork then left behind, would hang
+// the child's first call).  A key mixed from two threads' candidates is
+// as random as either.
+std::atomic<uint64_t> g_key_words[2];
+} // namespace
+
+bool digest_key(uint8_t out[recover::kSipKeyBytes]) {
+  uint64_t w[2] = {g_key_words[0].load(std::memory_order_acquire),
+                   g_key_words[1].load(std::memory_order_acquire)};
+  if (w[0] == 0 || w[1] == 0) {
+    uint64_t cand[2];
+    if (getrandom(cand, sizeof cand, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof cand))
+      return false;
+    for (int i = 0; i < 2; ++i) {
+      uint64_t zero = 0;
+      if (cand[i] == 0) cand[i] = 1; // 0 means "not set"
+      if (g_key_words[i].compare_exchange_strong(zero, cand[i], std::memory_order_acq_rel))
+        w[i] = cand[i];
+      else
+        w[i] = zero; // another thread's, set for good
+    }
+  }
+  memcpy(out, w, sizeof w);
+  return true;
 }
 
 void Stream::ack_switch() {

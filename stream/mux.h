@@ -50,9 +50,9 @@ class Mux;
 
 // The key of the receiver's check of bytes it may see twice
 // (Stream::rx_digest): SipHash under a key of this process, so that a
-// peer cannot make other bytes digest alike.  null: the kernel gave no
+// peer cannot make other bytes digest alike.  false: the kernel gave no
 // randomness (no check, and such a stream resets as it did before it).
-const uint8_t* digest_key();
+bool digest_key(uint8_t out[recover::kSipKeyBytes]);
 
 class Stream {
 public:

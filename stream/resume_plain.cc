@@ -35,8 +35,10 @@ bool check_plain(Conn* c, Resume* r, const uint8_t** p, size_t* n) {
 // like a magic stay frames, whose check then resets the stream.
 bool peer_went_plain(Conn* c, Resume* r, const uint8_t* p, size_t n) {
   if (r->peer_resumed || r->moved || c->reup.returned || r->hdr_have >= 2 || !r->rx_digest_ok ||
-      r->fin || r->rx_next < c->sess.rx_offset() || digest_key() == nullptr)
+      r->fin || r->rx_next < c->sess.rx_offset())
     return false;
+  uint8_t key[recover::kSipKeyBytes];
+  if (!digest_key(key)) return false;
   if (r->hdr_have == 0 ? p[0] == 'X' && (n < 2 || p[1] == 'F') : p[0] == 'F') return false;
   if (r->tx == Resume::Tx::framed || (r->tx == Resume::Tx::shut && r->tx_next != r->tx_start)) {
     give_up(c, r, "the peer sends plain bytes after S, which it cannot read from us");
@@ -45,7 +47,7 @@ bool peer_went_plain(Conn* c, Resume* r, const uint8_t* p, size_t n) {
   if (r->tx == Resume::Tx::wait) continue_unframed(c, r);
   r->rx_raw = true;
   r->rx_skip = r->check_left = r->rx_next - c->sess.rx_offset(); // it re-sends from S
-  r->check.start(digest_key());
+  r->check.start(key);
   if (r->check_left == 0) r->rx_framed = false; // nothing came over RDMA after S
   c->reup.never = true;
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: stream %u: the peer goes on unframed at its S", c->sock(), c->sid);

@@ -4,10 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <initializer_list>
+#include <thread>
+#include <vector>
 
 #include "recover/siphash.h"
+#include "stream/mux.h"
 
 using namespace xp::recover;
 
@@ -147,4 +151,21 @@ TEST_CASE("siphash: bytes in pieces cut anywhere give the tag of the whole") {
       CHECK(s.tag() == s.tag()); // tag() leaves the state as it was
     }
   }
+}
+
+TEST_CASE("siphash: the receiver's digest key is one per process, whichever thread asks first") {
+  uint8_t first[16];
+  REQUIRE(xp::stream::digest_key(first));
+  std::atomic<int> differ{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) {
+        uint8_t k[16];
+        if (!xp::stream::digest_key(k) || memcmp(k, first, 16) != 0) differ.fetch_add(1);
+      }
+    });
+  for (std::thread& t : ts)
+    t.join();
+  CHECK(differ.load() == 0);
 }

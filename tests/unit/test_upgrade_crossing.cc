@@ -405,8 +405,9 @@ TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RD
   // TCP peer: a forger's SWITCH, docs/protocol.md §8) reset the stream:
   // never a mix of the two.  Written here straight into a's socket, b's
   // channel alone failed.
-  for (bool same : {true, false}) {
-    CAPTURE(same);
+  for (int kind : {0, 1, 2}) { // the same bytes, a byte changed, part of them then FIN
+    const bool same = kind != 1;
+    CAPTURE(kind);
     RPair p;
     a_switched_b_unaware(p, 5000);
     REQUIRE(rput(p.a, 20000) == 20000);
@@ -421,6 +422,20 @@ TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RD
     for (size_t k = 0; k < plain.size(); ++k)
       plain[k] = rpat(0, 5000 + k);
     if (!same) plain[12345] ^= 1;
+    if (kind == 2) { // the end comes within what must repeat: a break, as on TCP
+      REQUIRE(::send(p.fds[0], plain.data(), 2000, MSG_DONTWAIT) == 2000);
+      REQUIRE(::shutdown(p.fds[0], SHUT_WR) == 0);
+      for (int i = 0; i < 50 && !p.b.eof && !p.b.reset; ++i) {
+        rtake(p.b, 65536, 0);
+        std::lock_guard<std::mutex> l(p.b.c->mu);
+        stream::resume::pump(p.b.c);
+      }
+      CHECK(p.b.reset);
+      CHECK_FALSE(p.b.eof);
+      CHECK(p.b.bad == 0);
+      CHECK(p.b.got <= 25000);
+      continue;
+    }
     REQUIRE(::send(p.fds[0], plain.data(), plain.size(), MSG_DONTWAIT) == 30000);
     for (int i = 0; i < 50 && p.b.got < 35000 && !p.b.reset; ++i) {
       rtake(p.b, 65536, 0);
