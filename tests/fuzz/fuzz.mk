@@ -10,7 +10,7 @@ FUZZ_TARGETS := wire_ring records settings upgrade
 # The library code each target reaches, compiled again with the sanitizers.
 FUZZ_SRCS_wire_ring :=
 FUZZ_SRCS_records := flow/record_channel.cc flow/record_channel_cork.cc \
-  flow/record_channel_replay.cc stream/mux.cc common/bulk_copy.cc \
+  flow/record_channel_replay.cc stream/mux.cc recover/siphash.cc common/bulk_copy.cc \
   common/logsink.cc common/status.cc
 FUZZ_SRCS_settings := common/settings.cc
 FUZZ_SRCS_upgrade := recover/upgrade.cc recover/upgrade_wire.cc recover/pake.cc recover/siphash.cc \
