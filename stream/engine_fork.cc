@@ -57,6 +57,12 @@ std::vector<Unjudged>& unjudged() {
 // calls keep busy is asked again on later ticks, until kJudgeForMs.
 void judge_moved(uint64_t now) {
   std::vector<Unjudged>& v = unjudged();
+  auto drop = [&v](size_t i) { // the entry and its reference
+    Conn* c = v[i].c;
+    v[i] = v.back();
+    v.pop_back();
+    c->unref();
+  };
   for (size_t i = 0; i < v.size();) {
     Conn* c = v[i].c;
     bool judged = false, busy = false, was_valid, shared;
@@ -73,9 +79,7 @@ void judge_moved(uint64_t now) {
         std::lock_guard<std::mutex> l(c->mu);
         c->fork_judging = false;
       }
-      c->unref();
-      v[i] = v.back();
-      v.pop_back();
+      drop(i);
       continue;
     }
     {
@@ -114,16 +118,14 @@ void judge_moved(uint64_t now) {
               : use == fork_bytes::Use::alone ? "no other process read or wrote it)"
               : use == fork_bytes::Use::other ? "another process read or wrote it)"
                                               : "counts inconsistent)");
-    c->unref();
-    v[i] = v.back();
-    v.pop_back();
+    drop(i);
   }
 }
 
 } // namespace
 
 bool engine::fork_judgements_pending() {
-  return !unjudged().empty();
+  return g_unjudged != nullptr && !g_unjudged->empty();
 }
 
 void engine::forked(pid_t child) {

@@ -398,6 +398,21 @@ TEST_CASE("upgrade crossing: a channel that fails after b verified a's SWITCH, a
   }
 }
 
+namespace {
+// b's program reads (its resumed stream pumped between reads) until done()
+// or 50 rounds.
+template <typename Done> void b_reads(RPair& p, Done done) {
+  for (int i = 0; i < 50 && !done(); ++i) {
+    rtake(p.b, 65536, 0);
+    std::lock_guard<std::mutex> l(p.b.c->mu);
+    stream::resume::pump(p.b.c);
+  }
+}
+void b_reads_until_end(RPair& p) {
+  b_reads(p, [&] { return p.b.eof || p.b.reset; });
+}
+} // namespace
+
 TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RDMA") {
   // b expected a's frames and meets plain bytes after S instead: they are
   // taken only if they repeat, byte for byte, what came over RDMA from S
@@ -425,11 +440,7 @@ TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RD
     if (kind == 2) { // the end comes within what must repeat: a break, as on TCP
       REQUIRE(::send(p.fds[0], plain.data(), 2000, MSG_DONTWAIT) == 2000);
       REQUIRE(::shutdown(p.fds[0], SHUT_WR) == 0);
-      for (int i = 0; i < 50 && !p.b.eof && !p.b.reset; ++i) {
-        rtake(p.b, 65536, 0);
-        std::lock_guard<std::mutex> l(p.b.c->mu);
-        stream::resume::pump(p.b.c);
-      }
+      b_reads_until_end(p);
       CHECK(p.b.reset);
       CHECK_FALSE(p.b.eof);
       CHECK(p.b.bad == 0);
@@ -437,11 +448,7 @@ TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RD
       continue;
     }
     REQUIRE(::send(p.fds[0], plain.data(), plain.size(), MSG_DONTWAIT) == 30000);
-    for (int i = 0; i < 50 && p.b.got < 35000 && !p.b.reset; ++i) {
-      rtake(p.b, 65536, 0);
-      std::lock_guard<std::mutex> l(p.b.c->mu);
-      stream::resume::pump(p.b.c);
-    }
+    b_reads(p, [&] { return p.b.got >= 35000 || p.b.reset; });
     CHECK(p.b.bad == 0);
     if (same) {
       CHECK_FALSE(p.b.reset);
@@ -449,11 +456,7 @@ TEST_CASE("upgrade crossing: plain bytes after S must be those that came over RD
       // a's direction is plain TCP from its S: its FIN is an end of stream,
       // not a break (the review of the plain path: it was ECONNRESET).
       REQUIRE(::shutdown(p.fds[0], SHUT_WR) == 0);
-      for (int i = 0; i < 50 && !p.b.eof && !p.b.reset; ++i) {
-        rtake(p.b, 65536, 0);
-        std::lock_guard<std::mutex> l(p.b.c->mu);
-        stream::resume::pump(p.b.c);
-      }
+      b_reads_until_end(p);
       CHECK(p.b.eof);
       CHECK_FALSE(p.b.reset);
       CHECK(p.b.got == 35000);
