@@ -2,6 +2,7 @@
 // (stream/fork_handover.h, docs/protocol.md §7).
 #include "stream/fork_handover.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sys/random.h>
 #include <sys/syscall.h>
@@ -206,10 +207,17 @@ void tick_claims(uint64_t now) {
     // The kernel's fd tables, without a lock (a pass over /proc).
     const uint64_t ino = fork_share::socket_inode(c->sock());
     bool alone = false;
+    pid_t holder = -1; // for the debug log: who keeps the claim waiting
     if (ino != 0) {
       const fork_share::Held h =
           fork_share::holders({ino}, static_cast<pid_t>(syscall(SYS_getpid)), c->claim_since_ticks);
-      alone = h.find(ino) == h.end() && !fork_share::parent_unseen(c->claim_parent);
+      const auto it = h.find(ino);
+      if (it != h.end() && !it->second.empty())
+        holder = it->second.front();
+      else if (fork_share::parent_unseen(c->claim_parent))
+        holder = c->claim_parent;
+      else
+        alone = true;
     }
     std::lock_guard<std::mutex> l(g().mu);
     auto& v = claims();
@@ -238,9 +246,11 @@ void tick_claims(uint64_t now) {
         drop_claim(at);
         fail(c, Reason::shared_by_fork, "another process still holds the socket");
       } else {
-        c->claim_delay_ms = c->claim_delay_ms == 0                     ? 5
-                            : c->claim_delay_ms * 2 > kClaimMaxDelayMs ? kClaimMaxDelayMs
-                                                                       : c->claim_delay_ms * 2;
+        const uint32_t was = c->claim_delay_ms;
+        c->claim_delay_ms = was == 0 ? 5 : std::min(was * 2, kClaimMaxDelayMs);
+        if (c->claim_delay_ms == kClaimMaxDelayMs && was != kClaimMaxDelayMs)
+          XP_SLOG(XP_SLOG_DEBUG, "fd %d: process %d still holds the accepted connection", c->sock(),
+                  static_cast<int>(holder));
         c->claim_next_ms = now + c->claim_delay_ms;
       }
     }

@@ -44,31 +44,43 @@ uint64_t parse_socket_link(const char* s, ssize_t n) {
   return v;
 }
 
-// /proc/P/stat's starttime (field 22); UINT64_MAX when unreadable (the
-// process counts as new: a holder we cannot rule out); 0 for a zombie (it
-// holds no file any more).
-uint64_t start_ticks(const char* pid) {
+// What holders() needs of /proc/P/stat (when its fd table is unreadable).
+StatInfo read_stat(const char* pid) {
   char path[300], buf[512];
   std::snprintf(path, sizeof path, "/proc/%s/stat", pid);
   int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
-  if (fd < 0) return UINT64_MAX;
+  if (fd < 0) return StatInfo{};
   ssize_t n = syscall(SYS_read, fd, buf, sizeof buf - 1);
   syscall(SYS_close, fd);
-  if (n <= 0) return UINT64_MAX;
+  if (n <= 0) return StatInfo{};
   buf[n] = '\0';
-  // The command name may hold spaces and parentheses: fields count from
-  // the last ')'.  starttime is the 20th field after it.
-  const char* p = std::strrchr(buf, ')');
-  if (p == nullptr) return UINT64_MAX;
-  if (p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')) return 0;
-  for (int field = 2; field < 22; ++field) {
-    p = std::strchr(p + 1, ' ');
-    if (p == nullptr) return UINT64_MAX;
-  }
-  return std::strtoull(p + 1, nullptr, 10);
+  return parse_stat(buf);
 }
 
 } // namespace
+
+StatInfo parse_stat(const char* buf) {
+  StatInfo out;
+  // The command name may hold spaces and parentheses: fields count from
+  // the last ')'.  After it: state (field 3), flags (9), starttime (22).
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr || p[1] != ' ') return out;
+  if (p[2] == 'Z' || p[2] == 'X') {
+    out.start_ticks = 0;
+    return out;
+  }
+  uint64_t flags = 0;
+  for (int field = 2; field < 22; ++field) {
+    p = std::strchr(p + 1, ' ');
+    if (p == nullptr) return out;
+    if (field == 8) flags = std::strtoull(p + 1, nullptr, 10);
+  }
+  out.start_ticks = std::strtoull(p + 1, nullptr, 10);
+  // PF_KTHREAD (include/linux/sched.h): a kernel thread has no user fd
+  // table, so it holds no socket whatever its start time.
+  out.kernel_thread = (flags & 0x00200000U) != 0;
+  return out;
+}
 
 uint64_t boot_ticks() {
   timespec ts{};
@@ -116,9 +128,12 @@ Held holders(const std::unordered_set<uint64_t>& inos, pid_t self, uint64_t sinc
       // Gone (ENOENT), or not ours to look into: such a process could hold
       // the socket only if it came from the fork (a child that changed its
       // user or made itself undumpable), so one started since counts.
+      // A kernel thread (a kworker the rdma_cm's work started meanwhile)
+      // holds none.
       const bool gone = errno == ENOENT;
-      const uint64_t started = gone ? 0 : start_ticks(e->d_name);
-      if (!gone && (started == UINT64_MAX || started + 1 >= since_ticks))
+      const StatInfo st = gone ? StatInfo{0, false} : read_stat(e->d_name);
+      if (!gone && !st.kernel_thread &&
+          (st.start_ticks == UINT64_MAX || st.start_ticks + 1 >= since_ticks))
         for (uint64_t ino : inos)
           out[ino].push_back(pid);
       continue;

@@ -30,9 +30,18 @@ uint64_t boot_ticks();
 // The inode of the socket behind fd (0: not a socket, or fstat failed).
 uint64_t socket_inode(int fd);
 
+// /proc/P/stat's fields that holders() needs.  start_ticks: starttime
+// (UINT64_MAX when unreadable: a holder we cannot rule out; 0 for a zombie,
+// which holds no file any more); kernel_thread: PF_KTHREAD in its flags.
+struct StatInfo {
+  uint64_t start_ticks = UINT64_MAX;
+  bool kernel_thread = false;
+};
+StatInfo parse_stat(const char* stat_line);
+
 // For every inode of `inos`: the processes other than `self` whose fd table
 // names it, plus (for every inode) the processes started at or after
-// `since_ticks` whose fd table we may not read.  Inodes nobody else holds
+// `since_ticks` whose fd table we may not read, kernel threads aside.  Inodes nobody else holds
 // have no entry.  One pass over /proc: no lock should be held meanwhile.
 using Held = std::unordered_map<uint64_t, std::vector<pid_t>>;
 Held holders(const std::unordered_set<uint64_t>& inos, pid_t self, uint64_t since_ticks);

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -344,4 +345,34 @@ TEST_CASE("fork_share: a fork child's parent that it cannot look into counts as 
   REQUIRE(waitpid(child, &st, 0) == child);
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 0);
+}
+
+TEST_CASE("fork_share: /proc/P/stat: a kernel thread started since the fork holds nothing") {
+  // A claim waited out its deadline behind a kworker that the rdma_cm's
+  // work started meanwhile: its fd table is unreadable to an unprivileged
+  // server and it started since the fork, yet it holds no user socket.
+  const fork_share::StatInfo kw = fork_share::parse_stat(
+      "4711 (kworker/u4:2-ib-comp-unb-wq) I 2 0 0 0 -1 69238880 0 0 0 0 0 1 0 0 20 0 1 0 "
+      "98765 0 0 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 0 1 0 0 0 0 0\n");
+  CHECK(kw.kernel_thread);
+  CHECK(kw.start_ticks == 98765);
+  // A user process whose name holds ") " counts from the last ')'.
+  const fork_share::StatInfo up = fork_share::parse_stat(
+      "812 (post) gres: x) S 1 812 812 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 "
+      "12345 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n");
+  CHECK_FALSE(up.kernel_thread);
+  CHECK(up.start_ticks == 12345);
+  CHECK(fork_share::parse_stat("9 (z) Z 1 0 0 0 -1 0\n").start_ticks == 0);
+  CHECK(fork_share::parse_stat("9 (cut) S 1 0").start_ticks == UINT64_MAX);
+  CHECK(fork_share::parse_stat("garbage").start_ticks == UINT64_MAX);
+  // This process's own line: not a kernel thread, started before now.
+  char buf[512];
+  FILE* f = std::fopen("/proc/self/stat", "r");
+  REQUIRE(f != nullptr);
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const fork_share::StatInfo me = fork_share::parse_stat(buf);
+  CHECK_FALSE(me.kernel_thread);
+  CHECK(me.start_ticks <= fork_share::boot_ticks());
 }
