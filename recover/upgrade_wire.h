@@ -29,6 +29,11 @@ constexpr uint8_t proof = 11;
 constexpr uint8_t share = 15;
 } // namespace msg
 
+// A KEEPALIVE's seq (docs/protocol.md §7): from an end with streams on the
+// channel, which asks its peer for an answer; the answer of an end without.
+constexpr uint32_t kKeepaliveAsks = 0;
+constexpr uint32_t kKeepaliveAnswers = 1;
+
 // flow::kMaxControlPayload: no control payload may be larger.
 constexpr size_t kMaxControlPayload = 128;
 // 4: a resumed stream turns back into plain TCP at a fork (the RAW frame,

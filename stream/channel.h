@@ -96,6 +96,7 @@ struct Channel {
   // and when the receive cursor last moved.
   std::atomic<uint8_t> fail_cause{0};
   uint64_t ka_sent_ms = 0, ka_heard_ms = 0, ka_cursor = 0;
+  bool ka_asked = false;      // mu: a KEEPALIVE asking for an answer came since the last one
   uint64_t ka_checked_ms = 0; // the engine thread's alone: no lock
   // Stall report (debug log, engine_control.cc): a digest of the streams'
   // counters, since when it has not changed, and whether that was logged.

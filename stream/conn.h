@@ -174,6 +174,7 @@ public:
   ListenShare* share = nullptr;             // server: the listener's rendezvous state
   bool cm_tried = false;                    // client: an rdma_cm connection was attempted
   std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
+  uint8_t waits_extended = 0;               // engine_tick.cc kMaxWaitExtensions (mu)
   // Bound, and nothing timed owed by either end (recover/upgrade.h
   // untimed: too few bytes crossed for a proof, or a server waiting for the
   // client's opening SHARE): only the programs' data calls move it on, so

@@ -452,8 +452,12 @@ bool refresh(Conn* c) {
 
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload) {
   auto* ch = static_cast<Channel*>(ctx);
-  // Keepalives only move the receive cursor (keepalive() watches it).
-  if (h.type == static_cast<uint8_t>(RecordType::keepalive)) return Status::ok;
+  // Keepalives move the receive cursor (keepalive() watches it); one from
+  // an end with streams (seq 0) asks an end without any for an answer.
+  if (h.type == static_cast<uint8_t>(RecordType::keepalive)) {
+    if (h.seq == recover::kKeepaliveAsks) ch->ka_asked = true;
+    return Status::ok;
+  }
   // The peer's data follows its SWITCH on the channel: accept it from S on
   // at once; it is delivered only once the switch is verified and the TCP
   // bytes below S were read (Conn::rx_rdma).
@@ -675,134 +679,6 @@ bool tcp_after_switch(Conn* c) {
     channel_failed(ch, t == resume::AfterS::frames ? ResumeCause::peer_resumed
                                                    : ResumeCause::protocol_error);
   return true;
-}
-
-namespace {
-// Debug log only: a channel whose streams moved no byte for kStallMs while
-// one of them holds unread bytes or unacknowledged ones is reported once,
-// with what each side of the wait looks like (a hang in a test then says
-// whether the bytes sat in the ring, in the stream, or never came).
-constexpr uint64_t kStallMs = 5000;
-
-void report_stall(Channel* ch, uint64_t now) {
-  uint64_t sig = 0;
-  bool waiting = false;
-  for (Conn* c : ch->conns) {
-    if (Stream* s = c->st) {
-      sig = sig * 1000003 + s->received() * 31 + s->delivered() * 17 + s->send_next() * 7 +
-            s->send_acked();
-      waiting |= s->readable_bytes() > 0 || s->send_next() > s->send_acked();
-    }
-  }
-  if (sig != ch->stall_sig || ch->stall_since_ms == 0) {
-    ch->stall_sig = sig;
-    ch->stall_since_ms = now;
-    ch->stall_logged = false;
-    return;
-  }
-  if (!waiting || ch->stall_logged || now - ch->stall_since_ms < kStallMs) return;
-  ch->stall_logged = true;
-  const flow::RecordChannel& rc = ch->mux->channel();
-  int sleepers;
-  {
-    std::lock_guard<std::mutex> sl(ch->sleep_mu);
-    sleepers = ch->sleepers;
-  }
-  XP_SLOG(XP_SLOG_DEBUG,
-          "channel: no byte moved for %llu ms: armed %d, spinners %d, sleepers %d, control "
-          "backlog %u, credit %llu, sent %llu, received %llu records",
-          static_cast<unsigned long long>(now - ch->stall_since_ms), ch->armed.load() ? 1 : 0,
-          ch->spinners.load(), sleepers, rc.deferred(),
-          static_cast<unsigned long long>(rc.send_credit_available()),
-          static_cast<unsigned long long>(rc.counters().records_sent),
-          static_cast<unsigned long long>(rc.counters().records_received));
-  for (Conn* c : ch->conns)
-    if (Stream* s = c->st)
-      XP_SLOG(XP_SLOG_DEBUG,
-              "channel: fd %d stream %u: received %llu, delivered %llu, %zu unread; sent %llu, "
-              "acked %llu; bits %#x, tx %s, rx %s",
-              c->sock(), c->sid, static_cast<unsigned long long>(s->received()),
-              static_cast<unsigned long long>(s->delivered()), s->readable_bytes(),
-              static_cast<unsigned long long>(s->send_next()),
-              static_cast<unsigned long long>(s->send_acked()),
-              c->stream_bits.load(std::memory_order_relaxed), c->tx_rdma.load() ? "rdma" : "tcp",
-              c->rx_rdma.load() ? "rdma" : "tcp");
-}
-
-// The receive cursor moves only when someone polls the channel: before the
-// keepalive calls the peer silent it polls once itself.  Records that were
-// only waiting (nobody polled the channel for the whole period: a lost
-// wake-up, or every thread of the process starved) mean a live peer, and
-// failing the channel for them sent every stream through a resume (VM,
-// memcached under load, before the fix in channel_events.cc: "nothing
-// heard for 3000 ms" with the peer's keepalives in the ring).  True: still
-// silent (fail it); false: heard, or the poll failed it already.
-bool silent_after_poll(Channel* ch, uint64_t now) {
-  progress(ch);
-  std::lock_guard<std::mutex> l(ch->mu);
-  if (ch->failed.load()) return false;
-  const uint64_t cur = ch->mux->channel().recv_cursor();
-  if (cur == ch->ka_cursor) return true;
-  XP_SLOG(XP_SLOG_INFO, "RDMA channel: records waited %llu ms for anyone to poll it",
-          static_cast<unsigned long long>(now - ch->ka_heard_ms));
-  ch->ka_heard_ms = now;
-  ch->ka_cursor = cur;
-  return false;
-}
-} // namespace
-
-void keepalive(uint64_t now) {
-  const uint32_t ka = g().p.keepalive_ms;
-  if (ka == 0) return;
-  std::vector<Channel*> chs;
-  {
-    std::lock_guard<std::mutex> gl(g().mu);
-    chs = g().channels;
-  }
-  for (Channel* ch : chs) {
-    if (ch->failed.load()) continue;
-    // Twice per keepalive period is enough to send one each period and see
-    // a silence within a sixth of its timeout; the engine ticks every 10 ms
-    // while a request/response loop spins, and taking the channel's lock
-    // on each tick made the loop's thread wait for it in the futex.
-    const uint64_t since_check = now - ch->ka_checked_ms;
-    if (since_check < ka / 6) continue;
-    bool expired = false;
-    {
-      // Nor does the look that is due wait for the lock: a data call holds
-      // it (a spinner, most of the time), and the engine blocked in the
-      // futex costs that call a wake-up system call and puts the engine on
-      // a CPU the loop wants.  The look comes
-      // at a later tick that finds the lock free; a spinner lets go of it
-      // between rounds, one that sleeps for good.
-      std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
-      if (!l.owns_lock()) continue;
-      ch->ka_checked_ms = now;
-      if (ch->conns.empty()) { // idle channels cost nothing
-        ch->ka_heard_ms = 0;
-        continue;
-      }
-      uint64_t cur = ch->mux->channel().recv_cursor();
-      // A check that comes long after the previous one (this thread did
-      // not run: the process was stopped, or the host was loaded) cannot
-      // tell the peer's silence from its own: what the peer sent meanwhile
-      // is still unpolled.  The period starts again now (a stall of this
-      // process as long as the timeout must not expire the keepalive).
-      if (ch->ka_heard_ms == 0 || cur != ch->ka_cursor || since_check > ka / 2) {
-        ch->ka_heard_ms = now;
-        ch->ka_cursor = cur;
-      }
-      if (now - ch->ka_sent_ms >= ka / 3 &&
-          ch->mux->channel().send_control(RecordType::keepalive, UINT32_MAX, 0) == Status::ok)
-        ch->ka_sent_ms = now;
-      expired = now - ch->ka_heard_ms > ka;
-      report_stall(ch, now);
-    }
-    if (expired && silent_after_poll(ch, now)) {
-      XP_SLOG(XP_SLOG_INFO, "RDMA channel: nothing heard for %u ms", ka);
-      channel_failed(ch, ResumeCause::keepalive_timeout);
-    }
-  }
 }
 
 } // namespace xp::stream::engine

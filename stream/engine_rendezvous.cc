@@ -375,6 +375,47 @@ bool cm_reattach(Conn* c, uint16_t port) {
   return true;
 }
 
+namespace {
+
+// c's ATTACH over its client's channel ch (c->mu held); false when ch has
+// no room for another stream.
+bool attach_over(Conn* c, Channel* ch, uint64_t now) {
+  XP_ASSERT_HELD(c->mu);
+  std::lock_guard<std::mutex> chl(ch->mu);
+  uint32_t id = 0;
+  if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) return false;
+  recover::Message m;
+  c->sess.set_channel_port(ch->cm_port);
+  if (c->sess.start_attach(id, &m) == Status::ok) {
+    ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
+                                    m.payload, m.len);
+    XP_SLOG(XP_SLOG_TRACE, "fd %d: ATTACH as stream %u", c->sock(), id);
+  }
+  c->deadline_ms = now + g().p.handshake_timeout_ms;
+  return true;
+}
+
+// A redirect names the process that holds c by its private port: a channel
+// this process has to that port already carries c's ATTACH, as a channel
+// to the same host does in start_client, instead of a new rdma_cm
+// connection for every connection a multi-process server accepts
+// (docs/protocol.md §1).  False: no such channel with room.
+bool attach_at_port(Conn* c, uint16_t port) {
+  XP_ASSERT_HELD(g().mu);
+  XP_ASSERT_HELD(c->mu);
+  const recover::State st = c->sess.state();
+  if (c->ch != nullptr || (st != recover::State::idle && st != recover::State::refused))
+    return false;
+  const recover::IpAddr server = recover::server_addr(c->tuple);
+  for (Channel* ch : g().channels)
+    if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 && ch->cm_port == port &&
+        ch->peer_addr == server && attach_over(c, ch, now_ms()))
+      return true;
+  return false;
+}
+
+} // namespace
+
 void start_client(Conn* c) {
   XP_ASSERT_HELD(g().mu);
   if (c->resumed.load()) return reattach::start(c); // back to RDMA (stream/reattach.cc)
@@ -413,18 +454,7 @@ void start_client(Conn* c) {
                           [&](const Channel* ch) { return ch->lane == lane; });
     for (Channel* ch : order) {
       if (c->attach_refused) break;
-      std::lock_guard<std::mutex> chl(ch->mu);
-      uint32_t id = 0;
-      if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) continue;
-      recover::Message m;
-      c->sess.set_channel_port(ch->cm_port);
-      if (c->sess.start_attach(id, &m) == Status::ok) {
-        ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
-                                        m.payload, m.len);
-        XP_SLOG(XP_SLOG_TRACE, "fd %d: ATTACH as stream %u", c->sock(), id);
-      }
-      c->deadline_ms = now + g().p.handshake_timeout_ms;
-      return;
+      if (attach_over(c, ch, now)) return;
     }
   }
   // Admission: attempts under way to this host count against
@@ -675,7 +705,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
         c->accepting = false;
       } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
         c->redirected = true;
-        cm_connect(c, r.port);
+        if (!attach_at_port(c, r.port)) cm_connect(c, r.port);
       } else if (ev.ring_refused) {
         // The server's ring descriptor is out of our bounds: it runs
         // xpress, but not one we can talk to.

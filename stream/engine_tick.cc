@@ -2,8 +2,9 @@
 // upgrade timers, rdma_cm retries, the server's wait for an ATTACH, resumed
 // streams going back, and the reset of a stream whose peer's kernel closed
 // TCP with no FIN over RDMA; then channels whose completions nobody polled
-// lately, and keepalives (docs/protocol.md §2, §7); idle and failed
-// channels reaped, lost listeners back.
+// lately, and keepalives with their stall report (docs/protocol.md §2,
+// §7); idle and failed channels reaped, lost listeners back.
+#include <algorithm>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -36,10 +37,50 @@ void tick_handshake(Conn* c, uint64_t now) {
     c->st->peer_dropped(); // fail() follows
 }
 
+namespace {
+
+// An upgrade past its deadline with no channel yet, while the other end's
+// host shows it is working through a burst (a client sets up
+// XPRESS_CHANNELS_PER_PEER channels at a time; under load a burst of
+// connects to a multi-process server outlasts the handshake timeouts):
+// waits this many more handshake timeouts before it gives up.  A server
+// connection nobody asked for waits while its client's host has a channel
+// to this process; a client connection while an rdma_cm attempt to its
+// server's host is under way (it may be parked behind it).
+constexpr uint8_t kMaxWaitExtensions = 3;
+
+bool waits_for_client(const Conn* c) {
+  return c->role == recover::Role::server && !c->heard_from_peer.load();
+}
+
+// The hosts that show such a burst (g().mu held).
+struct BusyHosts {
+  std::vector<recover::IpAddr> clients; // with a server channel here
+  std::vector<recover::IpAddr> servers; // with an rdma_cm attempt under way
+  void collect() {
+    XP_ASSERT_HELD(g().mu);
+    for (const Channel* ch : g().channels)
+      if (!ch->client_side && !ch->failed.load()) clients.push_back(ch->peer_addr);
+    for (const CmUser* u : g().inflight)
+      if (!u->conn->closed.load()) servers.push_back(recover::server_addr(u->conn->tuple));
+  }
+  bool busy(const Conn* c) const {
+    const bool server = c->role == recover::Role::server;
+    const auto& v = server ? clients : servers;
+    const recover::IpAddr a =
+        server ? recover::client_addr(c->tuple) : recover::server_addr(c->tuple);
+    return std::find(v.begin(), v.end(), a) != v.end();
+  }
+};
+
+} // namespace
+
 void tick_conns(uint64_t now) {
   std::vector<Conn*> cs;
+  BusyHosts hosts;
   {
     std::lock_guard<std::mutex> gl(g().mu);
+    bool any_waiting = false;
     for (Conn* c : g().conns) {
       const Phase ph = c->phase.load();
       if (ph == Phase::tcp) continue;
@@ -50,7 +91,10 @@ void tick_conns(uint64_t now) {
       if (ph == Phase::upgrading && c->untimed.load(std::memory_order_relaxed)) continue;
       c->ref();
       cs.push_back(c);
+      any_waiting |= ph == Phase::upgrading && c->ch == nullptr &&
+                     (waits_for_client(c) || c->role == recover::Role::client);
     }
+    if (any_waiting) hosts.collect();
   }
   for (Conn* c : cs) {
     // A stream settled on RDMA with its TCP socket quiet has nothing to
@@ -80,10 +124,17 @@ void tick_conns(uint64_t now) {
             g().start_queue.push_back(c);
             kick();
           } else if (c->deadline_ms && now > c->deadline_ms && c->ch == nullptr) {
-            // A server nobody asked for: the client does not run xpress.
-            fail(c, c->role == recover::Role::server && !c->heard_from_peer.load()
-                        ? Reason::peer_not_accelerated
-                        : Reason::handshake_timeout);
+            const bool waiting = waits_for_client(c);
+            if ((waiting || c->role == recover::Role::client) &&
+                c->waits_extended < kMaxWaitExtensions && hosts.busy(c)) {
+              if (c->waits_extended++ == 0)
+                XP_SLOG(XP_SLOG_DEBUG, "fd %d: the peer's host is still setting up: waiting longer",
+                        c->sock());
+              c->deadline_ms = now + g().p.handshake_timeout_ms;
+            } else {
+              // A server nobody asked for: the client does not run xpress.
+              fail(c, waiting ? Reason::peer_not_accelerated : Reason::handshake_timeout);
+            }
           } else if (c->ch) {
             advance(c); // a direction that had nothing to send switches too
           }
@@ -197,6 +248,145 @@ void relisten(uint64_t now) {
     if (g().cm->listen(reinterpret_cast<sockaddr*>(&g().private_addr), &g().private_user,
                        &g().private_l, &port, g().private_af_only) == Status::ok)
       g().private_lost = false;
+  }
+}
+
+namespace {
+// Debug log only: a channel whose streams moved no byte for kStallMs while
+// one of them holds unread bytes or unacknowledged ones is reported once,
+// with what each side of the wait looks like (a hang in a test then says
+// whether the bytes sat in the ring, in the stream, or never came).
+constexpr uint64_t kStallMs = 5000;
+
+void report_stall(Channel* ch, uint64_t now) {
+  uint64_t sig = 0;
+  bool waiting = false;
+  for (Conn* c : ch->conns) {
+    if (Stream* s = c->st) {
+      sig = sig * 1000003 + s->received() * 31 + s->delivered() * 17 + s->send_next() * 7 +
+            s->send_acked();
+      waiting |= s->readable_bytes() > 0 || s->send_next() > s->send_acked();
+    }
+  }
+  if (sig != ch->stall_sig || ch->stall_since_ms == 0) {
+    ch->stall_sig = sig;
+    ch->stall_since_ms = now;
+    ch->stall_logged = false;
+    return;
+  }
+  if (!waiting || ch->stall_logged || now - ch->stall_since_ms < kStallMs) return;
+  ch->stall_logged = true;
+  const flow::RecordChannel& rc = ch->mux->channel();
+  int sleepers;
+  {
+    std::lock_guard<std::mutex> sl(ch->sleep_mu);
+    sleepers = ch->sleepers;
+  }
+  XP_SLOG(XP_SLOG_DEBUG,
+          "channel: no byte moved for %llu ms: armed %d, spinners %d, sleepers %d, control "
+          "backlog %u, credit %llu, sent %llu, received %llu records",
+          static_cast<unsigned long long>(now - ch->stall_since_ms), ch->armed.load() ? 1 : 0,
+          ch->spinners.load(), sleepers, rc.deferred(),
+          static_cast<unsigned long long>(rc.send_credit_available()),
+          static_cast<unsigned long long>(rc.counters().records_sent),
+          static_cast<unsigned long long>(rc.counters().records_received));
+  for (Conn* c : ch->conns)
+    if (Stream* s = c->st)
+      XP_SLOG(XP_SLOG_DEBUG,
+              "channel: fd %d stream %u: received %llu, delivered %llu, %zu unread; sent %llu, "
+              "acked %llu; bits %#x, tx %s, rx %s",
+              c->sock(), c->sid, static_cast<unsigned long long>(s->received()),
+              static_cast<unsigned long long>(s->delivered()), s->readable_bytes(),
+              static_cast<unsigned long long>(s->send_next()),
+              static_cast<unsigned long long>(s->send_acked()),
+              c->stream_bits.load(std::memory_order_relaxed), c->tx_rdma.load() ? "rdma" : "tcp",
+              c->rx_rdma.load() ? "rdma" : "tcp");
+}
+
+// The receive cursor moves only when someone polls the channel: before the
+// keepalive calls the peer silent it polls once itself.  Records that were
+// only waiting (nobody polled the channel for the whole period: a lost
+// wake-up, or every thread of the process starved) mean a live peer, and
+// failing the channel for them sent every stream through a resume (VM,
+// memcached under load, before the fix in channel_events.cc: "nothing
+// heard for 3000 ms" with the peer's keepalives in the ring).  True: still
+// silent (fail it); false: heard, or the poll failed it already.
+bool silent_after_poll(Channel* ch, uint64_t now) {
+  progress(ch);
+  std::lock_guard<std::mutex> l(ch->mu);
+  if (ch->failed.load()) return false;
+  const uint64_t cur = ch->mux->channel().recv_cursor();
+  if (cur == ch->ka_cursor) return true;
+  XP_SLOG(XP_SLOG_INFO, "RDMA channel: records waited %llu ms for anyone to poll it",
+          static_cast<unsigned long long>(now - ch->ka_heard_ms));
+  ch->ka_heard_ms = now;
+  ch->ka_cursor = cur;
+  return false;
+}
+} // namespace
+
+void keepalive(uint64_t now) {
+  const uint32_t ka = g().p.keepalive_ms;
+  if (ka == 0) return;
+  std::vector<Channel*> chs;
+  {
+    std::lock_guard<std::mutex> gl(g().mu);
+    chs = g().channels;
+  }
+  for (Channel* ch : chs) {
+    if (ch->failed.load()) continue;
+    // Twice per keepalive period is enough to send one each period and see
+    // a silence within a sixth of its timeout; the engine ticks every 10 ms
+    // while a request/response loop spins, and taking the channel's lock
+    // on each tick made the loop's thread wait for it in the futex.
+    const uint64_t since_check = now - ch->ka_checked_ms;
+    if (since_check < ka / 6) continue;
+    bool expired = false;
+    {
+      // Nor does the look that is due wait for the lock: a data call holds
+      // it (a spinner, most of the time), and the engine blocked in the
+      // futex costs that call a wake-up system call and puts the engine on
+      // a CPU the loop wants.  The look comes
+      // at a later tick that finds the lock free; a spinner lets go of it
+      // between rounds, one that sleeps for good.
+      std::unique_lock<std::mutex> l(ch->mu, std::try_to_lock);
+      if (!l.owns_lock()) continue;
+      ch->ka_checked_ms = now;
+      if (ch->conns.empty()) { // idle channels cost nothing ...
+        ch->ka_heard_ms = 0;
+        // ... but one whose peer still has streams here (one this end
+        // closed first, or an ATTACH another process holds) answers that
+        // peer's keepalives, which would otherwise take this end's silence
+        // for a dead channel (docs/protocol.md §7).  The answer asks for none.
+        if (ch->ka_asked && now - ch->ka_sent_ms >= ka / 3 &&
+            ch->mux->channel().send_control(flow::RecordType::keepalive, UINT32_MAX,
+                                            recover::kKeepaliveAnswers) == Status::ok) {
+          ch->ka_sent_ms = now;
+          ch->ka_asked = false;
+        }
+        continue;
+      }
+      uint64_t cur = ch->mux->channel().recv_cursor();
+      // A check that comes long after the previous one (this thread did
+      // not run: the process was stopped, or the host was loaded) cannot
+      // tell the peer's silence from its own: what the peer sent meanwhile
+      // is still unpolled.  The period starts again now (a stall of this
+      // process as long as the timeout must not expire the keepalive).
+      if (ch->ka_heard_ms == 0 || cur != ch->ka_cursor || since_check > ka / 2) {
+        ch->ka_heard_ms = now;
+        ch->ka_cursor = cur;
+      }
+      if (now - ch->ka_sent_ms >= ka / 3 &&
+          ch->mux->channel().send_control(flow::RecordType::keepalive, UINT32_MAX,
+                                          recover::kKeepaliveAsks) == Status::ok)
+        ch->ka_sent_ms = now;
+      expired = now - ch->ka_heard_ms > ka;
+      report_stall(ch, now);
+    }
+    if (expired && silent_after_poll(ch, now)) {
+      XP_SLOG(XP_SLOG_INFO, "RDMA channel: nothing heard for %u ms", ka);
+      channel_failed(ch, ResumeCause::keepalive_timeout);
+    }
   }
 }
 

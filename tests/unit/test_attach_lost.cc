@@ -11,10 +11,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <arpa/inet.h>
+#include <cstring>
 #include <mutex>
 
 #include "fake_link.h"
 #include "resume_pair.h"
+#include "recover/rendezvous_wire.h"
 #include "stream/engine_internal.h"
 
 using namespace xp;
@@ -209,4 +212,135 @@ TEST_CASE("attach: an ATTACH that comes after the server's timer costs that stre
   // The other stream's corked records left the process-wide "some channel
   // holds a record" note set: clear it for the tests that follow.
   engine::post_idle_held();
+}
+
+TEST_CASE("server wait: a client host that sets up channels here is waited for longer") {
+  // VM, nginx (4 worker processes) under host load: wrk's 20 connects
+  // took its engine over 4 s to work through (a few channels at a time, a
+  // redirect each), and the workers gave up on the last connections
+  // (peer_not_accelerated) just before their requests came: those were
+  // refused busy, and 6 of 20 stayed on TCP.
+  const recover::SessionParams ps = recover::test::params(
+      recover::Role::server, recover::test::tuple(AF_INET, "10.0.0.1", 41003, "10.0.0.2", 8080), 32,
+      0);
+  auto past_deadline = [](Conn* c) {
+    std::lock_guard<std::mutex> l(c->mu);
+    c->deadline_ms = 1;
+  };
+  SUBCASE("no channel from the client's host: not accelerated at the deadline") {
+    test::AcceptedConn srv(ps);
+    REQUIRE(srv.c->phase.load() == Phase::upgrading);
+    past_deadline(srv.c);
+    engine::tick_conns(engine::now_ms());
+    CHECK(srv.c->phase.load() == Phase::tcp);
+    CHECK(srv.c->reason == Reason::peer_not_accelerated);
+  }
+  SUBCASE("a channel from the client's host: waits, up to a bound") {
+    test::LinkPair links{1 << 20};
+    Channel* ch = nullptr;
+    {
+      std::lock_guard<std::mutex> g(engine::g().mu);
+      ch = engine::make_channel(&links.lb, false);
+      REQUIRE(ch != nullptr);
+      ch->peer_addr = recover::client_addr(ps.tuple);
+    }
+    {
+      test::AcceptedConn srv(ps);
+      for (int i = 0; i < 3; ++i) {
+        past_deadline(srv.c);
+        engine::tick_conns(engine::now_ms());
+        CHECK(srv.c->phase.load() == Phase::upgrading);
+        CHECK(srv.c->deadline_ms > engine::now_ms());
+      }
+      past_deadline(srv.c);
+      engine::tick_conns(engine::now_ms());
+      CHECK(srv.c->phase.load() == Phase::tcp);
+      CHECK(srv.c->reason == Reason::peer_not_accelerated);
+    }
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    auto& v = engine::g().channels;
+    v.erase(std::remove(v.begin(), v.end(), ch), v.end());
+    delete ch->mux;
+    delete ch;
+  }
+}
+
+namespace {
+
+// An rdma_cm attempt of c's to port, under way (as cm_connect leaves it).
+engine::CmUser* attempt(Conn* c, uint16_t port) {
+  auto* u = new engine::CmUser{engine::CmUser::Kind::client, c, nullptr, port};
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  c->ref();
+  engine::g().inflight.push_back(u);
+  return u;
+}
+
+} // namespace
+
+TEST_CASE("redirect: a channel to the named process carries the ATTACH") {
+  // nginx's 4 workers: every one of wrk's connections made a channel of
+  // its own to the worker its redirect named, although a channel to that
+  // worker was up; under load a burst of them outlasted the handshake.
+  Conn* c = new Conn(-1, test::rparams(recover::Role::client, 25));
+  {
+    ClientChannel cc(c);
+    cc.ch->cm_port = 50123; // a worker's private port: a redirect's target
+    engine::CmUser* u = attempt(c, c->tuple.server_port);
+    verbs::CmEvent ev{};
+    ev.kind = verbs::CmEvent::Kind::rejected;
+    ev.user = u;
+    ev.consumer_reject = true;
+    const recover::CmRejectWire w{recover::rej_redirect, 0, htons(50123)};
+    memcpy(ev.priv, &w, sizeof w);
+    ev.priv_len = sizeof w;
+    {
+      std::lock_guard<std::mutex> g(engine::g().mu);
+      engine::on_cm_event(ev); // frees u
+    }
+    CHECK(c->redirected);
+    CHECK(c->ch == cc.ch);
+    CHECK(c->sess.state() == recover::State::attaching);
+    CHECK(c->deadline_ms > engine::now_ms());
+    engine::on_close(c); // leaves the channel before it goes
+  }
+  c->unref();
+}
+
+TEST_CASE("client wait: a connection behind its host's rdma_cm attempt is waited for longer") {
+  Conn* c = new Conn(-1, test::rparams(recover::Role::client, 26));
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    c->ref();
+    engine::g().conns.push_back(c);
+  }
+  auto past_deadline = [c] {
+    std::lock_guard<std::mutex> l(c->mu);
+    c->deadline_ms = 1;
+  };
+  Conn* other = new Conn(-1, test::rparams(recover::Role::client, 27)); // same server
+  engine::CmUser* u = attempt(other, other->tuple.server_port);
+  for (int i = 0; i < 3; ++i) {
+    past_deadline();
+    engine::tick_conns(engine::now_ms());
+    CHECK(c->phase.load() == Phase::upgrading);
+  }
+  past_deadline();
+  engine::tick_conns(engine::now_ms());
+  CHECK(c->phase.load() == Phase::tcp);
+  CHECK(c->reason == Reason::handshake_timeout);
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    auto& in = engine::g().inflight;
+    in.erase(std::remove(in.begin(), in.end(), u), in.end());
+    auto& v = engine::g().conns;
+    v.erase(std::remove(v.begin(), v.end(), c), v.end());
+  }
+  delete u;
+  other->unref();
+  engine::on_close(other);
+  other->unref();
+  engine::on_close(c);
+  c->unref();
+  c->unref();
 }
