@@ -36,6 +36,9 @@ struct Channel {
   // matches no connection.
   recover::IpAddr peer_addr;
   uint16_t peer_port = 0;
+  // Client side: the address it connected from (the requester the server
+  // recorded; attach_at_port matches it).  Unknown: set by neither path.
+  recover::IpAddr local_addr;
   // The rdma_cm port this channel was set up on (client: the port it
   // reached, after any redirect; server: its listener's).  A binding over
   // the channel names it (docs/protocol.md §2), so that an exchange

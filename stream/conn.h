@@ -187,6 +187,7 @@ public:
   // raise completion events on a queue of its own (stream/channel_sleep.h).
   uint32_t lane = 0;
   bool redirected = false;       // client: followed a redirect already
+  bool redirect_attach = false;  // client: its ATTACH followed a redirect (attach_at_port)
   bool switch_acked = false;     // the peer's verified SWITCH was acknowledged (engine_control.cc)
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?); 1: no more retries
   uint64_t retry_at_ms = 0;      // client: try rdma_cm (again) then (stream/negative_cache.h)

@@ -146,6 +146,16 @@ void leave_attach_channel(Conn* c, Channel* ch) {
   c->ch = nullptr;
 }
 
+// Whether c's refused or lost ATTACH followed a redirect; c may then be
+// redirected once more (c->mu held).
+bool take_redirect_attach(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
+  if (!c->redirect_attach) return false;
+  c->redirect_attach = false;
+  c->redirected = false;
+  return true;
+}
+
 // ... and asks rdma_cm next, whose rendezvous redirects to the process that
 // holds the connection, with a handshake's time of its own, not what was
 // left of the ATTACH's (c->mu held).
@@ -218,8 +228,11 @@ void handle_record(Channel* ch, const ControlRecord& r) {
         leave_attach_channel(c, ch);
         // NAK moved: the server forked; rdma_cm finds the process holding it.
         const bool moved = c->sess.take_moved();
-        if (moved) c->redirected = false;
-        if ((!c->cm_tried && !c->attach_refused) || moved) {
+        // An ATTACH that followed a redirect (engine_rendezvous.cc
+        // attach_at_port): the redirect is asked for once more and then
+        // connected to, as it would have been without the channel.
+        const bool redirected = take_redirect_attach(c);
+        if ((!c->cm_tried && !c->attach_refused) || moved || redirected) {
           retry_through_rdma_cm(c);
         } else {
           fail(c, Reason::handshake_failed, "attach refused, and rdma_cm tried already");
@@ -615,8 +628,9 @@ namespace {
 bool attach_elsewhere(Conn* c, Channel* ch) {
   if (c->role != recover::Role::client || c->resumed.load() || c->closed.load() ||
       c->phase.load() != Phase::upgrading || c->tx_rdma.load() || c->rx_rdma.load() ||
-      c->cm_tried || c->attach_refused || !c->sess.attach_channel_lost())
+      ((c->cm_tried || c->attach_refused) && !c->redirect_attach) || !c->sess.attach_channel_lost())
     return false;
+  (void)take_redirect_attach(c);
   leave_attach_channel(c, ch);
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: the channel of its ATTACH failed before the answer: rdma_cm next",
           c->sock());

@@ -62,6 +62,7 @@ void cm_addrs(const Conn* c, uint16_t port, sockaddr_storage* src, sockaddr_stor
 }
 
 void cm_connect(Conn* c, uint16_t port) {
+  if (g().cm == nullptr) return fail(c, Reason::handshake_failed, "rdma_cm not running");
   ReqWire w{};
   w.kind = kKindRequest;
   w.version = kWireVersion;
@@ -383,6 +384,9 @@ bool attach_over(Conn* c, Channel* ch, uint64_t now) {
   XP_ASSERT_HELD(c->mu);
   std::lock_guard<std::mutex> chl(ch->mu);
   uint32_t id = 0;
+  // Failed since the caller looked (a data call's progress): its streams
+  // were collected already, and one bound now would wait there for nothing.
+  if (ch->failed.load()) return false;
   if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) return false;
   recover::Message m;
   c->sess.set_channel_port(ch->cm_port);
@@ -399,7 +403,10 @@ bool attach_over(Conn* c, Channel* ch, uint64_t now) {
 // this process has to that port already carries c's ATTACH, as a channel
 // to the same host does in start_client, instead of a new rdma_cm
 // connection for every connection a multi-process server accepts
-// (docs/protocol.md §1).  False: no such channel with room.
+// (docs/protocol.md §1).  Only a channel from c's own client address (the
+// server binds no stream whose client is another requester, §2).  If it is
+// refused or lost, c connects to the port after all (Conn::redirect_attach).
+// False: no such channel with room.
 bool attach_at_port(Conn* c, uint16_t port) {
   XP_ASSERT_HELD(g().mu);
   XP_ASSERT_HELD(c->mu);
@@ -407,10 +414,13 @@ bool attach_at_port(Conn* c, uint16_t port) {
   if (c->ch != nullptr || (st != recover::State::idle && st != recover::State::refused))
     return false;
   const recover::IpAddr server = recover::server_addr(c->tuple);
+  const recover::IpAddr client = recover::client_addr(c->tuple);
   for (Channel* ch : g().channels)
     if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 && ch->cm_port == port &&
-        ch->peer_addr == server && attach_over(c, ch, now_ms()))
+        ch->peer_addr == server && ch->local_addr == client && attach_over(c, ch, now_ms())) {
+      c->redirect_attach = true;
       return true;
+    }
   return false;
 }
 
@@ -627,6 +637,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
       } else if (u->kind == CmUser::Kind::client) {
         ch->peer_addr = recover::server_addr(u->conn->tuple);
         ch->peer_port = u->conn->tuple.server_port;
+        ch->local_addr = recover::client_addr(u->conn->tuple);
         ch->lane = u->conn->lane % g().p.channels_per_peer;
       }
       if (u->kind == CmUser::Kind::client) {
@@ -640,6 +651,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else if (u->kind == CmUser::Kind::client) {
       ch->peer_addr = recover::server_addr(u->conn->tuple);
       ch->peer_port = u->conn->tuple.server_port;
+      ch->local_addr = recover::client_addr(u->conn->tuple);
       ch->lane = u->conn->lane % g().p.channels_per_peer;
       recover::Nonce n;
       if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(u->conn, ch, 0, n);
@@ -705,7 +717,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
         c->accepting = false;
       } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
         c->redirected = true;
-        if (!attach_at_port(c, r.port)) cm_connect(c, r.port);
+        // A redirected ATTACH refused or lost before (attach_refused): connect.
+        if (c->attach_refused || !attach_at_port(c, r.port)) cm_connect(c, r.port);
       } else if (ev.ring_refused) {
         // The server's ring descriptor is out of our bounds: it runs
         // xpress, but not one we can talk to.

@@ -56,20 +56,25 @@ bool waits_for_client(const Conn* c) {
 // The hosts that show such a burst (g().mu held).
 struct BusyHosts {
   std::vector<recover::IpAddr> clients; // with a server channel here
-  std::vector<recover::IpAddr> servers; // with an rdma_cm attempt under way
+  // With an rdma_cm attempt under way, and whose attempt it is: a
+  // connection's own attempt is not a burst it waits behind (an rdma_cm
+  // peer that never answers keeps it no longer than the handshake).
+  std::vector<std::pair<recover::IpAddr, const Conn*>> servers;
   void collect() {
     XP_ASSERT_HELD(g().mu);
     for (const Channel* ch : g().channels)
       if (!ch->client_side && !ch->failed.load()) clients.push_back(ch->peer_addr);
     for (const CmUser* u : g().inflight)
-      if (!u->conn->closed.load()) servers.push_back(recover::server_addr(u->conn->tuple));
+      if (!u->conn->closed.load())
+        servers.emplace_back(recover::server_addr(u->conn->tuple), u->conn);
   }
   bool busy(const Conn* c) const {
-    const bool server = c->role == recover::Role::server;
-    const auto& v = server ? clients : servers;
-    const recover::IpAddr a =
-        server ? recover::client_addr(c->tuple) : recover::server_addr(c->tuple);
-    return std::find(v.begin(), v.end(), a) != v.end();
+    if (c->role == recover::Role::server)
+      return std::find(clients.begin(), clients.end(), recover::client_addr(c->tuple)) !=
+             clients.end();
+    const recover::IpAddr a = recover::server_addr(c->tuple);
+    return std::any_of(servers.begin(), servers.end(),
+                       [&](const auto& s) { return s.second != c && s.first == a; });
   }
 };
 
@@ -91,8 +96,8 @@ void tick_conns(uint64_t now) {
       if (ph == Phase::upgrading && c->untimed.load(std::memory_order_relaxed)) continue;
       c->ref();
       cs.push_back(c);
-      any_waiting |= ph == Phase::upgrading && c->ch == nullptr &&
-                     (waits_for_client(c) || c->role == recover::Role::client);
+      any_waiting |=
+          ph == Phase::upgrading && (waits_for_client(c) || c->role == recover::Role::client);
     }
     if (any_waiting) hosts.collect();
   }
@@ -366,6 +371,7 @@ void keepalive(uint64_t now) {
         }
         continue;
       }
+      ch->ka_asked = false; // our own keepalives go anyway
       uint64_t cur = ch->mux->channel().recv_cursor();
       // A check that comes long after the previous one (this thread did
       // not run: the process was stopped, or the host was loaded) cannot

@@ -16,8 +16,8 @@
 #include <mutex>
 
 #include "fake_link.h"
-#include "resume_pair.h"
 #include "recover/rendezvous_wire.h"
+#include "resume_pair.h"
 #include "stream/engine_internal.h"
 
 using namespace xp;
@@ -36,6 +36,7 @@ struct ClientChannel {
     REQUIRE(ch != nullptr);
     ch->peer_addr = recover::server_addr(c->tuple);
     ch->peer_port = c->tuple.server_port;
+    ch->local_addr = recover::client_addr(c->tuple);
   }
   ~ClientChannel() {
     {
@@ -272,6 +273,7 @@ engine::CmUser* attempt(Conn* c, uint16_t port) {
   auto* u = new engine::CmUser{engine::CmUser::Kind::client, c, nullptr, port};
   std::lock_guard<std::mutex> g(engine::g().mu);
   c->ref();
+  c->cm_tried = true;
   engine::g().inflight.push_back(u);
   return u;
 }
@@ -302,7 +304,54 @@ TEST_CASE("redirect: a channel to the named process carries the ATTACH") {
     CHECK(c->ch == cc.ch);
     CHECK(c->sess.state() == recover::State::attaching);
     CHECK(c->deadline_ms > engine::now_ms());
-    engine::on_close(c); // leaves the channel before it goes
+    CHECK(c->redirect_attach);
+    SUBCASE("answered: bound there") {
+      engine::on_close(c);
+    }
+    SUBCASE("the channel fails before the answer: rdma_cm, and the redirect once more") {
+      // c tried rdma_cm already (the attempt the redirect answered): a
+      // plain ATTACH would stay on TCP now; a redirected one connects to
+      // the port as it would have without the channel.
+      CHECK(c->cm_tried);
+      engine::channel_failed(cc.ch, ResumeCause::disconnected);
+      CHECK(c->phase.load() == Phase::upgrading);
+      CHECK(c->ch == nullptr);
+      CHECK(c->attach_refused);
+      CHECK_FALSE(c->redirected);
+      CHECK_FALSE(c->redirect_attach);
+      CHECK(take_queued(c));
+      engine::on_close(c);
+    }
+  }
+  c->unref();
+}
+
+TEST_CASE("redirect: a channel from another client address is not used") {
+  // The server binds no stream whose TCP client is not the channel's
+  // requester (docs/protocol.md §2): an ATTACH from another local address
+  // would be refused for sure.
+  Conn* c = new Conn(-1, test::rparams(recover::Role::client, 28));
+  {
+    ClientChannel cc(c);
+    cc.ch->cm_port = 50124;
+    cc.ch->local_addr = recover::server_addr(c->tuple); // not c's client address
+    engine::CmUser* u = attempt(c, c->tuple.server_port);
+    verbs::CmEvent ev{};
+    ev.kind = verbs::CmEvent::Kind::rejected;
+    ev.user = u;
+    ev.consumer_reject = true;
+    const recover::CmRejectWire w{recover::rej_redirect, 0, htons(50124)};
+    memcpy(ev.priv, &w, sizeof w);
+    ev.priv_len = sizeof w;
+    {
+      std::lock_guard<std::mutex> g(engine::g().mu);
+      engine::on_cm_event(ev);
+    }
+    CHECK(c->ch == nullptr);
+    CHECK_FALSE(c->redirect_attach);
+    // No rdma_cm in unit tests: the connect it chose instead fails.
+    CHECK(c->phase.load() == Phase::tcp);
+    engine::on_close(c);
   }
   c->unref();
 }
@@ -342,5 +391,36 @@ TEST_CASE("client wait: a connection behind its host's rdma_cm attempt is waited
   other->unref();
   engine::on_close(c);
   c->unref();
+  c->unref();
+}
+
+TEST_CASE("client wait: its own rdma_cm attempt does not extend the handshake") {
+  // An rdma_cm peer that never answers (docs/protocol.md §8: a client
+  // waits for its answer at most the handshake timeout).
+  Conn* c = new Conn(-1, test::rparams(recover::Role::client, 29));
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    c->ref();
+    engine::g().conns.push_back(c);
+  }
+  engine::CmUser* u = attempt(c, c->tuple.server_port);
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    c->deadline_ms = 1;
+  }
+  engine::tick_conns(engine::now_ms());
+  CHECK(c->phase.load() == Phase::tcp);
+  CHECK(c->reason == Reason::handshake_timeout);
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    auto& in = engine::g().inflight;
+    in.erase(std::remove(in.begin(), in.end(), u), in.end());
+    auto& v = engine::g().conns;
+    v.erase(std::remove(v.begin(), v.end(), c), v.end());
+  }
+  delete u;
+  c->unref(); // the attempt's
+  engine::on_close(c);
+  c->unref(); // the table's
   c->unref();
 }
