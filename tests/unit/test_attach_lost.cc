@@ -278,6 +278,20 @@ engine::CmUser* attempt(Conn* c, uint16_t port) {
   return u;
 }
 
+// The rdma_cm listener owner's redirect to port, answering c's attempt.
+void redirect_to(Conn* c, uint16_t port) {
+  engine::CmUser* u = attempt(c, c->tuple.server_port);
+  verbs::CmEvent ev{};
+  ev.kind = verbs::CmEvent::Kind::rejected;
+  ev.user = u;
+  ev.consumer_reject = true;
+  const recover::CmRejectWire w{recover::rej_redirect, 0, htons(port)};
+  memcpy(ev.priv, &w, sizeof w);
+  ev.priv_len = sizeof w;
+  std::lock_guard<std::mutex> g(engine::g().mu);
+  engine::on_cm_event(ev); // frees u
+}
+
 } // namespace
 
 TEST_CASE("redirect: a channel to the named process carries the ATTACH") {
@@ -288,18 +302,7 @@ TEST_CASE("redirect: a channel to the named process carries the ATTACH") {
   {
     ClientChannel cc(c);
     cc.ch->cm_port = 50123; // a worker's private port: a redirect's target
-    engine::CmUser* u = attempt(c, c->tuple.server_port);
-    verbs::CmEvent ev{};
-    ev.kind = verbs::CmEvent::Kind::rejected;
-    ev.user = u;
-    ev.consumer_reject = true;
-    const recover::CmRejectWire w{recover::rej_redirect, 0, htons(50123)};
-    memcpy(ev.priv, &w, sizeof w);
-    ev.priv_len = sizeof w;
-    {
-      std::lock_guard<std::mutex> g(engine::g().mu);
-      engine::on_cm_event(ev); // frees u
-    }
+    redirect_to(c, 50123);
     CHECK(c->redirected);
     CHECK(c->ch == cc.ch);
     CHECK(c->sess.state() == recover::State::attaching);
@@ -335,18 +338,7 @@ TEST_CASE("redirect: a channel from another client address is not used") {
     ClientChannel cc(c);
     cc.ch->cm_port = 50124;
     cc.ch->local_addr = recover::server_addr(c->tuple); // not c's client address
-    engine::CmUser* u = attempt(c, c->tuple.server_port);
-    verbs::CmEvent ev{};
-    ev.kind = verbs::CmEvent::Kind::rejected;
-    ev.user = u;
-    ev.consumer_reject = true;
-    const recover::CmRejectWire w{recover::rej_redirect, 0, htons(50124)};
-    memcpy(ev.priv, &w, sizeof w);
-    ev.priv_len = sizeof w;
-    {
-      std::lock_guard<std::mutex> g(engine::g().mu);
-      engine::on_cm_event(ev);
-    }
+    redirect_to(c, 50124);
     CHECK(c->ch == nullptr);
     CHECK_FALSE(c->redirect_attach);
     // No rdma_cm in unit tests: the connect it chose instead fails.

@@ -198,6 +198,17 @@ void settle_back_on_rdma(Back& q) {
   step(q);
 }
 
+// Keepalive checks every 3 ms for ms, each followed by a poll of both
+// channels (step) when poll is set.
+void keepalive_for(Back& q, uint64_t ms, bool poll) {
+  const uint64_t until = stream::engine::now_ms() + ms;
+  while (stream::engine::now_ms() < until) {
+    stream::engine::keepalive(stream::engine::now_ms());
+    if (poll) step(q);
+    usleep(3 * 1000);
+  }
+}
+
 } // namespace
 
 TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways") {
@@ -298,11 +309,7 @@ TEST_CASE("keepalive: records nobody polled are the peer's voice, not its silenc
   settle_back_on_rdma(q);
   // Regular checks (every 3 ms: no stall of the checking thread), each end
   // sending its keepalives, and nobody polling either channel for 4 periods.
-  const uint64_t until = stream::engine::now_ms() + 4 * 30;
-  while (stream::engine::now_ms() < until) {
-    stream::engine::keepalive(stream::engine::now_ms());
-    usleep(3 * 1000);
-  }
+  keepalive_for(q, 4 * 30, false);
   CHECK_FALSE(q.ca->failed.load());
   CHECK_FALSE(q.cb->failed.load());
   step(q);
@@ -322,12 +329,7 @@ TEST_CASE("keepalive: an end without streams answers a peer that still has one")
     REQUIRE(stream::conn_remove<&stream::Conn::pos_ch>(q.cb->conns, p.b.c));
   }
   const uint64_t sent_before = q.lb2.posts;
-  const uint64_t until = stream::engine::now_ms() + 4 * 30; // 4 periods
-  while (stream::engine::now_ms() < until) {
-    stream::engine::keepalive(stream::engine::now_ms());
-    step(q);
-    usleep(3 * 1000);
-  }
+  keepalive_for(q, 4 * 30, true); // 4 periods
   CHECK_FALSE(q.ca->failed.load());
   CHECK(q.lb2.posts > sent_before); // the answers
   {
@@ -357,12 +359,7 @@ TEST_CASE("keepalive: a channel without streams at both ends stays silent") {
     usleep(11 * 1000);
   }
   const uint64_t posts = q.la2.posts + q.lb2.posts;
-  const uint64_t until = stream::engine::now_ms() + 4 * 30;
-  while (stream::engine::now_ms() < until) {
-    stream::engine::keepalive(stream::engine::now_ms());
-    step(q);
-    usleep(3 * 1000);
-  }
+  keepalive_for(q, 4 * 30, true);
   CHECK(q.la2.posts + q.lb2.posts == posts);
   CHECK_FALSE(q.ca->failed.load());
   CHECK_FALSE(q.cb->failed.load());
