@@ -209,6 +209,21 @@ void keepalive_for(Back& q, uint64_t ms, bool poll) {
   }
 }
 
+// c's stream off ch's list of streams for a scope, as if that end of the
+// channel had none left; back on it at the end.
+struct OffChannel {
+  stream::Channel* ch;
+  stream::Conn* c;
+  OffChannel(stream::Channel* ch_, stream::Conn* c_) : ch(ch_), c(c_) {
+    std::lock_guard<std::mutex> l(ch->mu);
+    REQUIRE(stream::conn_remove<&stream::Conn::pos_ch>(ch->conns, c));
+  }
+  ~OffChannel() {
+    std::lock_guard<std::mutex> l(ch->mu);
+    stream::conn_add<&stream::Conn::pos_ch>(ch->conns, c);
+  }
+};
+
 } // namespace
 
 TEST_CASE("back to RDMA: a resumed stream returns with bytes in flight both ways") {
@@ -325,16 +340,11 @@ TEST_CASE("keepalive: an end without streams answers a peer that still has one")
   RPair& p = q.p;
   settle_back_on_rdma(q);
   {
-    std::lock_guard<std::mutex> l(q.cb->mu);
-    REQUIRE(stream::conn_remove<&stream::Conn::pos_ch>(q.cb->conns, p.b.c));
-  }
-  const uint64_t sent_before = q.lb2.posts;
-  keepalive_for(q, 4 * 30, true); // 4 periods
-  CHECK_FALSE(q.ca->failed.load());
-  CHECK(q.lb2.posts > sent_before); // the answers
-  {
-    std::lock_guard<std::mutex> l(q.cb->mu);
-    stream::conn_add<&stream::Conn::pos_ch>(q.cb->conns, p.b.c);
+    OffChannel off(q.cb, p.b.c);
+    const uint64_t sent_before = q.lb2.posts;
+    keepalive_for(q, 4 * 30, true); // 4 periods
+    CHECK_FALSE(q.ca->failed.load());
+    CHECK(q.lb2.posts > sent_before); // the answers
   }
   step(q);
   CHECK(on_rdma(p));
@@ -346,12 +356,7 @@ TEST_CASE("keepalive: a channel without streams at both ends stays silent") {
   Back q;
   RPair& p = q.p;
   settle_back_on_rdma(q);
-  {
-    std::lock_guard<std::mutex> la(q.ca->mu);
-    REQUIRE(stream::conn_remove<&stream::Conn::pos_ch>(q.ca->conns, p.a.c));
-    std::lock_guard<std::mutex> lb(q.cb->mu);
-    REQUIRE(stream::conn_remove<&stream::Conn::pos_ch>(q.cb->conns, p.b.c));
-  }
+  OffChannel off_a(q.ca, p.a.c), off_b(q.cb, p.b.c);
   // One round to let what was in flight arrive and be answered once.
   for (int i = 0; i < 3; ++i) {
     stream::engine::keepalive(stream::engine::now_ms());
@@ -363,12 +368,6 @@ TEST_CASE("keepalive: a channel without streams at both ends stays silent") {
   CHECK(q.la2.posts + q.lb2.posts == posts);
   CHECK_FALSE(q.ca->failed.load());
   CHECK_FALSE(q.cb->failed.load());
-  {
-    std::lock_guard<std::mutex> la(q.ca->mu);
-    stream::conn_add<&stream::Conn::pos_ch>(q.ca->conns, p.a.c);
-    std::lock_guard<std::mutex> lb(q.cb->mu);
-    stream::conn_add<&stream::Conn::pos_ch>(q.cb->conns, p.b.c);
-  }
 }
 
 TEST_CASE("back to RDMA: the new channel fails too; the second resume goes on from S'") {
