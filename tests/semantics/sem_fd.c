@@ -131,6 +131,20 @@ static void fcntl_flags(void) {
   RC(0, close(b));
 }
 
+// Which of the n connected sockets c[] is the other end of accepted x.
+static int peer_of(int x, const int* c, int n) {
+  struct sockaddr_in want, got;
+  socklen_t len = sizeof want;
+  REQUIRE(getpeername(x, (struct sockaddr*)&want, &len) == 0);
+  for (int i = 0; i < n; i++) {
+    len = sizeof got;
+    REQUIRE(getsockname(c[i], (struct sockaddr*)&got, &len) == 0);
+    if (got.sin_port == want.sin_port && got.sin_addr.s_addr == want.sin_addr.s_addr) return i;
+  }
+  REQUIRE(!"accepted socket's peer among the connected ones");
+  return 0;
+}
+
 static void sock_flags_atomic(void) {
   int s = OK(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   show_flags("socket(SOCK_NONBLOCK|SOCK_CLOEXEC)", s);
@@ -157,7 +171,7 @@ static void sock_flags_atomic(void) {
   int z = OK(accept(l, NULL, NULL));
   show_flags("accept() on a non-blocking listener", z); // not inherited
   ERR(EAGAIN, accept(l, NULL, NULL));
-  CHECK(roundtrip(c[0], x) || roundtrip(c[1], x) || roundtrip(c[2], x));
+  CHECK(roundtrip(c[peer_of(x, c, 3)], x));
   int sv[2];
   RC(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv));
   show_flags("socketpair(SOCK_NONBLOCK|SOCK_CLOEXEC)[0]", sv[0]);
