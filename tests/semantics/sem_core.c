@@ -202,10 +202,10 @@ int fd_open(int fd) {
 int roundtrip(int x, int y) {
   char buf[4];
   if (send(x, "ping", 4, MSG_NOSIGNAL) != 4) return 0;
-  wait_ready(y, POLLIN, 10000);
+  if (!(wait_ready(y, POLLIN, 10000) & POLLIN)) return 0;
   if (recv(y, buf, 4, MSG_WAITALL) != 4 || memcmp(buf, "ping", 4) != 0) return 0;
   if (send(y, "pong", 4, MSG_NOSIGNAL) != 4) return 0;
-  wait_ready(x, POLLIN, 10000);
+  if (!(wait_ready(x, POLLIN, 10000) & POLLIN)) return 0;
   if (recv(x, buf, 4, MSG_WAITALL) != 4 || memcmp(buf, "pong", 4) != 0) return 0;
   return 1;
 }

@@ -156,7 +156,8 @@ static void msg_more(void) {
 // kernel's socket stays full until the peer reads.  Under xpress the
 // direction may finish its switch to RDMA in between (docs/protocol.md §3,
 // the upgrade runs beside the program), and the stream has room: then
-// POLLOUT must be true to its word, a send takes bytes at once.
+// POLLOUT must be true to its word (a send takes bytes at once), and once
+// the stream is full too it stays full (a direction switches once).
 static int still_full_or_takes(int a, const char* chunk, size_t len, long* sent) {
   struct pollfd p = {.fd = a, .events = POLLOUT};
   int r = poll(&p, 1, 0);
@@ -164,8 +165,11 @@ static int still_full_or_takes(int a, const char* chunk, size_t len, long* sent)
   if (r != 1 || p.revents != POLLOUT) return 0;
   ssize_t n = send(a, chunk, len, MSG_DONTWAIT);
   if (n <= 0) return 0;
-  *sent += n;
-  return 1;
+  for (int i = 0; n > 0 && i < 100000; i++) {
+    *sent += n;
+    n = send(a, chunk, len, MSG_DONTWAIT);
+  }
+  return n < 0 && errno == EAGAIN && poll(&p, 1, 0) == 0;
 }
 
 static void msg_dontwait(void) {
