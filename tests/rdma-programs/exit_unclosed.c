@@ -6,7 +6,9 @@
 //   exit-unclosed recv --bind ADDR --port P
 //       prints "received N sum S end eof|error(errno)" after the end
 //   exit-unclosed send --host ADDR --port P --bytes N --chunk C --how exit|_exit|_Exit|close
-//       prints "sent N sum S" before it ends
+//                      [--go-file PATH]
+//       prints "sent N sum S" before it ends; after the first chunk it waits
+//       until PATH exists (at most 20 s; without it: 300 ms)
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -58,7 +60,19 @@ static int recv_side(const char* bind_addr, int port) {
   return 0;
 }
 
-static int send_side(const char* host, int port, long total, long chunk, const char* how) {
+// After the first chunk: until go_file exists (the test creates it once the
+// connection switched to RDMA), at most 20 s; without one, a fixed pause.
+static void wait_go(const char* go_file) {
+  if (go_file == NULL) {
+    usleep(300000);
+    return;
+  }
+  for (int i = 0; i < 2000 && access(go_file, F_OK) != 0; ++i)
+    usleep(10000);
+}
+
+static int send_side(const char* host, int port, long total, long chunk, const char* how,
+                     const char* go_file) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   if (inet_pton(AF_INET, host, &a.sin_addr) != 1 || connect(s, (void*)&a, sizeof a) != 0) {
@@ -82,9 +96,9 @@ static int send_side(const char* host, int port, long total, long chunk, const c
       }
       off += w;
     }
-    // The first chunk on TCP, then a pause: the upgrade finishes and the
+    // The first chunk on TCP, then a wait: the upgrade finishes and the
     // rest (and the end) goes over RDMA.
-    if (sent == 0) usleep(300000);
+    if (sent == 0) wait_go(go_file);
     sent += n;
   }
   printf("sent %ld sum %016llx\n", sent, (unsigned long long)sum);
@@ -104,5 +118,6 @@ int main(int argc, char** argv) {
   if (strcmp(argv[1], "recv") == 0) return recv_side(arg(argc, argv, "--bind", "0.0.0.0"), port);
   return send_side(arg(argc, argv, "--host", "127.0.0.1"), port,
                    atol(arg(argc, argv, "--bytes", "1048576")),
-                   atol(arg(argc, argv, "--chunk", "4096")), arg(argc, argv, "--how", "exit"));
+                   atol(arg(argc, argv, "--chunk", "4096")), arg(argc, argv, "--how", "exit"),
+                   arg(argc, argv, "--go-file", NULL));
 }

@@ -308,7 +308,9 @@ cleanup() {
 # run_client NAME SECS MODE CMD...: CMD in the foreground under timeout(1);
 # stdout $CD/NAME.out, stderr $CD/NAME.err, stdin inherited (callers
 # redirect).  A timeout or a non-zero exit fails (with the program's own
-# words) and returns non-zero.  CLIENT_SECS: its duration.
+# words) and returns non-zero.  CLIENT_SECS: its duration.  CLIENT_WHILE
+# (a function name, empty by default): called as FUNC NAME WRAPPER once the
+# client started, for a case that acts while it runs (cases/exit.sh).
 run_client() {
   local name=$1 secs=$2 mode=$3 rc=0 t0
   shift 3
@@ -333,6 +335,7 @@ run_client() {
     watcher=$!
     CUR_WATCHER=$watcher
   fi
+  [ -z "${CLIENT_WHILE:-}" ] || "$CLIENT_WHILE" "$name" "$w"
   wait "$w" || rc=$?
   trace "client $name ended: $(status "$rc")"
   [ -z "$watcher" ] || { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
