@@ -39,7 +39,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 # its connections on TCP (reason ipsec), as it must.
 ALL_CASES=(iperf3 sockperf redis nginx memcached node bulk zerocopy exit idle fallback recovery fork postgres kfeat probe dualstack ipv6 java grpc asyncio forger forkshare redisfork)
 # per-case deadline (seconds) of the case worker; the steps inside have their own
-declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=120 [fallback]=300 [recovery]=540 [fork]=240 [forkshare]=180 [redisfork]=150 [postgres]=$((300 + 60 * (${PG_RUNS:-1} - 1))) [scale]=580 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240 [forger]=$((${FORGER_N:-2000} > 2000 ? 900 : 240)))
+declare -A CASE_TIMEOUT=([iperf3]=150 [sockperf]=60 [redis]=90 [nginx]=90 [memcached]=120 [node]=150 [bulk]=150 [zerocopy]=150 [exit]=240 [fallback]=300 [recovery]=540 [fork]=240 [forkshare]=180 [redisfork]=150 [postgres]=$((300 + 60 * (${PG_RUNS:-1} - 1))) [scale]=580 [kfeat]=150 [probe]=90 [dualstack]=120 [java]=300 [grpc]=150 [asyncio]=240 [forger]=$((${FORGER_N:-2000} > 2000 ? 900 : 240)))
 
 LIB=${XPRESS_LIB:-$REPO/build/libxpress.so}
 case $LIB in /*) ;; *) LIB=$REPO/$LIB ;; esac
