@@ -7,8 +7,8 @@
 //       prints "received N sum S end eof|error(errno)" after the end
 //   exit-unclosed send --host ADDR --port P --bytes N --chunk C --how exit|_exit|_Exit|close
 //                      [--go-file PATH]
-//       prints "sent N sum S" before it ends; after the first chunk it waits
-//       until PATH exists (at most 20 s; without it: 300 ms)
+//       prints "sent N sum S" before it ends; after the first 16 KiB it waits
+//       until PATH exists (at most 20 s; without it: 300 ms after the first chunk)
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -60,7 +60,11 @@ static int recv_side(const char* bind_addr, int port) {
   return 0;
 }
 
-// After the first chunk: until go_file exists (the test creates it once the
+// A one-way connection binds once 16 KiB crossed on TCP (docs/protocol.md
+// §2, kOneWayBytes): with a go file the sender pauses after those.
+#define GO_AFTER 16384
+
+// After the first bytes: until go_file exists (the test creates it once the
 // connection switched to RDMA), at most 20 s; without one, a fixed pause.
 static void wait_go(const char* go_file) {
   if (go_file == NULL) {
@@ -82,7 +86,7 @@ static int send_side(const char* host, int port, long total, long chunk, const c
   unsigned char* buf = malloc((size_t)chunk);
   if (buf == NULL) return 1;
   uint64_t sum = 1469598103934665603ull, k = 0;
-  long sent = 0;
+  long sent = 0, pause_at = go_file != NULL ? GO_AFTER : chunk;
   while (sent < total) {
     long n = total - sent < chunk ? total - sent : chunk;
     for (long i = 0; i < n; ++i, ++k)
@@ -96,9 +100,9 @@ static int send_side(const char* host, int port, long total, long chunk, const c
       }
       off += w;
     }
-    // The first chunk on TCP, then a wait: the upgrade finishes and the
+    // The first bytes on TCP, then a wait: the upgrade finishes and the
     // rest (and the end) goes over RDMA.
-    if (sent == 0) wait_go(go_file);
+    if (sent < pause_at && sent + n >= pause_at) wait_go(go_file);
     sent += n;
   }
   printf("sent %ld sum %016llx\n", sent, (unsigned long long)sum);

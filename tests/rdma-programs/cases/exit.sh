@@ -9,7 +9,8 @@
 # on (a write may still be held when the program exits).  Before
 # stream/exit.cc the receiver read every byte, then an error.
 #
-# The sender writes its first chunk (on TCP), then waits for a go file that
+# The sender writes its first 16 KiB (on TCP; a one-way connection binds
+# after those, protocol.md §2), then waits for a go file that
 # this case creates once the sender's live statistics (xpress-stat) show its
 # connection in mode rdma: the rest and the end go over RDMA however long
 # the upgrade took, which is what the case checks.
@@ -44,7 +45,7 @@ run_case() {
   # Each variant is a new process pair: as in dualstack, its one connection
   # waits for the server's rdma_cm port (opened at its first accept) and a
   # retry, under TCG up to 0.5 s (issue 28, connection start).  The sender
-  # waits for the switch (exit_go), so only its first chunk crosses before
+  # waits for the switch (exit_go), so only its first 16 KiB cross before
   # it, and the default SWITCH_MAX_PCT holds.
   [ -x "$bin" ] || { fail "exit: $bin missing (make $bin)"; return 1; }
   for cork in 0 64; do
