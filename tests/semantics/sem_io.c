@@ -158,18 +158,31 @@ static void msg_more(void) {
 // the upgrade runs beside the program), and the stream has room: then
 // POLLOUT must be true to its word (a send takes bytes at once), and once
 // the stream is full too it stays full (a direction switches once).
+// send(MSG_DONTWAIT) until it fails (at most 100000 calls): the bytes
+// taken, and in *err the failure's errno (0: it never failed).
+static long fill_nonblocking(int a, const char* chunk, size_t len, int* err) {
+  long sent = 0;
+  *err = 0;
+  for (int i = 0; i < 100000; i++) {
+    ssize_t r = send(a, chunk, len, MSG_DONTWAIT);
+    if (r < 0) {
+      *err = errno;
+      break;
+    }
+    sent += r;
+  }
+  return sent;
+}
+
 static int still_full_or_takes(int a, const char* chunk, size_t len, long* sent) {
   struct pollfd p = {.fd = a, .events = POLLOUT};
   int r = poll(&p, 1, 0);
   if (r == 0) return 1;
   if (r != 1 || p.revents != POLLOUT) return 0;
-  ssize_t n = send(a, chunk, len, MSG_DONTWAIT);
-  if (n <= 0) return 0;
-  for (int i = 0; n > 0 && i < 100000; i++) {
-    *sent += n;
-    n = send(a, chunk, len, MSG_DONTWAIT);
-  }
-  return n < 0 && errno == EAGAIN && poll(&p, 1, 0) == 0;
+  int err;
+  long n = fill_nonblocking(a, chunk, len, &err);
+  *sent += n;
+  return n > 0 && err == EAGAIN && poll(&p, 1, 0) == 0;
 }
 
 static void msg_dontwait(void) {
@@ -187,16 +200,8 @@ static void msg_dontwait(void) {
   enum { CHUNK = 16384 };
   char* chunk = calloc(1, CHUNK);
   REQUIRE(chunk);
-  long sent = 0;
-  int last_errno = 0;
-  for (int i = 0; i < 100000; i++) {
-    ssize_t r = send(a, chunk, CHUNK, MSG_DONTWAIT);
-    if (r < 0) {
-      last_errno = errno;
-      break;
-    }
-    sent += r;
-  }
+  int last_errno;
+  long sent = fill_nonblocking(a, chunk, CHUNK, &last_errno);
   say("send(MSG_DONTWAIT) stopped with %s", ename(last_errno));
   CHECK(last_errno == EAGAIN && sent > 0);
   say("F_GETFL = %s", fdflags(fcntl(a, F_GETFL)));
