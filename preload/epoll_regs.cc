@@ -218,6 +218,21 @@ uint32_t Regs::check(Reg& r, bool take) {
   if (r.src == nullptr || !r.armed) return 0;
   const bool et = r.events & EPOLLET;
   const bool ex = r.events & EPOLLEXCLUSIVE;
+  // EPOLLEXCLUSIVE: the level first, then the generation brought up to
+  // date (catch_up), and that level reported.  Readiness seen in the level
+  // was there before catch_up, so it is counted in the generation read
+  // after it: two sets that owned the generation before it cannot both
+  // report it (one claims the new one).  Readiness that came after the
+  // level is not reported by this look: its edge is counted later (then
+  // claimed by whoever looks first), or catch_up counted it just now, and
+  // this set, which claims that generation, reports it at its next look
+  // (catch_up's edge relists it).  Each registration of a socket on TCP
+  // stays listed (keep_linked) anyway.
+  uint32_t lvl = 0;
+  if (ex) {
+    lvl = r.src->ready_events();
+    r.src->catch_up();
+  }
   uint32_t gen = et || ex ? r.src->ready_gen(r.events) : 0;
   if (ex && !r.edge_pending && gen != r.excl_gen) {
     // A new event on an exclusive registration: the first set to see it wins.
@@ -230,7 +245,7 @@ uint32_t Regs::check(Reg& r, bool take) {
   }
   if (ex && !r.edge_pending && gen == r.excl_gen && !r.excl_owned) return 0;
   if (et && !r.edge_pending && gen == r.last_gen) return 0; // no new edge
-  uint32_t ev = widen(r.src->ready_events()) & report_mask(r.events);
+  uint32_t ev = widen(ex ? lvl : r.src->ready_events()) & report_mask(r.events);
   if (take) {
     if (ex && r.edge_pending) {
       r.excl_gen = gen; // ADD/MOD: the current level belongs to this set

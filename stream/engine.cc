@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -171,19 +172,21 @@ void tcp_event(Conn* c, uint32_t events) {
     return;
   }
   if ((nb & EPOLLIN) && c->rx_rdma.load() && tcp_after_switch(c)) return;
-  bool new_data = false;
+  bool new_data = false, counted = false;
   if ((nb & EPOLLIN) && !c->rx_rdma.load()) {
-    // Bytes count once: a channel event that found EPOLLIN newly set took
-    // them already (Conn::absorb_tcp_bytes).
+    // Bytes count once: a channel event that found EPOLLIN newly set, or an
+    // exclusive look's catch_up, may have taken them already.  Their edge
+    // is counted at once, before the poll note_ready makes: a look that
+    // finds them taken waits for tcp_rx_edged (Conn::catch_up).
     uint64_t n = 0;
     if (tcp_bytes_received(c, &n)) {
-      uint64_t seen = c->tcp_rx_seen.exchange(n);
-      new_data = n > seen;
+      if (c->take_tcp_bytes(n)) c->edge_tcp_bytes(n);
+      counted = true;
     } else {
       new_data = true;
     }
   }
-  c->note_ready(new_data);
+  c->note_ready(new_data, counted);
   wake::notify();
 }
 
@@ -395,10 +398,40 @@ void report_switch(Conn* c, bool tx, uint64_t at) {
 
 } // namespace engine
 
-void Conn::absorb_tcp_bytes() {
+bool Conn::fresh_in_edge(bool in_counted) {
+  // (Read after note_ready's level: a receive direction on TCP now was on
+  // TCP then, and its EPOLLIN was the kernel's.)
+  if (rx_rdma.load(std::memory_order_acquire) || resumed.load(std::memory_order_acquire))
+    return true;
+  // The caller's count came before the level: bytes after it raise another
+  // relay (engine::tcp_event), which counts them.
+  if (in_counted) return false;
+  uint64_t n = 0;
+  if (!engine::tcp_bytes_received(this, &n)) return true;
+  // The bytes that made EPOLLIN appear are this edge; the engine's later
+  // relay of the same bytes finds them taken.
+  if (take_tcp_bytes(n)) edge_tcp_bytes(n);
+  return false;
+}
+
+void Conn::catch_up() {
+  // Only while the receive direction reads TCP: then the kernel's level
+  // (ready_events) runs ahead of the engine's relay (tcp_event).
   if (rx_rdma.load(std::memory_order_acquire) || resumed.load(std::memory_order_acquire)) return;
   uint64_t n = 0;
-  if (engine::tcp_bytes_received(this, &n)) tcp_rx_seen.store(n, std::memory_order_release);
+  if (!engine::tcp_bytes_received(this, &n)) return;
+  if (take_tcp_bytes(n)) {
+    edge_tcp_bytes(n);
+    // Edge-triggered sets learn of it now (the engine's relay, which would
+    // have told them, finds the bytes taken; it still wakes everyone).
+    wake::notify(this);
+    return;
+  }
+  // Someone else took them: its edge follows within a few instructions
+  // (bounded: a claimer descheduled there costs a possible duplicate
+  // report, never a lost one).
+  for (int i = 0; i < 64 && tcp_rx_edged.load(std::memory_order_acquire) < n; ++i)
+    sched_yield();
 }
 
 using namespace engine;

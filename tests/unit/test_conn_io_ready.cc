@@ -398,6 +398,46 @@ TEST_CASE("conn io: TCP bytes are one EPOLLET edge, whoever notices them first")
   CHECK(p.b.c->ready_gen(EPOLLIN | EPOLLET) != gen1);
 }
 
+TEST_CASE("conn io: an exclusive look's catch_up counts TCP bytes before the relay, once") {
+  // Bytes readable in the kernel before the engine's relay: catch_up gives
+  // them their EPOLLIN edge, and neither the relay nor a channel event's
+  // refresh gives them a second one (two EPOLLEXCLUSIVE sets would each
+  // claim one and both report the same byte).
+  Pair p(true, /*tcp=*/true);
+  REQUIRE(!p.a.c->tx_rdma.load());
+  constexpr uint32_t kEx = EPOLLIN | EPOLLEXCLUSIVE;
+  REQUIRE(::send(p.a.c->fd, "xyz", 3, 0) == 3);
+  pollfd pf{p.b.c->fd, POLLIN, 0};
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  const uint32_t gen0 = p.b.c->ready_gen(kEx);
+  p.b.c->catch_up();
+  const uint32_t gen1 = p.b.c->ready_gen(kEx);
+  CHECK(gen1 != gen0);
+  p.b.c->catch_up(); // another set's look: nothing new
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  p.b.c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN)); // EPOLLIN looks new
+  p.b.c->note_ready(false);                                     // a channel event's refresh
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  p.b.c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN));
+  engine::tcp_event(p.b.c, EPOLLIN); // the relay of the same bytes
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  char buf[8];
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 3);
+  REQUIRE(::send(p.a.c->fd, "q", 1, 0) == 1); // a new byte: one new edge, whoever counts it
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  engine::tcp_event(p.b.c, EPOLLIN);
+  const uint32_t gen2 = p.b.c->ready_gen(kEx);
+  CHECK(gen2 != gen1);
+  p.b.c->catch_up();
+  CHECK(p.b.c->ready_gen(kEx) == gen2);
+  // The count taken only grows: a late, smaller count takes nothing.
+  const uint64_t seen = p.b.c->tcp_rx_seen.load();
+  CHECK_FALSE(p.b.c->take_tcp_bytes(seen - 1));
+  CHECK(p.b.c->tcp_rx_seen.load() == seen);
+  CHECK(p.b.c->tcp_rx_edged.load() == seen);
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 1);
+}
+
 TEST_CASE("conn io: room opening after a full window is an EPOLLET edge") {
   // A non-blocking writer that got EAGAIN waits for EPOLLOUT with EPOLLET
   // (nginx): the acknowledgements that open the window must be an edge,

@@ -23,6 +23,15 @@ class FakeSource final : public stream::ReadySource {
 public:
   uint32_t ready_events() const override { return ev; }
   uint32_t ready_gen(uint32_t) const override { return gen; }
+  // As Conn's while its receive direction reads TCP: bytes the kernel holds
+  // and nobody took get their edge now, once (take_tcp_bytes).
+  void catch_up() override {
+    if (arrive_in_catch_up) { // the byte lands between a look's level and its catch_up
+      arrive_in_catch_up = false;
+      arrive(EPOLLIN);
+    }
+    take();
+  }
   // A new readiness event: level `now`, new generation, told to the
   // watchers as the stream layer does (wake::notify(conn)).
   void event(uint32_t now) {
@@ -30,8 +39,29 @@ public:
     ++gen;
     tell_watchers();
   }
+  // Bytes in the kernel: readable at once, their edge not counted yet (the
+  // engine's relay, relay(), has not run).
+  void arrive(uint32_t now) {
+    ev = now;
+    ++bytes;
+  }
+  // The engine's relay (engine::tcp_event): takes the bytes nobody took,
+  // then wakes everyone (wake::notify() without a key).
+  void relay() {
+    take();
+    stream::wake::notify();
+  }
   uint32_t ev = 0;
   uint32_t gen = 0;
+  uint64_t bytes = 0, taken = 0;
+  bool arrive_in_catch_up = false;
+
+private:
+  void take() {
+    if (bytes <= taken) return;
+    taken = bytes;
+    ++gen;
+  }
 };
 
 // Two keys standing for two sockets (their records, in the library).
@@ -228,6 +258,86 @@ TEST_CASE("epoll regs: EPOLLEXCLUSIVE gives each event to one set") {
   CHECK(wait(two, 1).empty());
   claims.forget(&sock_a);
   CHECK(claims.claimable(&sock_a, s.gen));
+}
+
+TEST_CASE("epoll regs: EPOLLEXCLUSIVE: bytes readable before the relay go to one set") {
+  // Both sets own the generation of their first look; a byte is readable
+  // in the kernel before the engine's relay counts its edge, and a wake-up
+  // without a key has both look.
+  FakeSource s;
+  ClaimTable claims;
+  Regs one(&claims), two(&claims);
+  add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
+  add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).empty());
+  s.arrive(EPOLLIN);
+  stream::wake::notify();
+  CHECK(one.reportable()); // a peek claims nothing
+  CHECK(wait(one, 1).size() == 1);
+  CHECK_FALSE(two.reportable());
+  CHECK(wait(two, 1).empty());
+  s.relay(); // finds the byte taken: no second edge
+  CHECK(wait(two, 1).empty());
+  CHECK(wait(one, 1).size() == 1); // level-triggered in the winning set
+  // The next byte: a new edge, which the other set may win.
+  s.arrive(EPOLLIN);
+  s.relay();
+  CHECK(wait(two, 1).size() == 1);
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).size() == 1);
+}
+
+TEST_CASE("epoll regs: EPOLLEXCLUSIVE: a byte after a look's level is reported by its claimer") {
+  FakeSource s;
+  ClaimTable claims;
+  Regs one(&claims), two(&claims);
+  add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
+  add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).empty());
+  s.arrive_in_catch_up = true;
+  stream::wake::notify();
+  CHECK(wait(one, 1).empty()); // level read before the byte; its catch_up claims the byte's edge
+  CHECK(wait(two, 1).empty()); // claimed by one
+  s.relay();                   // nothing new, but everyone looks again
+  CHECK(wait(two, 1).empty());
+  CHECK(wait(one, 1).size() == 1); // not lost: the claimer reports it
+}
+
+TEST_CASE("epoll regs: EPOLLEXCLUSIVE owners keep what catch_up does not count") {
+  // Room to write appears without an edge (as note_ready when its last look
+  // held EPOLLOUT already): a set that owns the generation of an empty
+  // look still reports it (no lost wake-up), and reports while it lasts.
+  FakeSource s;
+  ClaimTable claims;
+  Regs one(&claims), two(&claims);
+  add(one, 5, &sock_a, EPOLLOUT | EPOLLEXCLUSIVE, 1, &s);
+  add(two, 5, &sock_a, EPOLLOUT | EPOLLEXCLUSIVE, 2, &s);
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).empty());
+  s.ev = EPOLLOUT;
+  stream::wake::notify();
+  auto ev = wait(one, 1);
+  REQUIRE(ev.size() == 1);
+  CHECK(events_of(ev[0]) == EPOLLOUT);
+  CHECK(wait(one, 1).size() == 1); // not drained: reported again
+  // A real edge still reaches someone: the first set to look.
+  s.event(EPOLLOUT);
+  CHECK(wait(two, 1).size() == 1);
+  CHECK(wait(one, 1).empty());
+  CHECK(wait(two, 1).size() == 1);
+  // Level-triggered without EPOLLEXCLUSIVE: catch_up is not asked, and
+  // every set reports.
+  FakeSource t;
+  Regs three(&claims), four(&claims);
+  add(three, 6, &sock_b, EPOLLIN, 3, &t);
+  add(four, 6, &sock_b, EPOLLIN, 4, &t);
+  t.arrive(EPOLLIN);
+  stream::wake::notify();
+  CHECK(wait(three, 1).size() == 1);
+  CHECK(wait(four, 1).size() == 1);
+  CHECK(t.gen == 0);
 }
 
 TEST_CASE("epoll regs: the (fd, socket) index survives inserts and erases") {
