@@ -162,19 +162,23 @@ public:
       ;
   }
   // EPOLLIN appeared (note_ready, not for new_data): whether that is an
-  // edge still to count.  While our receive direction reads TCP its bytes
-  // are the edge: taken here (their edge counted here, so false), or
-  // taken by another, who counted it (false); in_counted: the caller took
-  // the count just now.  Otherwise true (engine.cc).
-  bool fresh_in_edge(bool in_counted);
+  // edge still to count (kInEdge).  While our receive direction reads TCP
+  // its bytes are the edge: taken here (their edge counted here: kInTook),
+  // or taken by another, who counted it (kInCounted); in_counted: the
+  // caller took the count just now (kInCounted) (engine.cc).
+  enum InEdge : uint8_t { kInEdge, kInCounted, kInTook };
+  InEdge fresh_in_edge(bool in_counted);
   void catch_up() override; // engine.cc
   // Readiness may have changed: an EPOLLET edge (gen) when bytes arrived or
   // a condition appeared that was not there before.  in_counted: the
   // caller took the kernel's byte count just now (engine::tcp_event), so
   // EPOLLIN newly set from a receive direction on TCP is no edge of its
   // own: the bytes' edge was counted by whoever took them, and bytes that
-  // came after that count raise another relay.
-  void note_ready(bool new_data, bool in_counted = false) {
+  // came after that count raise another relay.  True: it took TCP bytes
+  // and counted their edge, which the relay of them then does not count:
+  // the caller wakes the sleepers (the relay's wake-up may have come
+  // before this edge).
+  bool note_ready(bool new_data, bool in_counted = false) {
     // The primary conditions only (their *NORM/*BAND companions differ
     // between the kernel's answer and the stream's for the same state).
     constexpr uint32_t kEdgeBits =
@@ -184,12 +188,15 @@ public:
     uint32_t fresh = now & ~old;
     if (fresh & (0x008 | 0x010)) { // ERR HUP: reported to every registration
       gen.fetch_add(1, std::memory_order_acq_rel);
-      return;
+      return false;
     }
-    if ((fresh & 0x001) && !new_data && !fresh_in_edge(in_counted)) fresh &= ~0x001u;
+    InEdge in = kInEdge;
+    if ((fresh & 0x001) && !new_data && (in = fresh_in_edge(in_counted)) != kInEdge)
+      fresh &= ~0x001u;
     if (new_data || (fresh & (0x001 | 0x002 | 0x2000)))
       gen_in.fetch_add(1, std::memory_order_acq_rel);
     if (fresh & 0x004) gen_out.fetch_add(1, std::memory_order_acq_rel);
+    return in == kInTook;
   }
   // Edge detection for stream changes (under Channel::mu).
   uint64_t seen_received = 0, seen_acked = 0;

@@ -10,7 +10,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -133,10 +132,6 @@ void watch_channel(Channel* ch) {
   ch->link->arm(false);
 }
 
-namespace {
-
-// The kernel's count of payload bytes received on c's socket (false: not
-// TCP, e.g. a unit test's socketpair).
 bool tcp_bytes_received(const Conn* c, uint64_t* n) {
   linux_tcp_info ti{};
   socklen_t len = sizeof ti;
@@ -146,8 +141,6 @@ bool tcp_bytes_received(const Conn* c, uint64_t* n) {
   *n = ti.tcpi_bytes_received;
   return true;
 }
-
-} // namespace
 
 void tcp_event(Conn* c, uint32_t events) {
   // The kernel socket changed: remember what it said (cleared by the data
@@ -398,20 +391,21 @@ void report_switch(Conn* c, bool tx, uint64_t at) {
 
 } // namespace engine
 
-bool Conn::fresh_in_edge(bool in_counted) {
+Conn::InEdge Conn::fresh_in_edge(bool in_counted) {
   // (Read after note_ready's level: a receive direction on TCP now was on
   // TCP then, and its EPOLLIN was the kernel's.)
   if (rx_rdma.load(std::memory_order_acquire) || resumed.load(std::memory_order_acquire))
-    return true;
+    return kInEdge;
   // The caller's count came before the level: bytes after it raise another
   // relay (engine::tcp_event), which counts them.
-  if (in_counted) return false;
+  if (in_counted) return kInCounted;
   uint64_t n = 0;
-  if (!engine::tcp_bytes_received(this, &n)) return true;
+  if (!engine::tcp_bytes_received(this, &n)) return kInEdge;
   // The bytes that made EPOLLIN appear are this edge; the engine's later
   // relay of the same bytes finds them taken.
-  if (take_tcp_bytes(n)) edge_tcp_bytes(n);
-  return false;
+  if (!take_tcp_bytes(n)) return kInCounted;
+  edge_tcp_bytes(n);
+  return kInTook;
 }
 
 void Conn::catch_up() {
@@ -420,18 +414,17 @@ void Conn::catch_up() {
   if (rx_rdma.load(std::memory_order_acquire) || resumed.load(std::memory_order_acquire)) return;
   uint64_t n = 0;
   if (!engine::tcp_bytes_received(this, &n)) return;
-  if (take_tcp_bytes(n)) {
-    edge_tcp_bytes(n);
-    // Edge-triggered sets learn of it now (the engine's relay, which would
-    // have told them, finds the bytes taken; it still wakes everyone).
-    wake::notify(this);
-    return;
-  }
-  // Someone else took them: its edge follows within a few instructions
-  // (bounded: a claimer descheduled there costs a possible duplicate
-  // report, never a lost one).
-  for (int i = 0; i < 64 && tcp_rx_edged.load(std::memory_order_acquire) < n; ++i)
-    sched_yield();
+  // New bytes: their edge.  Bytes another took (the relay, a refresh)
+  // whose edge is not counted yet (that taker descheduled between the two,
+  // or a thread a fork left behind): an edge now, not a wait for it.  The
+  // taker's own edge may follow: two edges for the same bytes, at worst a
+  // duplicate report (epoll(7) allows it for EPOLLEXCLUSIVE), never a lost
+  // one.
+  if (!take_tcp_bytes(n) && tcp_rx_edged.load(std::memory_order_acquire) >= n) return;
+  edge_tcp_bytes(n);
+  // Edge-triggered sets learn of it now (the engine's relay, which would
+  // have told them, finds the bytes taken; it still wakes everyone).
+  wake::notify(this);
 }
 
 using namespace engine;

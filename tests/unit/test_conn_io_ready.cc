@@ -438,6 +438,59 @@ TEST_CASE("conn io: an exclusive look's catch_up counts TCP bytes before the rel
   REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 1);
 }
 
+TEST_CASE("conn io: catch_up counts bytes another took before that one's edge") {
+  // Another took the kernel's count (the relay, a refresh) and has not
+  // counted the edge yet (descheduled, or a thread a fork left behind):
+  // catch_up counts one at once instead of waiting for it.  A second edge
+  // for the same bytes may make a duplicate report, never a lost one.
+  Pair p(true, /*tcp=*/true);
+  REQUIRE(!p.a.c->tx_rdma.load());
+  REQUIRE(::send(p.a.c->fd, "xyz", 3, 0) == 3);
+  pollfd pf{p.b.c->fd, POLLIN, 0};
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  uint64_t n = 0;
+  REQUIRE(engine::tcp_bytes_received(p.b.c, &n));
+  REQUIRE(p.b.c->take_tcp_bytes(n)); // its edge never comes
+  constexpr uint32_t kEx = EPOLLIN | EPOLLEXCLUSIVE;
+  const uint32_t gen0 = p.b.c->ready_gen(kEx);
+  p.b.c->catch_up();
+  const uint32_t gen1 = p.b.c->ready_gen(kEx);
+  CHECK(gen1 != gen0);
+  CHECK(p.b.c->tcp_rx_edged.load() == n);
+  p.b.c->catch_up(); // counted now: nothing more
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  char buf[8];
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 3);
+}
+
+TEST_CASE("conn io: a refresh that counts TCP bytes' edge asks for a wake-up") {
+  // A channel event's refresh found EPOLLIN newly set and took the bytes:
+  // the engine's relay of them finds them taken (and may have woken
+  // everyone before this edge was counted), so the refresh wakes.
+  Pair p(true, /*tcp=*/true);
+  REQUIRE(!p.a.c->tx_rdma.load());
+  {
+    std::lock_guard<std::mutex> g(p.b.ch->mu);
+    engine::refresh(p.b.c);
+    p.b.c->note_ready(false);
+    CHECK_FALSE(engine::refresh(p.b.c)); // nothing changed
+  }
+  REQUIRE((p.b.c->last_ready.load() & EPOLLIN) == 0);
+  REQUIRE(::send(p.a.c->fd, "xyz", 3, 0) == 3);
+  pollfd pf{p.b.c->fd, POLLIN, 0};
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  const uint32_t gen0 = p.b.c->ready_gen(EPOLLIN | EPOLLET);
+  {
+    std::lock_guard<std::mutex> g(p.b.ch->mu);
+    REQUIRE((p.b.c->seen_bits & Conn::kFin) == 0);
+    p.b.c->seen_bits |= Conn::kFin; // the event: a condition that went away (no wake-up of its own)
+    CHECK(engine::refresh(p.b.c));
+  }
+  CHECK(p.b.c->ready_gen(EPOLLIN | EPOLLET) != gen0);
+  char buf[8];
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 3);
+}
+
 TEST_CASE("conn io: room opening after a full window is an EPOLLET edge") {
   // A non-blocking writer that got EAGAIN waits for EPOLLOUT with EPOLLET
   // (nginx): the acknowledgements that open the window must be an edge,
