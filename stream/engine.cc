@@ -169,8 +169,9 @@ void tcp_event(Conn* c, uint32_t events) {
   if ((nb & EPOLLIN) && !c->rx_rdma.load()) {
     // Bytes count once: a channel event that found EPOLLIN newly set, or an
     // exclusive look's catch_up, may have taken them already.  Their edge
-    // is counted at once, before the poll note_ready makes: a look that
-    // finds them taken waits for tcp_rx_edged (Conn::catch_up).
+    // is counted at once, before the poll note_ready makes (a look that
+    // finds them taken but not yet counted counts an edge itself:
+    // Conn::catch_up).
     uint64_t n = 0;
     if (tcp_bytes_received(c, &n)) {
       if (c->take_tcp_bytes(n)) c->edge_tcp_bytes(n);
