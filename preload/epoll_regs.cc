@@ -218,7 +218,34 @@ uint32_t Regs::check(Reg& r, bool take) {
   if (r.src == nullptr || !r.armed) return 0;
   const bool et = r.events & EPOLLET;
   const bool ex = r.events & EPOLLEXCLUSIVE;
+  // EPOLLEXCLUSIVE: the level reported is one read while the generation
+  // stood still.  The generation (g0), the level, catch_up (bytes the
+  // kernel holds whose edge nobody counted yet get it now), the generation
+  // again: equal, so nothing seen in the level is at an older generation
+  // (two sets that owned that one would both report it), and no edge came
+  // after the level read (the look that claims it must report what it
+  // brought, or an edge-triggered set would take it with nothing, and
+  // every other set would lose the claim).  Not equal: again.  Still
+  // moving after a few tries: the level read after the generation, which
+  // may report an event a later generation's claimer reports too (allowed
+  // by epoll(7)), never one lost.
+  uint32_t lvl = 0;
   uint32_t gen = et || ex ? r.src->ready_gen(r.events) : 0;
+  if (ex) {
+    // catch_up adds only EPOLLIN edges: nothing to do for a writer's look.
+    const bool reads = r.events & (EPOLLIN | EPOLLPRI | EPOLLRDHUP);
+    for (int tries = 0;; ++tries) {
+      const uint32_t g0 = gen;
+      lvl = r.src->ready_events();
+      if (reads) r.src->catch_up();
+      gen = r.src->ready_gen(r.events);
+      if (gen == g0) break;
+      if (tries == 2) {
+        lvl = r.src->ready_events();
+        break;
+      }
+    }
+  }
   if (ex && !r.edge_pending && gen != r.excl_gen) {
     // A new event on an exclusive registration: the first set to see it wins.
     if (!take) {
@@ -230,7 +257,7 @@ uint32_t Regs::check(Reg& r, bool take) {
   }
   if (ex && !r.edge_pending && gen == r.excl_gen && !r.excl_owned) return 0;
   if (et && !r.edge_pending && gen == r.last_gen) return 0; // no new edge
-  uint32_t ev = widen(r.src->ready_events()) & report_mask(r.events);
+  uint32_t ev = widen(ex ? lvl : r.src->ready_events()) & report_mask(r.events);
   if (take) {
     if (ex && r.edge_pending) {
       r.excl_gen = gen; // ADD/MOD: the current level belongs to this set

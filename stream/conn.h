@@ -129,8 +129,12 @@ public:
   std::atomic<uint32_t> gen{0};         // edges for everyone (reset, close, mode, HUP/ERR)
   std::atomic<uint32_t> gen_in{0};      // edges for readers: bytes, end of stream
   std::atomic<uint32_t> gen_out{0};     // edges for writers: room appeared
-  std::atomic<uint64_t> tcp_rx_seen{0}; // kernel's bytes received at the last edge
-  std::atomic<uint32_t> last_ready{0};  // ready_events() when last looked at (edges)
+  // The kernel's bytes received at the last edge (only grows: take_tcp_bytes),
+  // and how far the EPOLLIN edges of those taken were counted (follows it
+  // within a few instructions: edge_tcp_bytes).
+  std::atomic<uint64_t> tcp_rx_seen{0};
+  std::atomic<uint64_t> tcp_rx_edged{0};
+  std::atomic<uint32_t> last_ready{0}; // ready_events() when last looked at (edges)
   // The file's O_NONBLOCK and SO_RCVTIMEO/SO_SNDTIMEO (ms, -1 none) as of
   // io::fd_options_changed() generation opts_gen (0: never read): asked
   // once, not per blocking call (conn_io.cc).
@@ -141,13 +145,40 @@ public:
   std::atomic<bool> opt_nonblock{false};
   std::atomic<int64_t> opt_rcvtimeo_ms{-1}, opt_sndtimeo_ms{-1};
 
-  // EPOLLIN appeared while our receive direction reads TCP: the bytes that
-  // made it are this edge's, so the engine's later wake-up for the same
-  // bytes (engine::tcp_event) is none (engine.cc).
-  void absorb_tcp_bytes();
+  // The kernel's count of bytes received reached n: true when that is more
+  // than anyone took before (the caller then owes their EPOLLIN edge,
+  // edge_tcp_bytes).  Each byte is taken once, by whoever comes first (the
+  // engine's relay, an exclusive look's catch_up, note_ready: fresh_in_edge).
+  bool take_tcp_bytes(uint64_t n) {
+    uint64_t old = tcp_rx_seen.load(std::memory_order_acquire);
+    while (old < n && !tcp_rx_seen.compare_exchange_weak(old, n, std::memory_order_acq_rel))
+      ;
+    return old < n;
+  }
+  void edge_tcp_bytes(uint64_t n) {
+    gen_in.fetch_add(1, std::memory_order_acq_rel);
+    uint64_t e = tcp_rx_edged.load(std::memory_order_relaxed);
+    while (e < n && !tcp_rx_edged.compare_exchange_weak(e, n, std::memory_order_acq_rel))
+      ;
+  }
+  // EPOLLIN appeared (note_ready, not for new_data): whether that is an
+  // edge still to count (kInEdge).  While our receive direction reads TCP
+  // its bytes are the edge: taken here (their edge counted here: kInTook),
+  // or taken by another, who counted it (kInCounted); in_counted: the
+  // caller took the count just now (kInCounted) (engine.cc).
+  enum InEdge : uint8_t { kInEdge, kInCounted, kInTook };
+  InEdge fresh_in_edge(bool in_counted);
+  void catch_up() override; // engine.cc
   // Readiness may have changed: an EPOLLET edge (gen) when bytes arrived or
-  // a condition appeared that was not there before.
-  void note_ready(bool new_data) {
+  // a condition appeared that was not there before.  in_counted: the
+  // caller took the kernel's byte count just now (engine::tcp_event), so
+  // EPOLLIN newly set from a receive direction on TCP is no edge of its
+  // own: the bytes' edge was counted by whoever took them, and bytes that
+  // came after that count raise another relay.  True: it took TCP bytes
+  // and counted their edge, which the relay of them then does not count:
+  // the caller wakes the sleepers (the relay's wake-up may have come
+  // before this edge).
+  bool note_ready(bool new_data, bool in_counted = false) {
     // The primary conditions only (their *NORM/*BAND companions differ
     // between the kernel's answer and the stream's for the same state).
     constexpr uint32_t kEdgeBits =
@@ -157,12 +188,15 @@ public:
     uint32_t fresh = now & ~old;
     if (fresh & (0x008 | 0x010)) { // ERR HUP: reported to every registration
       gen.fetch_add(1, std::memory_order_acq_rel);
-      return;
+      return false;
     }
-    if ((fresh & 0x001) && !new_data) absorb_tcp_bytes();
+    InEdge in = kInEdge;
+    if ((fresh & 0x001) && !new_data && (in = fresh_in_edge(in_counted)) != kInEdge)
+      fresh &= ~0x001u;
     if (new_data || (fresh & (0x001 | 0x002 | 0x2000)))
       gen_in.fetch_add(1, std::memory_order_acq_rel);
     if (fresh & 0x004) gen_out.fetch_add(1, std::memory_order_acq_rel);
+    return in == kInTook;
   }
   // Edge detection for stream changes (under Channel::mu).
   uint64_t seen_received = 0, seen_acked = 0;

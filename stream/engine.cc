@@ -132,10 +132,6 @@ void watch_channel(Channel* ch) {
   ch->link->arm(false);
 }
 
-namespace {
-
-// The kernel's count of payload bytes received on c's socket (false: not
-// TCP, e.g. a unit test's socketpair).
 bool tcp_bytes_received(const Conn* c, uint64_t* n) {
   linux_tcp_info ti{};
   socklen_t len = sizeof ti;
@@ -145,8 +141,6 @@ bool tcp_bytes_received(const Conn* c, uint64_t* n) {
   *n = ti.tcpi_bytes_received;
   return true;
 }
-
-} // namespace
 
 void tcp_event(Conn* c, uint32_t events) {
   // The kernel socket changed: remember what it said (cleared by the data
@@ -171,19 +165,22 @@ void tcp_event(Conn* c, uint32_t events) {
     return;
   }
   if ((nb & EPOLLIN) && c->rx_rdma.load() && tcp_after_switch(c)) return;
-  bool new_data = false;
+  bool new_data = false, counted = false;
   if ((nb & EPOLLIN) && !c->rx_rdma.load()) {
-    // Bytes count once: a channel event that found EPOLLIN newly set took
-    // them already (Conn::absorb_tcp_bytes).
+    // Bytes count once: a channel event that found EPOLLIN newly set, or an
+    // exclusive look's catch_up, may have taken them already.  Their edge
+    // is counted at once, before the poll note_ready makes (a look that
+    // finds them taken but not yet counted counts an edge itself:
+    // Conn::catch_up).
     uint64_t n = 0;
     if (tcp_bytes_received(c, &n)) {
-      uint64_t seen = c->tcp_rx_seen.exchange(n);
-      new_data = n > seen;
+      if (c->take_tcp_bytes(n)) c->edge_tcp_bytes(n);
+      counted = true;
     } else {
       new_data = true;
     }
   }
-  c->note_ready(new_data);
+  c->note_ready(new_data, counted);
   wake::notify();
 }
 
@@ -395,10 +392,40 @@ void report_switch(Conn* c, bool tx, uint64_t at) {
 
 } // namespace engine
 
-void Conn::absorb_tcp_bytes() {
+Conn::InEdge Conn::fresh_in_edge(bool in_counted) {
+  // (Read after note_ready's level: a receive direction on TCP now was on
+  // TCP then, and its EPOLLIN was the kernel's.)
+  if (rx_rdma.load(std::memory_order_acquire) || resumed.load(std::memory_order_acquire))
+    return kInEdge;
+  // The caller's count came before the level: bytes after it raise another
+  // relay (engine::tcp_event), which counts them.
+  if (in_counted) return kInCounted;
+  uint64_t n = 0;
+  if (!engine::tcp_bytes_received(this, &n)) return kInEdge;
+  // The bytes that made EPOLLIN appear are this edge; the engine's later
+  // relay of the same bytes finds them taken.
+  if (!take_tcp_bytes(n)) return kInCounted;
+  edge_tcp_bytes(n);
+  return kInTook;
+}
+
+void Conn::catch_up() {
+  // Only while the receive direction reads TCP: then the kernel's level
+  // (ready_events) runs ahead of the engine's relay (tcp_event).
   if (rx_rdma.load(std::memory_order_acquire) || resumed.load(std::memory_order_acquire)) return;
   uint64_t n = 0;
-  if (engine::tcp_bytes_received(this, &n)) tcp_rx_seen.store(n, std::memory_order_release);
+  if (!engine::tcp_bytes_received(this, &n)) return;
+  // New bytes: their edge.  Bytes another took (the relay, a refresh)
+  // whose edge is not counted yet (that taker descheduled between the two,
+  // or a thread a fork left behind): an edge now, not a wait for it.  The
+  // taker's own edge may follow: two edges for the same bytes, at worst a
+  // duplicate report (epoll(7) allows it for EPOLLEXCLUSIVE), never a lost
+  // one.
+  if (!take_tcp_bytes(n) && tcp_rx_edged.load(std::memory_order_acquire) >= n) return;
+  edge_tcp_bytes(n);
+  // Edge-triggered sets learn of it now (the engine's relay, which would
+  // have told them, finds the bytes taken; it still wakes everyone).
+  wake::notify(this);
 }
 
 using namespace engine;

@@ -459,7 +459,9 @@ bool refresh(Conn* c) {
   c->seen_received = rcv;
   c->seen_acked = ack;
   c->stream_bits.store(b, std::memory_order_release);
-  c->note_ready(new_data);
+  // TCP bytes whose edge this counted: the relay of them (tcp_event) finds
+  // them taken, and its wake-up may have come before this edge.
+  if (c->note_ready(new_data)) wake = true;
   return wake;
 }
 

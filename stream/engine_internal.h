@@ -234,6 +234,9 @@ void to_tcp(Conn* c, Reason why);
 // may wait for happened (a condition appeared, bytes arrived, the window
 // moved); false if nothing changed or readiness only went away.
 bool refresh(Conn* c);
+// The kernel's count of payload bytes received on c's socket (false: not
+// TCP, e.g. a unit test's socketpair).
+bool tcp_bytes_received(const Conn* c, uint64_t* n);
 // Poll a channel, update its streams, handle control records.  No lock
 // held by the caller.  Wakes sleepers when anything changed.
 void progress(Channel* ch);

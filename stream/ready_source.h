@@ -62,6 +62,16 @@ public:
   // null (none, or it failed): a sleeper waits on that channel's completion
   // fd itself (stream/channel_sleep.h).
   virtual Channel* sleep_channel() const { return nullptr; }
+  // Brings ready_gen() up to date with readiness the source has not counted
+  // yet: a connection whose receive direction reads TCP has bytes readable
+  // in the kernel before the engine's relay of them bumps its generation.
+  // An EPOLLEXCLUSIVE look that asks for EPOLLIN, EPOLLPRI or EPOLLRDHUP
+  // calls it between reading the generation and the level, and reading the
+  // generation again (epoll_regs.cc, Regs::check), so that nothing it sees
+  // readable can be at an old generation (two sets would both own that
+  // one).  Only adds edges; may add one twice (a duplicate report, never a
+  // lost one).
+  virtual void catch_up() {}
 
   // Watchers (stream/wake.cc).  Lock rules: each source's list is guarded
   // by a watch lock (one of a fixed set of striped mutexes, re-made in a

@@ -398,6 +398,99 @@ TEST_CASE("conn io: TCP bytes are one EPOLLET edge, whoever notices them first")
   CHECK(p.b.c->ready_gen(EPOLLIN | EPOLLET) != gen1);
 }
 
+TEST_CASE("conn io: an exclusive look's catch_up counts TCP bytes before the relay, once") {
+  // Bytes readable in the kernel before the engine's relay: catch_up gives
+  // them their EPOLLIN edge, and neither the relay nor a channel event's
+  // refresh gives them a second one (two EPOLLEXCLUSIVE sets would each
+  // claim one and both report the same byte).
+  Pair p(true, /*tcp=*/true);
+  REQUIRE(!p.a.c->tx_rdma.load());
+  constexpr uint32_t kEx = EPOLLIN | EPOLLEXCLUSIVE;
+  REQUIRE(::send(p.a.c->fd, "xyz", 3, 0) == 3);
+  pollfd pf{p.b.c->fd, POLLIN, 0};
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  const uint32_t gen0 = p.b.c->ready_gen(kEx);
+  p.b.c->catch_up();
+  const uint32_t gen1 = p.b.c->ready_gen(kEx);
+  CHECK(gen1 != gen0);
+  p.b.c->catch_up(); // another set's look: nothing new
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  p.b.c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN)); // EPOLLIN looks new
+  p.b.c->note_ready(false);                                     // a channel event's refresh
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  p.b.c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN));
+  engine::tcp_event(p.b.c, EPOLLIN); // the relay of the same bytes
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  char buf[8];
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 3);
+  REQUIRE(::send(p.a.c->fd, "q", 1, 0) == 1); // a new byte: one new edge, whoever counts it
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  engine::tcp_event(p.b.c, EPOLLIN);
+  const uint32_t gen2 = p.b.c->ready_gen(kEx);
+  CHECK(gen2 != gen1);
+  p.b.c->catch_up();
+  CHECK(p.b.c->ready_gen(kEx) == gen2);
+  // The count taken only grows: a late, smaller count takes nothing.
+  const uint64_t seen = p.b.c->tcp_rx_seen.load();
+  CHECK_FALSE(p.b.c->take_tcp_bytes(seen - 1));
+  CHECK(p.b.c->tcp_rx_seen.load() == seen);
+  CHECK(p.b.c->tcp_rx_edged.load() == seen);
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 1);
+}
+
+TEST_CASE("conn io: catch_up counts bytes another took before that one's edge") {
+  // Another took the kernel's count (the relay, a refresh) and has not
+  // counted the edge yet (descheduled, or a thread a fork left behind):
+  // catch_up counts one at once instead of waiting for it.  A second edge
+  // for the same bytes may make a duplicate report, never a lost one.
+  Pair p(true, /*tcp=*/true);
+  REQUIRE(!p.a.c->tx_rdma.load());
+  REQUIRE(::send(p.a.c->fd, "xyz", 3, 0) == 3);
+  pollfd pf{p.b.c->fd, POLLIN, 0};
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  uint64_t n = 0;
+  REQUIRE(engine::tcp_bytes_received(p.b.c, &n));
+  REQUIRE(p.b.c->take_tcp_bytes(n)); // its edge never comes
+  constexpr uint32_t kEx = EPOLLIN | EPOLLEXCLUSIVE;
+  const uint32_t gen0 = p.b.c->ready_gen(kEx);
+  p.b.c->catch_up();
+  const uint32_t gen1 = p.b.c->ready_gen(kEx);
+  CHECK(gen1 != gen0);
+  CHECK(p.b.c->tcp_rx_edged.load() == n);
+  p.b.c->catch_up(); // counted now: nothing more
+  CHECK(p.b.c->ready_gen(kEx) == gen1);
+  char buf[8];
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 3);
+}
+
+TEST_CASE("conn io: a refresh that counts TCP bytes' edge asks for a wake-up") {
+  // A channel event's refresh found EPOLLIN newly set and took the bytes:
+  // the engine's relay of them finds them taken (and may have woken
+  // everyone before this edge was counted), so the refresh wakes.
+  Pair p(true, /*tcp=*/true);
+  REQUIRE(!p.a.c->tx_rdma.load());
+  {
+    std::lock_guard<std::mutex> g(p.b.ch->mu);
+    engine::refresh(p.b.c);
+    p.b.c->note_ready(false);
+    CHECK_FALSE(engine::refresh(p.b.c)); // nothing changed
+  }
+  REQUIRE((p.b.c->last_ready.load() & EPOLLIN) == 0);
+  REQUIRE(::send(p.a.c->fd, "xyz", 3, 0) == 3);
+  pollfd pf{p.b.c->fd, POLLIN, 0};
+  REQUIRE(poll(&pf, 1, 2000) == 1);
+  const uint32_t gen0 = p.b.c->ready_gen(EPOLLIN | EPOLLET);
+  {
+    std::lock_guard<std::mutex> g(p.b.ch->mu);
+    REQUIRE((p.b.c->seen_bits & Conn::kFin) == 0);
+    p.b.c->seen_bits |= Conn::kFin; // the event: a condition that went away (no wake-up of its own)
+    CHECK(engine::refresh(p.b.c));
+  }
+  CHECK(p.b.c->ready_gen(EPOLLIN | EPOLLET) != gen0);
+  char buf[8];
+  REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 3);
+}
+
 TEST_CASE("conn io: room opening after a full window is an EPOLLET edge") {
   // A non-blocking writer that got EAGAIN waits for EPOLLOUT with EPOLLET
   // (nginx): the acknowledgements that open the window must be an edge,

@@ -434,6 +434,34 @@ TEST_CASE("fork: a child never reads as plain TCP a stream whose peer switched d
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE("fork: TCP bytes a parent's thread took without counting their edge are untaken") {
+  // A thread of the parent took the kernel's count (Conn::take_tcp_bytes)
+  // and forked before counting the edge (edge_tcp_bytes): that thread does
+  // not exist in the child, whose next look or relay must count it
+  // (note_ready's fresh_in_edge would find the bytes taken: kInCounted).
+  RPair p;
+  rput(p.a, 10);
+  rtake(p.b, 10, 0);
+  REQUIRE(p.b.c->phase.load() == stream::Phase::upgrading);
+  REQUIRE_FALSE(p.b.c->rx_rdma.load());
+  const uint64_t edged = p.b.c->tcp_rx_edged.load();
+  REQUIRE(p.b.c->take_tcp_bytes(edged + 5)); // its edge never comes
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    p.b.c->ref();
+    stream::engine::g().conns.push_back(p.b.c); // as the engine's table has it
+    stream::engine::on_fork_child();
+    const bool untaken = p.b.c->tcp_rx_seen.load() == edged;
+    const bool takes = p.b.c->take_tcp_bytes(edged + 5);
+    _exit(untaken && takes ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 TEST_CASE("fork: a child closes a socket whose channel lock the parent held at the fork") {
   // An upgrade still under way at the fork (its stream on a channel): a
   // thread of the parent (its engine) holds the channel's lock at that
