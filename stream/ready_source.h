@@ -66,8 +66,8 @@ public:
   // yet: a connection whose receive direction reads TCP has bytes readable
   // in the kernel before the engine's relay of them bumps its generation.
   // An EPOLLEXCLUSIVE look that asks for EPOLLIN, EPOLLPRI or EPOLLRDHUP
-  // calls it between reading the generation and the level, and reading the
-  // generation again (epoll_regs.cc, Regs::check), so that nothing it sees
+  // calls it after reading the generation and the level, before reading
+  // the generation again (epoll_regs.cc, Regs::check), so that nothing it sees
   // readable can be at an old generation (two sets would both own that
   // one).  Only adds edges; may add one twice (a duplicate report, never a
   // lost one).
