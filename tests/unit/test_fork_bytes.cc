@@ -225,8 +225,13 @@ Use after_child(Child what) {
     _exit(rc);
   }
   traffic(p, 92, 200); // the parent meanwhile
+  // ... until the child exits: a reading child scheduled late would
+  // otherwise find every byte taken by then and none coming.
   int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
+  pid_t w = 0;
+  for (unsigned seed = 1000; (w = waitpid(pid, &status, WNOHANG)) == 0; ++seed)
+    traffic(p, seed, 5);
+  REQUIRE(w == pid);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   traffic(p, 93, 200); // and after
