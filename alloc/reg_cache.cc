@@ -253,6 +253,13 @@ void set_limits(uint32_t max_entries, size_t max_bytes) {
   pthread_mutex_unlock(&s.mu);
 }
 
+size_t max_bytes() {
+  pthread_mutex_lock(&s.mu);
+  size_t n = s.max_bytes;
+  pthread_mutex_unlock(&s.mu);
+  return n;
+}
+
 void before_fork() {
   pthread_mutex_lock(&s.mu);
 }

@@ -78,6 +78,8 @@ void drop_domain(int slot);
 
 // Bounds (defaults in the .cc); tests lower them.
 void set_limits(uint32_t max_entries, size_t max_bytes);
+// The most the cache pins (for the locked-memory check, stream/startup_checks.h).
+size_t max_bytes();
 
 void before_fork();
 void after_fork_parent();

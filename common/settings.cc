@@ -231,9 +231,24 @@ struct Resolver {
     return match;
   }
 
+  // A '#' at the start of the line or after a blank starts a comment, so
+  // "profile = low-cpu   # every program" and "[program a b]  # why" work;
+  // a '#' inside a word ("/var/log/x#1") or a "quoted value" is kept.
+  static void strip_comment(char* s) {
+    bool quoted = false;
+    for (char* p = s; *p != '\0'; ++p) {
+      if (*p == '"') quoted = !quoted;
+      if (*p == '#' && !quoted && (p == s || p[-1] == ' ' || p[-1] == '\t')) {
+        *p = '\0';
+        return;
+      }
+    }
+  }
+
   void line(char* s, unsigned line, bool* in_section, bool* matches) {
+    strip_comment(s);
     s = trim(s);
-    if (*s == '\0' || *s == '#') return;
+    if (*s == '\0') return;
     if (*s == '[') {
       bool ok;
       bool m = section(s, line, &ok);

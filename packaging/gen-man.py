@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Fills xpress(7)'s template with the README's tables (settings and
-reasons), so the manual page and the README cannot drift apart.
+"""Fills xpress(7)'s template with the README's settings and profiles
+tables and docs/statistics.md's reasons table, so the manual page and the
+documents cannot drift apart.
 
-usage: gen-man.py TEMPLATE README VERSION > xpress.7
+usage: gen-man.py TEMPLATE README VERSION STATISTICS > xpress.7
 The template's lines @SETTINGS@, @PROFILES@ and @REASONS@ are replaced;
 @VERSION@ too.  The README's settings and profiles tables are themselves
 generated from common/settings.def (tools/gen-settings.py)."""
@@ -28,7 +29,7 @@ def roff_text(s):
     return line
 
 
-def table_after(lines, header_re):
+def table_after(lines, header_re, where):
     """Rows (lists of cells) of the first markdown table whose header row
     matches header_re."""
     rows, inside = [], False
@@ -54,7 +55,7 @@ def table_after(lines, header_re):
         cells.append(cur.strip())
         rows.append(cells)
     if not rows:
-        sys.exit("gen-man: no table matching %r in the README" % header_re)
+        sys.exit("gen-man: no table matching %r in %s" % (header_re, where))
     return rows
 
 
@@ -68,11 +69,12 @@ def tagged(rows, fmt):
 
 
 def main():
-    tmpl, readme, version = sys.argv[1:4]
+    tmpl, readme, version, stats = sys.argv[1:5]
     lines = open(readme, encoding="utf-8").read().splitlines()
-    settings = table_after(lines, r"^\| variable \| values")
-    profiles = table_after(lines, r"^\| profile \| sets")
-    reasons = table_after(lines, r"^\| reason \| meaning")
+    settings = table_after(lines, r"^\| variable \| values", readme)
+    profiles = table_after(lines, r"^\| profile \| sets", readme)
+    stat_lines = open(stats, encoding="utf-8").read().splitlines()
+    reasons = table_after(stat_lines, r"^\| reason \| meaning", stats)
     subst = {
         "@SETTINGS@": tagged(settings, lambda r: roff_text(r[0]) + " (" + roff_text(r[1]) + ")"),
         "@PROFILES@": tagged(profiles, lambda r: roff_text(r[0]) + ": " + roff_text(r[1])),

@@ -17,10 +17,11 @@ MAN_PAGES := $(BUILD)/man/xpress.7 $(BUILD)/man/xpress-run.1 $(BUILD)/man/xpress
 .PHONY: install uninstall deb man test-install
 man: $(MAN_PAGES)
 
-# xpress(7)'s settings and reasons come from the README's tables (one place).
-$(BUILD)/man/xpress.7: packaging/man/xpress.7.in README.md packaging/gen-man.py VERSION
+# xpress(7)'s settings come from the README's tables, its reasons from
+# docs/statistics.md's (one place each).
+$(BUILD)/man/xpress.7: packaging/man/xpress.7.in README.md docs/statistics.md packaging/gen-man.py VERSION
 	@mkdir -p $(dir $@)
-	python3 packaging/gen-man.py packaging/man/xpress.7.in README.md $(VERSION) > $@
+	python3 packaging/gen-man.py packaging/man/xpress.7.in README.md $(VERSION) docs/statistics.md > $@
 $(BUILD)/man/%.1: packaging/man/%.1.in VERSION
 	@mkdir -p $(dir $@)
 	sed 's/@VERSION@/$(VERSION)/g' $< > $@

@@ -38,7 +38,10 @@ c.sendall(b'hello'); print(s.recv(5).decode())" 2>&1)
 if grep -q '^hello$' <<<"$out" && grep -q '"rule_denied":2' <<<"$out"; then ok "a program runs through the installed wrapper, preloaded"; else bad "run: $out"; fi
 rc=0; out=$("$tmp/root/usr/bin/xpress-run" --probe 127.0.0.1:9 2>&1) || rc=$?
 if [ $rc = 2 ] && grep -q "verdict: no RDMA path" <<<"$out"; then ok "installed xpress-run --probe runs the installed probe"; else bad "xpress-run --probe: exit $rc: $out"; fi
+rc=0; out=$("$tmp/root/usr/bin/xpress-run" --probe 2>&1) || rc=$?
+if { [ $rc = 0 ] || [ $rc = 2 ]; } && grep -q "^verdict: " <<<"$out"; then ok "installed xpress-run --probe without a target: the local check (exit $rc)"; else bad "xpress-run --probe alone: exit $rc: $out"; fi
 if MANWIDTH=80 man -l "$tmp/root/usr/share/man/man7/xpress.7.gz" 2>&1 | grep -q "XPRESS_SPIN_US"; then ok "xpress(7) lists the settings"; else bad "xpress(7) has no settings"; fi
+if MANWIDTH=80 man -l "$tmp/root/usr/share/man/man7/xpress.7.gz" 2>&1 | grep -q "peer_not_accelerated"; then ok "xpress(7) lists the reasons"; else bad "xpress(7) has no reasons"; fi
 out=$(env -u XPRESS_LIB XPRESS_PROFILE=latency "$tmp/root/usr/bin/xpress-run" --print-config redis-server 2>&1)
 if grep -qE "^XPRESS_SPIN_US=100000 +profile latency$" <<<"$out"; then ok "the installed wrapper's --print-config"; else bad "--print-config: $out"; fi
 

@@ -6,6 +6,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "alloc/arena.h"
+#include "alloc/heap.h"
+#include "alloc/reg_cache.h"
 #include "common/logsink.h"
 #include "verbs/device.h"
 
@@ -26,19 +29,35 @@ bool has_cap_ipc_lock() {
 
 } // namespace
 
-uint64_t memlock_needed(const EngineParams& p) {
-  return uint64_t{p.channels_per_peer} * 2 * p.ring_bytes;
+MemlockNeed memlock_needed(const EngineParams& p, bool arenas, uint64_t cache_max) {
+  MemlockNeed need;
+  need.rings = uint64_t{p.channels_per_peer} * 2 * p.ring_bytes;
+  need.zero_copy = p.zerocopy && arenas ? cache_max + alloc::arena::kChunk : 0;
+  return need;
 }
 
-bool memlock_advice(uint64_t limit, uint64_t need, bool cap_ipc_lock, char* out, size_t n) {
-  if (cap_ipc_lock || limit == RLIM_INFINITY || limit >= need) return false;
+int memlock_advice(uint64_t limit, const MemlockNeed& need, bool cap_ipc_lock, char* out,
+                   size_t n) {
+  const uint64_t all = need.rings + need.zero_copy;
+  if (cap_ipc_lock || limit == RLIM_INFINITY || limit >= all) return 0;
+  const auto kib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 10); };
+  static constexpr const char* kFix =
+      "Raise it: ulimit -l unlimited, systemd LimitMEMLOCK=infinity, docker run --ulimit "
+      "memlock=-1";
+  if (limit < need.rings) {
+    snprintf(out, n,
+             "RLIMIT_MEMLOCK is %llu KiB, below the %llu KiB one peer's RDMA channels register: "
+             "connections may stay on TCP (resources_exhausted); zero-copy sends may pin %llu KiB "
+             "more. %s",
+             kib(limit), kib(need.rings), kib(need.zero_copy), kFix);
+    return XP_SLOG_WARN;
+  }
   snprintf(out, n,
-           "RLIMIT_MEMLOCK is %llu KiB, below the %llu KiB one peer's RDMA channels register: "
-           "connections may stay on TCP (resources_exhausted). Raise it: ulimit -l unlimited, "
-           "systemd LimitMEMLOCK=infinity, docker run --ulimit memlock=-1",
-           static_cast<unsigned long long>(limit >> 10),
-           static_cast<unsigned long long>(need >> 10));
-  return true;
+           "RLIMIT_MEMLOCK is %llu KiB: enough for one peer's RDMA channels (%llu KiB), below the "
+           "%llu KiB zero-copy sends may pin with them (registration cache, arena chunks): large "
+           "sends may copy instead. %s",
+           kib(limit), kib(need.rings), kib(all), kFix);
+  return XP_SLOG_INFO;
 }
 
 bool rdma_device_found() {
@@ -53,10 +72,15 @@ void log_startup_checks(const EngineParams& p) {
     XP_SLOG(XP_SLOG_INFO, "RDMA devices: %s", devs[0] ? devs : "none");
   }
   rlimit rl{};
-  char advice[320];
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
-      memlock_advice(rl.rlim_cur, memlock_needed(p), has_cap_ipc_lock(), advice, sizeof advice))
-    XP_SLOG(XP_SLOG_WARN, "%s", advice);
+  char advice[512];
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return;
+  const MemlockNeed need =
+      memlock_needed(p, alloc::heap::hook_enabled(), alloc::reg_cache::max_bytes());
+  // Zero-copy sends that do not fit still work (they copy): that one is
+  // at info, so that a stock limit (8 MiB on Debian) puts no line on every
+  // program's stderr.
+  const int level = memlock_advice(rl.rlim_cur, need, has_cap_ipc_lock(), advice, sizeof advice);
+  if (level != 0) XP_SLOG(level, "%s", advice);
 }
 
 } // namespace xp::stream

@@ -12,14 +12,27 @@
 
 namespace xp::stream {
 
-// Locked memory one peer's channels need at these settings: each channel
-// registers its receive ring and a staging mirror of the peer's ring.
-uint64_t memlock_needed(const EngineParams& p);
+// Locked memory this configuration lets one peer's connections pin.
+struct MemlockNeed {
+  // Each channel registers its receive ring and a staging mirror of the
+  // peer's ring (XPRESS_CHANNELS_PER_PEER x 2 x XPRESS_RING_KB): short of
+  // it, connections stay on TCP.
+  uint64_t rings;
+  // What zero-copy sends (XPRESS_ZEROCOPY) may pin besides: the
+  // registration cache's bound (alloc/reg_cache.h) and the arena chunk a
+  // send comes from (one at least: no setting bounds how many a program
+  // sends from).  Short of it, those sends copy.  0 with zero copy or the
+  // hooked allocator (XPRESS_ALLOC, which the cache needs too) off.
+  uint64_t zero_copy;
+};
+MemlockNeed memlock_needed(const EngineParams& p, bool arenas, uint64_t cache_max);
 
-// The warning for a limit below need (limit ~0: unlimited), with the fix,
-// into out; false (out untouched) when the limit suffices or the process
-// may lock without limit.  Pure, for the tests.
-bool memlock_advice(uint64_t limit, uint64_t need, bool cap_ipc_lock, char* out, size_t n);
+// The line for a limit below need (limit ~0: unlimited), with the fix, into
+// out: XP_SLOG_WARN when the rings do not fit, XP_SLOG_INFO when only
+// zero-copy sends fall short (they still work, by copying); 0 (out
+// untouched) when everything fits or the process may lock without limit.
+// Pure, for the tests.
+int memlock_advice(uint64_t limit, const MemlockNeed& need, bool cap_ipc_lock, char* out, size_t n);
 
 // Whether a device lookup already ran and found one (never loads rdma-core):
 // for the exit hint.

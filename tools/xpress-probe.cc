@@ -3,7 +3,8 @@
 // to HOST:PORT through rdma_cm, and asks whether an xpress listener answers
 // there (verbs/probe/probe.h).  Exit status: 0 xpress answers, 1 RDMA
 // reaches the host but no xpress listens at that port, 2 no RDMA path, 64
-// usage.
+// usage.  --devices (what `xpress-run --probe` without a target runs): 0
+// with an active port here, 2 without.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,8 +20,9 @@ namespace {
 int usage() {
   fprintf(stderr,
           "usage: xpress-probe [--timeout MS] [--source ADDR] HOST:PORT   (IPv6: [ADDR]:PORT)\n"
-          "       xpress-probe --devices\n"
-          "exit status: 0 xpress answers, 1 no xpress listens there, 2 no RDMA path\n");
+          "       xpress-probe --devices   (local devices and ports only)\n"
+          "exit status: 0 xpress answers (--devices: an active port here), 1 no xpress "
+          "listens there, 2 no RDMA path\n");
   return 64;
 }
 
@@ -63,7 +65,14 @@ int main(int argc, char** argv) {
       target = argv[i];
     }
   }
-  if (devices_only) return list_devices(stdout) > 0 ? 0 : 2;
+  if (devices_only) {
+    const int active = list_devices(stdout);
+    if (active > 0)
+      printf("verdict: %d active RDMA port%s here\n", active, active == 1 ? "" : "s");
+    else
+      printf("verdict: no active RDMA port here\n");
+    return active > 0 ? 0 : 2;
+  }
   if (target == nullptr) return usage();
   std::string t(target), host, port;
   if (!t.empty() && t[0] == '[') {

@@ -41,14 +41,19 @@ xpress: hardening-no-bindnow [usr/lib/*/libxpress.so.*]
 O
 # Dependencies from the binaries' own needs (dpkg-shlibdeps wants a source
 # tree's debian/control: a minimal one in a scratch directory).  rdma-core
-# and libunwind are dlopen'd, which dpkg-shlibdeps cannot see: the control
-# file names them.
+# and libsodium are dlopen'd, which dpkg-shlibdeps cannot see: named below
+# (libunwind, for backtraces only, is a Recommends of the control file).
 work=$build/deb/shlibdeps
 mkdir -p "$work/debian"
 printf 'Source: xpress\n\nPackage: xpress\nArchitecture: any\n' > "$work/debian/control"
 deps=$(cd "$work" && dpkg-shlibdeps -O -e"$(readlink -f "../root/usr/lib/$multiarch/libxpress.so.$version")" \
   -e"$(readlink -f ../root/usr/bin/xpress-stat)" -e"$(readlink -f ../root/usr/bin/xpress-probe)" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
 [ -n "$deps" ] || { echo "deb: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
+# The dlopen'd libraries, each once: xpress-probe links rdma-core itself,
+# so dpkg-shlibdeps may have named them already (with a version).
+for p in libibverbs1 librdmacm1 ibverbs-providers libsodium23; do
+  grep -qE "(^|, )$p( |,|$)" <<<"$deps" || deps="$deps, $p"
+done
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@DEPENDS@/$deps/" -e "s/@SIZE@/$size/" \
   packaging/deb/control > "$root/DEBIAN/control"

@@ -48,6 +48,19 @@ if grep -qE "^XPRESS_SPIN_US=0 +profile low-cpu$" <<<"$out"; then ok "--print-co
 out=$(XPRESS_CONFIG="$tmp/x.conf" tools/xpress-run --profile latency --print-config nginx 2>&1)
 if grep -qE "^XPRESS_SPIN_US=100000 +profile latency$" <<<"$out" && grep -qE "^XPRESS_PROFILE=latency +environment$" <<<"$out"; then ok "--profile overrides the file's profile"; else bad "--profile: $out"; fi
 
+# The README's example file, verbatim (trailing comments included): no
+# error, and its [program] section applies to memcached.
+awk '/^```/ { if (blk) exit; getline l; if (l == "# /etc/xpress.conf") { blk = 1; print l }; next }
+  blk { print }' README.md > "$tmp/readme.conf"
+out=$(XPRESS_CONFIG="$tmp/readme.conf" tools/xpress-run --print-config memcached 2>&1)
+rc=$?
+if [ $rc = 0 ] && [ "$(wc -l < "$tmp/readme.conf")" -ge 5 ] && ! grep -q "^xpress: " <<<"$out" &&
+  grep -qE "^XPRESS_PROFILE=latency +$tmp/readme.conf:[0-9]+$" <<<"$out" &&
+  grep -qE "^XPRESS_SPIN_US=20000 +$tmp/readme.conf:[0-9]+$" <<<"$out" &&
+  grep -qE "^XPRESS_AUTOCORK_KB=0 +profile latency$" <<<"$out"; then
+  ok "the README's example file: no error, its section applies to memcached"
+else bad "README example file (rc $rc): $(cat "$tmp/readme.conf"); $out"; fi
+
 # The preloaded program gets the same: its start-up line (at its first
 # inet socket) names the values and their origins; a program the section
 # does not name does not.

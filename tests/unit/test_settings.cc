@@ -192,6 +192,30 @@ TEST_CASE("settings: the file's global lines, then the program's sections, then 
   CHECK(n.cfg.engine.spin_us == 70);
 }
 
+TEST_CASE("settings: a '#' at a line's start or after a blank starts a comment") {
+  World w;
+  w.program = "memcached";
+  w.files["/etc/xpress.conf"] = "log_level = info   # all programs\n"
+                                "profile = low-cpu\t# every program\n"
+                                "[program redis-server memcached]  # the basename of argv[0]\n"
+                                "spin_us = 20000 #\n"
+                                "log_file = /tmp/x#1.log\n"
+                                "stats_file = \"/tmp/a #b\"  # quoted: kept\n";
+  REQUIRE(w.parse());
+  CHECK(w.errors.empty());
+  CHECK(w.cfg.log_level == LogLevel::info);
+  CHECK(std::string(w.r->slot[settings::kPROFILE].str) == "low-cpu");
+  CHECK(w.cfg.engine.spin_us == 20000); // the section names memcached, not "#"
+  CHECK(w.slot(settings::kSPIN_US).origin == Origin::section);
+  CHECK(std::string(w.cfg.log_file) == "/tmp/x#1.log");
+  CHECK(std::string(w.cfg.stats_file) == "/tmp/a #b");
+  World o; // "#", "the", ... are not program names of the section
+  o.program = "the";
+  o.files = w.files;
+  REQUIRE(o.parse());
+  CHECK(o.cfg.engine.spin_us == 0);
+}
+
 TEST_CASE("settings: XPRESS_CONFIG names the file; a missing named file is an error") {
   World w;
   w.files["/etc/xpress.conf"] = "spin_us = 1\n";

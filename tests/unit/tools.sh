@@ -223,6 +223,11 @@ if [ "$left" = 0 ] && [ "$published" = 1 ]; then ok "fork children: no stale liv
 # xpress-probe on a host without RDMA (the VM case `probe` covers the rest).
 rc=0; out=$(build/xpress-probe 127.0.0.1:9 2>&1) || rc=$?
 if [ $rc = 2 ] && grep -q "devices: none" <<<"$out" && grep -q "verdict: no RDMA path" <<<"$out"; then ok "xpress-probe without a device: no RDMA path, exit 2"; else bad "xpress-probe without a device: exit $rc: $out"; fi
+# xpress-run --probe without a target: the local check, as --devices.
+rc=0; out=$(tools/xpress-run --probe 2>&1) || rc=$?
+if [ $rc = 2 ] && grep -q "^devices: none" <<<"$out" && grep -q "^verdict: no active RDMA port here$" <<<"$out"; then
+  ok "xpress-run --probe without a target: local devices, no active port, exit 2"
+else bad "xpress-run --probe without a target: exit $rc: $out"; fi
 rc=0
 for a in "" "host" "host:0" "host:99999" "[::1]" "--timeout x 1.2.3.4:5" "a:1 b:2"; do
   # shellcheck disable=SC2086 # words on purpose
