@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -206,6 +207,13 @@ struct Resolver {
   }
 
   // [program NAME...]: whether this process is one of the names.
+  // A [program] name is the program's base name or a shell pattern of it
+  // ("python3*", "java*"), as rules match program names (xpress(7)).
+  static bool name_matches(const char* name, const char* program) {
+    if (strpbrk(name, "*?[") == nullptr) return strcmp(name, program) == 0;
+    return fnmatch(name, program, FNM_PERIOD) == 0;
+  }
+
   bool section(char* s, unsigned line, bool* ok) {
     *ok = false;
     size_t n = strlen(s);
@@ -223,7 +231,7 @@ struct Resolver {
     char* save;
     for (char* t = strtok_r(s + 7, " \t", &save); t != nullptr;
          t = strtok_r(nullptr, " \t", &save)) {
-      match = match || strcmp(t, src.program) == 0;
+      match = match || name_matches(t, src.program);
       any = true;
     }
     if (!any) reportf(line, "[program] names no program");

@@ -192,6 +192,29 @@ TEST_CASE("settings: the file's global lines, then the program's sections, then 
   CHECK(n.cfg.engine.spin_us == 70);
 }
 
+TEST_CASE("settings: a [program] name may be a shell pattern of the program's name") {
+  World w;
+  w.program = "python3.11";
+  w.files["/etc/xpress.conf"] = "spin_us = 50\n"
+                                "[program java python3*]\n"
+                                "spin_us = 70\n"
+                                "[program pyth?n3 [jn]ode]\n"
+                                "spin_us = 90\n";
+  REQUIRE(w.parse());
+  CHECK(w.errors.empty());
+  CHECK(w.cfg.engine.spin_us == 70);
+  World n;
+  n.files = w.files;
+  n.program = "node";
+  REQUIRE(n.parse());
+  CHECK(n.cfg.engine.spin_us == 90);
+  World o; // neither pattern, and "python3*" is no plain name either
+  o.files = w.files;
+  o.program = "python";
+  REQUIRE(o.parse());
+  CHECK(o.cfg.engine.spin_us == 50);
+}
+
 TEST_CASE("settings: a '#' at a line's start or after a blank starts a comment") {
   World w;
   w.program = "memcached";
