@@ -4,7 +4,9 @@
 # 10.77.0.1, both preloaded with the same profile), per profile
 #   pp     ping-pong 64 B as fast as it goes: average latency (us)
 #   sparse ping-pong 64 B at 100 messages/s (a request every 10 ms):
-#          average latency, and the CPU seconds both ends used
+#          average latency, the CPU seconds both ends used, and the
+#          server's alone (sockperf's client paces by busy-waiting; the
+#          server only waits, so its CPU is what a profile's spinning costs)
 #   tp     throughput of 16 KiB messages: MB/s
 # plus the connections that went over RDMA (client statistics).
 # usage: tools/softroce/vm run --timeout 600 -- bash bench/profiles.sh
@@ -18,7 +20,7 @@ t=$(mktemp -d)
 hz=$(getconf CLK_TCK)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 
-printf '%-11s %9s %11s %11s %9s %5s\n' profile pp_us sparse_us sparse_cpu tp_MBps rdma
+printf '%-11s %9s %11s %11s %9s %9s %5s\n' profile pp_us sparse_us sparse_cpu srv_cpu tp_MBps rdma
 port=$((20000 + RANDOM % 20000)) # each run its own ports
 for prof in ${PROFILES:-default latency low-cpu throughput}; do
   port=$((port + 1)) # a fresh port: the last one may still be held
@@ -49,7 +51,7 @@ for prof in ${PROFILES:-default latency low-cpu throughput}; do
   scpu=$(awk -v a="$s0" -v b="$s1" -v hz="$hz" 'BEGIN {print (b - a) / hz}')
   mbps=$(grep -o 'BandWidth is [0-9.]*' "$t/tp.$prof.out" "$t/tp.$prof.err" | head -1 | awk '{print $3}')
   rdma=$(cat "$t"/*."$prof".err | grep -o 'connections *rdma [0-9]*' | awk '{s += $3} END {print s}')
-  printf '%-11s %9s %11s %11s %9s %5s\n' "$prof" "$(lat "pp.$prof")" "$(lat "sparse.$prof")" \
-    "$(awk -v c="$ccpu" -v s="$scpu" 'BEGIN {print c + s}')" "${mbps:-?}" "${rdma:-0}"
+  printf '%-11s %9s %11s %11s %9s %9s %5s\n' "$prof" "$(lat "pp.$prof")" "$(lat "sparse.$prof")" \
+    "$(awk -v c="$ccpu" -v s="$scpu" 'BEGIN {print c + s}')" "$scpu" "${mbps:-?}" "${rdma:-0}"
 done
 rm -rf "$t"
