@@ -248,14 +248,30 @@ TEST_CASE("epoll regs: leaving and entering user mode") {
   CHECK(wait(regs, 2).empty());
 }
 
-TEST_CASE("epoll regs: EPOLLEXCLUSIVE gives each event to one set") {
+// Two epoll sets, each with an exclusive registration of sock_a on one
+// source, both past their first look (nothing to report yet).
+struct TwoSets {
   FakeSource s;
   ClaimTable claims;
-  Regs one(&claims), two(&claims);
-  add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
-  add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
-  CHECK(wait(one, 1).empty());
-  CHECK(wait(two, 1).empty());
+  Regs one{&claims}, two{&claims};
+  explicit TwoSets(uint32_t events) {
+    add(one, 5, &sock_a, events, 1, &s);
+    add(two, 5, &sock_a, events, 2, &s);
+    CHECK(wait(one, 1).empty());
+    CHECK(wait(two, 1).empty());
+  }
+};
+struct ExclIn : TwoSets {
+  ExclIn() : TwoSets(EPOLLIN | EPOLLEXCLUSIVE) {}
+};
+struct ExclInEt : TwoSets {
+  ExclInEt() : TwoSets(EPOLLIN | EPOLLET | EPOLLEXCLUSIVE) {}
+};
+struct ExclOut : TwoSets {
+  ExclOut() : TwoSets(EPOLLOUT | EPOLLEXCLUSIVE) {}
+};
+
+TEST_CASE_FIXTURE(ExclIn, "epoll regs: EPOLLEXCLUSIVE gives each event to one set") {
   s.event(EPOLLIN);
   CHECK(one.reportable());
   CHECK(two.reportable());
@@ -270,17 +286,11 @@ TEST_CASE("epoll regs: EPOLLEXCLUSIVE gives each event to one set") {
   CHECK(claims.claimable(&sock_a, s.gen));
 }
 
-TEST_CASE("epoll regs: EPOLLEXCLUSIVE: bytes readable before the relay go to one set") {
+TEST_CASE_FIXTURE(ExclIn,
+                  "epoll regs: EPOLLEXCLUSIVE: bytes readable before the relay go to one set") {
   // Both sets own the generation of their first look; a byte is readable
   // in the kernel before the engine's relay counts its edge, and a wake-up
   // without a key has both look.
-  FakeSource s;
-  ClaimTable claims;
-  Regs one(&claims), two(&claims);
-  add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
-  add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
-  CHECK(wait(one, 1).empty());
-  CHECK(wait(two, 1).empty());
   s.arrive(EPOLLIN);
   stream::wake::notify();
   CHECK(one.reportable()); // a peek claims nothing
@@ -298,14 +308,8 @@ TEST_CASE("epoll regs: EPOLLEXCLUSIVE: bytes readable before the relay go to one
   CHECK(wait(two, 1).size() == 1);
 }
 
-TEST_CASE("epoll regs: EPOLLEXCLUSIVE: a byte after a look's level is reported by its claimer") {
-  FakeSource s;
-  ClaimTable claims;
-  Regs one(&claims), two(&claims);
-  add(one, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 1, &s);
-  add(two, 5, &sock_a, EPOLLIN | EPOLLEXCLUSIVE, 2, &s);
-  CHECK(wait(one, 1).empty());
-  CHECK(wait(two, 1).empty());
+TEST_CASE_FIXTURE(
+    ExclIn, "epoll regs: EPOLLEXCLUSIVE: a byte after a look's level is reported by its claimer") {
   s.arrive_in_catch_up = true;
   stream::wake::notify();
   // The level was read before the byte; its catch_up counted the byte's
@@ -317,18 +321,11 @@ TEST_CASE("epoll regs: EPOLLEXCLUSIVE: a byte after a look's level is reported b
   CHECK(wait(one, 1).size() == 1); // level-triggered: still reported by the claimer
 }
 
-TEST_CASE("epoll regs: EPOLLET|EPOLLEXCLUSIVE: a byte after a look's level is not lost") {
+TEST_CASE_FIXTURE(ExclInEt,
+                  "epoll regs: EPOLLET|EPOLLEXCLUSIVE: a byte after a look's level is not lost") {
   // The look that claims the byte's generation has read the level before
   // it: it must report the byte (or leave the generation to a later look),
   // not take the generation with nothing reported.
-  FakeSource s;
-  ClaimTable claims;
-  Regs one(&claims), two(&claims);
-  constexpr uint32_t kEx = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE;
-  add(one, 5, &sock_a, kEx, 1, &s);
-  add(two, 5, &sock_a, kEx, 2, &s);
-  CHECK(wait(one, 1).empty());
-  CHECK(wait(two, 1).empty());
   s.arrive_in_catch_up = true;
   stream::wake::notify();
   size_t told = wait(one, 1).size();
@@ -369,17 +366,10 @@ TEST_CASE("epoll regs: EPOLLEXCLUSIVE: an edge between a look's level and its ge
   }
 }
 
-TEST_CASE("epoll regs: EPOLLEXCLUSIVE owners keep what catch_up does not count") {
+TEST_CASE_FIXTURE(ExclOut, "epoll regs: EPOLLEXCLUSIVE owners keep what catch_up does not count") {
   // Room to write appears without an edge (as note_ready when its last look
   // held EPOLLOUT already): a set that owns the generation of an empty
   // look still reports it (no lost wake-up), and reports while it lasts.
-  FakeSource s;
-  ClaimTable claims;
-  Regs one(&claims), two(&claims);
-  add(one, 5, &sock_a, EPOLLOUT | EPOLLEXCLUSIVE, 1, &s);
-  add(two, 5, &sock_a, EPOLLOUT | EPOLLEXCLUSIVE, 2, &s);
-  CHECK(wait(one, 1).empty());
-  CHECK(wait(two, 1).empty());
   s.ev = EPOLLOUT;
   stream::wake::notify();
   auto ev = wait(one, 1);

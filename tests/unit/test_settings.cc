@@ -72,6 +72,15 @@ struct World {
   }
 };
 
+// XPRESS_SPIN_US as `program` gets it from w's files.
+uint32_t spin_us_of(const World& w, const char* program) {
+  World o;
+  o.files = w.files;
+  o.program = program;
+  REQUIRE(o.parse());
+  return o.cfg.engine.spin_us;
+}
+
 } // namespace
 
 TEST_CASE("settings: every declared default and profile value parses") {
@@ -185,11 +194,7 @@ TEST_CASE("settings: the file's global lines, then the program's sections, then 
   REQUIRE(o.parse());
   CHECK(o.cfg.engine.spin_us == 90);
   CHECK(o.cfg.engine.keepalive_ms == 9000);
-  World n;
-  n.files = w.files;
-  n.program = "nginx";
-  REQUIRE(n.parse());
-  CHECK(n.cfg.engine.spin_us == 70);
+  CHECK(spin_us_of(w, "nginx") == 70);
 }
 
 TEST_CASE("settings: a [program] name may be a shell pattern of the program's name") {
@@ -203,16 +208,8 @@ TEST_CASE("settings: a [program] name may be a shell pattern of the program's na
   REQUIRE(w.parse());
   CHECK(w.errors.empty());
   CHECK(w.cfg.engine.spin_us == 70);
-  World n;
-  n.files = w.files;
-  n.program = "node";
-  REQUIRE(n.parse());
-  CHECK(n.cfg.engine.spin_us == 90);
-  World o; // neither pattern, and "python3*" is no plain name either
-  o.files = w.files;
-  o.program = "python";
-  REQUIRE(o.parse());
-  CHECK(o.cfg.engine.spin_us == 50);
+  CHECK(spin_us_of(w, "node") == 90);
+  CHECK(spin_us_of(w, "python") == 50); // neither pattern, and "python3*" is no plain name
 }
 
 TEST_CASE("settings: a '#' at a line's start or after a blank starts a comment") {
