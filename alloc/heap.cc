@@ -265,9 +265,11 @@ size_t threshold() {
 // using them at its first fork: another thread may be making the first
 // allocation from the arenas while it forks, after the prepare handler
 // found them unused; locked from then on, the locks are always held across
-// the fork.  The parent and child handlers see the decision the prepare
-// handler made: nothing runs in between that could mark the allocator
-// (its prepare handler runs last, its parent and child handlers first).
+// the fork.  The parent's handler unlocks only what the prepare handler
+// locked: another library's fork handler (or a signal handler) may make the
+// process's first arena allocation in between.  (glibc runs one fork's
+// handlers at a time, under its atfork lock: fork_parts::take_prepared.)
+
 void before_fork() {
   if (!fork_parts::used(fork_parts::kAlloc)) {
     if (__libc_single_threaded) return;
@@ -275,10 +277,11 @@ void before_fork() {
   }
   reg_cache::before_fork();
   arena::before_fork();
+  fork_parts::set_prepared(fork_parts::kAlloc);
 }
 
 void after_fork_parent() {
-  if (!fork_parts::used(fork_parts::kAlloc)) return;
+  if (!fork_parts::take_prepared(fork_parts::kAlloc)) return;
   arena::after_fork_parent();
   reg_cache::after_fork_parent();
 }
@@ -288,6 +291,7 @@ void after_fork_child() {
   if (fork_parts::used(fork_parts::kAlloc) || fork_parts::used(fork_parts::kEngine))
     mem_stats_after_fork_child();
   if (!fork_parts::used(fork_parts::kAlloc)) return;
+  fork_parts::take_prepared(fork_parts::kAlloc); // the child re-makes the locks, held or not
   // The parent's registrations belong to its protection domains: forget
   // them (never deregister: the uverbs file is shared with the parent).
   arena::after_fork_child();

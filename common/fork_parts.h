@@ -40,6 +40,23 @@ inline bool used(uint32_t parts) {
   return (g_used.load(std::memory_order_seq_cst) & parts) != 0;
 }
 
+// Parts whose prepare handler ran for the fork under way: their parent
+// handler undoes what it did, and only then.  A part may become used
+// between the two (another library's fork handler, a signal handler, or
+// another thread may make its first use), so the parent handler cannot go
+// by used().  glibc runs one fork's handlers at a time (its atfork lock),
+// so one word serves.
+extern std::atomic<uint32_t> g_prepared;
+inline void set_prepared(Part p) {
+  g_prepared.fetch_or(p, std::memory_order_relaxed);
+}
+// Whether p's prepare handler ran; clears it (no write when it did not).
+inline bool take_prepared(Part p) {
+  if ((g_prepared.load(std::memory_order_relaxed) & p) == 0) return false;
+  g_prepared.fetch_and(~static_cast<uint32_t>(p), std::memory_order_relaxed);
+  return true;
+}
+
 // The registered fork handlers and the fork wrapper, together on the pages
 // the linker gives .text.hot: a fork child faults in every page of the
 // library's text it runs (fork copies no page table of a file mapping), so

@@ -44,6 +44,7 @@ void env_report(const char* line, void*) {
 // its inherited TCP sockets are the same kernel sockets.
 XP_FORK_TEXT void atfork_child() {
   if (!fork_parts::used(fork_parts::kLifecycle)) return; // common/fork_parts.h
+  fork_parts::take_prepared(fork_parts::kEngine);
   log::after_fork_child();
   stats::after_fork_child();
   stream::engine::on_fork_child();
@@ -55,11 +56,13 @@ XP_FORK_TEXT void atfork_child() {
 XP_FORK_TEXT void atfork_prepare() {
   if (!fork_parts::used(fork_parts::kEngine)) return;
   stream::engine::before_fork();
+  fork_parts::set_prepared(fork_parts::kEngine);
 }
 XP_FORK_TEXT void atfork_parent() {
-  if (!fork_parts::used(fork_parts::kEngine | fork_parts::kIo)) return;
-  stream::engine::after_fork_parent();
-  stream::io::fd_options_changed(); // files shared with the child now
+  // Only after its prepare handler: the engine may have been made between
+  // the two (common/fork_parts.h, take_prepared).
+  if (fork_parts::take_prepared(fork_parts::kEngine)) stream::engine::after_fork_parent();
+  stream::io::fd_options_changed(); // files shared with the child now (nothing if none cached)
 }
 
 // Registered once, from the constructor (before any state they protect

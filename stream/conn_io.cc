@@ -594,7 +594,10 @@ IoResult send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, size_t want
 
 void fd_options_changed() {
   // Nothing cached yet, nothing to invalidate: no write (every fork and
-  // fcntl(F_SETFL) calls this).
+  // fcntl(F_SETFL) calls this).  The fence orders the caller's change
+  // before the load, as load_opts' mark orders its own before its reads:
+  // one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!fork_parts::used(fork_parts::kIo)) return;
   g_opts_gen.fetch_add(1, std::memory_order_acq_rel);
 }

@@ -200,7 +200,7 @@ for _ in range(3):
 print("%.1f" % ((best[sys.argv[1]] - best[sys.argv[2]]) / 200))
 PY
 )
-if awk -v f="$fork_faults" 'BEGIN { exit !(f < 8) }'; then
+if [[ $fork_faults =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && awk -v f="$fork_faults" 'BEGIN { exit !(f < 8) }'; then
   ok "page_faults_per_fork: $fork_faults per fork above an empty preloaded library"
 else
   bad "page_faults_per_fork: $fork_faults per fork above an empty preloaded library (fewer than 8)"
