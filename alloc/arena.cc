@@ -1,4 +1,5 @@
 #include "alloc/arena.h"
+#include "common/fork_parts.h"
 
 #include <cstring>
 #include <pthread.h>
@@ -480,6 +481,7 @@ size_t class_size(int cls) {
 }
 
 bool init(const Options& o) {
+  fork_parts::mark(fork_parts::kAlloc); // before the first lock
   pthread_mutex_lock(&g.mu);
   if (g.inited) {
     pthread_mutex_unlock(&g.mu);

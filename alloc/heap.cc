@@ -1,4 +1,5 @@
 #include "alloc/heap.h"
+#include "common/fork_parts.h"
 
 #include <atomic>
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include <gnu/lib-names.h>
 #include <malloc.h>
 #include <sys/auxv.h>
+#include <sys/single_threaded.h>
 
 #include "alloc/arena.h"
 #include "alloc/mem_stats.h"
@@ -258,22 +260,42 @@ size_t threshold() {
   return decide() ? g_min.load(std::memory_order_relaxed) : SIZE_MAX;
 }
 
+// Nothing until the arenas or the registration cache were used
+// (common/fork_parts.h).  A process with more than one thread counts as
+// using them at its first fork: another thread may be making the first
+// allocation from the arenas while it forks, after the prepare handler
+// found them unused; locked from then on, the locks are always held across
+// the fork.  The parent's handler unlocks only what the prepare handler
+// locked: another library's fork handler (or a signal handler) may make the
+// process's first arena allocation in between.  (glibc runs one fork's
+// handlers at a time, under its atfork lock: fork_parts::take_prepared.)
+
 void before_fork() {
+  if (!fork_parts::used(fork_parts::kAlloc)) {
+    if (__libc_single_threaded) return;
+    fork_parts::mark(fork_parts::kAlloc);
+  }
   reg_cache::before_fork();
   arena::before_fork();
+  fork_parts::set_prepared(fork_parts::kAlloc);
 }
 
 void after_fork_parent() {
+  if (!fork_parts::take_prepared(fork_parts::kAlloc)) return;
   arena::after_fork_parent();
   reg_cache::after_fork_parent();
 }
 
 void after_fork_child() {
+  // The stream layer counts its copies here too, with or without arenas.
+  if (fork_parts::used(fork_parts::kAlloc) || fork_parts::used(fork_parts::kEngine))
+    mem_stats_after_fork_child();
+  if (!fork_parts::used(fork_parts::kAlloc)) return;
+  fork_parts::take_prepared(fork_parts::kAlloc); // the child re-makes the locks, held or not
   // The parent's registrations belong to its protection domains: forget
   // them (never deregister: the uverbs file is shared with the parent).
   arena::after_fork_child();
   reg_cache::after_fork_child();
-  mem_stats_after_fork_child();
 }
 
 void configure_for_test(bool on, size_t min_bytes) {

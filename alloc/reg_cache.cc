@@ -1,4 +1,5 @@
 #include "alloc/reg_cache.h"
+#include "common/fork_parts.h"
 
 #include <cstring>
 #include <fcntl.h>
@@ -43,6 +44,13 @@ struct State {
   uint32_t in_flight = 0; // invalidations between begin and end
 };
 State s;
+
+// Marked before the lock is first taken: the fork handlers then take it
+// (common/fork_parts.h).
+void lock() {
+  fork_parts::mark(fork_parts::kAlloc);
+  pthread_mutex_lock(&s.mu);
+}
 
 // Deregistrations collected under the lock, done after it: the registrar
 // (rdma-core) may call munmap, whose hook takes the lock again.
@@ -138,7 +146,7 @@ bool get(const void* addr, size_t len, int slot, Ref* out) {
   uintptr_t end = (a + len + kPage - 1) & ~(kPage - 1);
   MemStats& st = mem_stats();
 
-  pthread_mutex_lock(&s.mu);
+  lock();
   for (uint32_t i = 0; i < kCapacity; ++i) {
     Entry& e = s.e[i];
     if (e.occupied && e.live && e.slot == slot && e.start <= a && a + len <= e.end) {
@@ -165,7 +173,7 @@ bool get(const void* addr, size_t len, int slot, Ref* out) {
   }
 
   Pending evicted;
-  pthread_mutex_lock(&s.mu);
+  lock();
   // An invalidation since the lookup may have changed what we registered:
   // use it for this request only.
   bool cache = s.seq == seq && s.in_flight == 0 && make_room(end - start, &evicted);
@@ -194,7 +202,7 @@ void put(const Ref& r) {
   }
   if (r.entry >= kCapacity) return;
   Pending p;
-  pthread_mutex_lock(&s.mu);
+  lock();
   Entry& e = s.e[r.entry];
   if (e.occupied && e.refs > 0 && --e.refs == 0 && !e.live) free_entry(e, &p);
   update_gauges();
@@ -206,7 +214,7 @@ void invalidate_begin(const void* addr, size_t len) {
   uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   uintptr_t b = a + len < a ? UINTPTR_MAX : a + len;
   Pending p;
-  pthread_mutex_lock(&s.mu);
+  lock();
   ++s.seq;
   ++s.in_flight;
   drop_if([a, b](const Entry& e) { return e.start < b && a < e.end; }, &p, true);
@@ -216,7 +224,7 @@ void invalidate_begin(const void* addr, size_t len) {
 }
 
 void invalidate_end() {
-  pthread_mutex_lock(&s.mu);
+  lock();
   --s.in_flight;
   ++s.seq;
   pthread_mutex_unlock(&s.mu);
@@ -230,7 +238,7 @@ void invalidate_from(const void* addr) {
 
 void drop_domain(int slot) {
   Pending p;
-  pthread_mutex_lock(&s.mu);
+  lock();
   for (Entry& e : s.e) {
     if (!e.occupied || e.slot != slot) continue;
     e.live = false;
@@ -247,7 +255,7 @@ void drop_domain(int slot) {
 }
 
 void set_limits(uint32_t max_entries, size_t max_bytes) {
-  pthread_mutex_lock(&s.mu);
+  lock();
   s.max_entries = max_entries < kCapacity ? max_entries : kCapacity;
   s.max_bytes = max_bytes;
   pthread_mutex_unlock(&s.mu);

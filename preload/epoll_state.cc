@@ -1,4 +1,5 @@
 #include "preload/epoll_state.h"
+#include "common/fork_parts.h"
 
 #include <cerrno>
 #include <climits>
@@ -27,6 +28,7 @@ std::atomic<LockedClaims*> g_claims{nullptr};
 // use it (epoll_wait, close) while exit() runs the static destructors.
 LockedClaims& claims() {
   static LockedClaims* c = [] {
+    fork_parts::mark(fork_parts::kEpoll);
     auto* made = new LockedClaims();
     g_claims.store(made, std::memory_order_release);
     return made;
@@ -37,6 +39,11 @@ LockedClaims& claims() {
 namespace {
 
 constinit std::mutex g_mu; // the list of states and the free list; taken before any state's mu
+// g_mu, marked before it is first taken (the fork child handler re-makes it).
+std::mutex& list_mu() {
+  fork_parts::mark(fork_parts::kEpoll);
+  return g_mu;
+}
 EpollState* g_list = nullptr;
 EpollState* g_free = nullptr;
 std::atomic<uint32_t> g_orphans{0};
@@ -130,7 +137,7 @@ void erase_reg(EpollState* e, Reg* r, Drops& drops) {
 
 void recycle(EpollState* e) {
   Drops drops; // runs after the locks below are released
-  std::lock_guard<std::mutex> g(g_mu);
+  std::lock_guard<std::mutex> g(list_mu());
   unlink(e);
   std::lock_guard<std::mutex> l(e->mu);
   while (e->regs.size() != 0)
@@ -298,7 +305,7 @@ StateRef ensure_state(int epfd) {
   if (s == nullptr) return {};
   for (;;) {
     if (StateRef e = acquire(s)) return e;
-    std::lock_guard<std::mutex> g(g_mu);
+    std::lock_guard<std::mutex> g(list_mu());
     if (s->ep.load(std::memory_order_acquire) != nullptr) continue;
     EpollState* e = g_free;
     if (e)
@@ -462,7 +469,7 @@ void on_mode(int fd, stream::ReadySource* now) {
       if (kernel_swap(e->epfd, r, false)) r->shadow = false;
     }
   };
-  std::lock_guard<std::mutex> g(g_mu);
+  std::lock_guard<std::mutex> g(list_mu());
   for (EpollState* e = g_list; e; e = e->next) {
     std::lock_guard<std::mutex> l(e->mu);
     if (e->regs.size() == 0 || e->names.load(std::memory_order_relaxed) == 0) continue;
@@ -488,7 +495,7 @@ void on_close(int fd, FdSlot* s, SocketRecord* rec, bool last) {
       if (e->names.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         // The set is gone for the application: the kernel drops its
         // registrations in other sets with the file.
-        std::lock_guard<std::mutex> g(g_mu);
+        std::lock_guard<std::mutex> g(list_mu());
         for (EpollState* o = g_list; o; o = o->next) {
           std::lock_guard<std::mutex> l(o->mu);
           for (size_t i = o->nested.size(); i-- > 0;) {
@@ -515,7 +522,7 @@ void on_close(int fd, FdSlot* s, SocketRecord* rec, bool last) {
   }
   Drops drops;
   {
-    std::lock_guard<std::mutex> g(g_mu);
+    std::lock_guard<std::mutex> g(list_mu());
     for (EpollState* e = g_list; e; e = e->next) {
       std::lock_guard<std::mutex> l(e->mu);
       if (e->regs.size() == 0) continue;
@@ -556,7 +563,7 @@ void on_dup(int oldfd, int newfd) {
 }
 
 void renumber_wake(int oldfd, int newfd) {
-  std::lock_guard<std::mutex> g(g_mu);
+  std::lock_guard<std::mutex> g(list_mu());
   for (EpollState* e = g_list; e; e = e->next) {
     std::lock_guard<std::mutex> l(e->mu);
     if (e->wake != oldfd) continue;
@@ -575,7 +582,8 @@ namespace {
 
 // A fork child has one thread: a lock another thread of the parent held at
 // the fork would never be released.
-void atfork_child() {
+XP_FORK_TEXT void atfork_child() {
+  if (!fork_parts::used(fork_parts::kEpoll)) return;
   new (&g_mu) std::mutex;
   if (LockedClaims* c = g_claims.load(std::memory_order_acquire)) c->reset_lock();
   for (EpollState* e = g_list; e; e = e->next) {

@@ -1,4 +1,5 @@
 #include "preload/lifecycle.h"
+#include "common/fork_parts.h"
 
 #include <atomic>
 #include <cerrno>
@@ -41,7 +42,9 @@ void env_report(const char* line, void*) {
 // Fork: the fd table holds no lock (readers are lock-free, writers use CAS),
 // so nothing is taken before the fork; the child inherits every record, as
 // its inherited TCP sockets are the same kernel sockets.
-void atfork_child() {
+XP_FORK_TEXT void atfork_child() {
+  if (!fork_parts::used(fork_parts::kLifecycle)) return; // common/fork_parts.h
+  fork_parts::take_prepared(fork_parts::kEngine);
   log::after_fork_child();
   stats::after_fork_child();
   stream::engine::on_fork_child();
@@ -50,12 +53,16 @@ void atfork_child() {
 // Connections still upgrading when the process forks stay on TCP: the child
 // shares the kernel socket, and a switch made by one process would hide
 // bytes from the other.
-void atfork_prepare() {
+XP_FORK_TEXT void atfork_prepare() {
+  if (!fork_parts::used(fork_parts::kEngine)) return;
   stream::engine::before_fork();
+  fork_parts::set_prepared(fork_parts::kEngine);
 }
-void atfork_parent() {
-  stream::engine::after_fork_parent();
-  stream::io::fd_options_changed(); // files shared with the child now
+XP_FORK_TEXT void atfork_parent() {
+  // Only after its prepare handler: the engine may have been made between
+  // the two (common/fork_parts.h, take_prepared).
+  if (fork_parts::take_prepared(fork_parts::kEngine)) stream::engine::after_fork_parent();
+  stream::io::fd_options_changed(); // files shared with the child now (nothing if none cached)
 }
 
 // Registered once, from the constructor (before any state they protect

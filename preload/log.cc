@@ -1,4 +1,5 @@
 #include "preload/log.h"
+#include "common/fork_parts.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -75,6 +76,7 @@ bool expand_path(const char* tmpl, int pid, char* out, unsigned n) {
 
 void open_destination(const char* path_template) {
   if (path_template == nullptr || *path_template == '\0') return;
+  if (strstr(path_template, "%p") != nullptr) fork_parts::mark(fork_parts::kLog);
   snprintf(g_template, sizeof g_template, "%s", path_template);
   int fd = open_append(g_template);
   if (fd >= 0) {
@@ -86,6 +88,7 @@ void open_destination(const char* path_template) {
 }
 
 void after_fork_child() {
+  if (!fork_parts::used(fork_parts::kLog)) return; // g_template's page untouched
   if (g_template[0] == '\0' || strstr(g_template, "%p") == nullptr) return;
   int fd = open_append(g_template);
   if (fd < 0) return;

@@ -1,4 +1,5 @@
 #include "preload/stats.h"
+#include "common/fork_parts.h"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -113,7 +114,10 @@ bool map_live_file(StatsBlock* b) {
     ok = true;
     void* m = mmap(nullptr, sizeof *mem, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                    static_cast<off_t>(kBlockBytes));
-    if (m != MAP_FAILED) g_live_mem.store(static_cast<alloc::MemStats*>(m));
+    if (m != MAP_FAILED) {
+      fork_parts::mark(fork_parts::kStats);
+      g_live_mem.store(static_cast<alloc::MemStats*>(m));
+    }
   } else {
     char path[128];
     live_path(static_cast<unsigned>(geteuid()), b->pid, path, sizeof path);
@@ -181,6 +185,7 @@ StatsBlock& block() {
     mem = &fallback;
   }
   auto* fresh = static_cast<StatsBlock*>(mem);
+  fork_parts::mark(fork_parts::kStats);
   fill_identity(fresh);
   if (g_block.compare_exchange_strong(b, fresh, std::memory_order_acq_rel)) return *fresh;
   munmap(mem, kBlockBytes);
@@ -192,6 +197,7 @@ std::atomic<bool> g_publish_tried{false};
 
 void publish_live() {
   if (g_live.load(std::memory_order_acquire)) return;
+  fork_parts::mark(fork_parts::kStats); // the child clears g_publish_tried
   if (g_publish_tried.exchange(true)) return;
   if (!config().stats_live) return;
   if (map_live_file(&block())) g_live.store(true, std::memory_order_release);
@@ -208,6 +214,7 @@ void make_private(void* page, size_t n) {
 }
 
 void after_fork_child() {
+  if (!fork_parts::used(fork_parts::kStats)) return; // nothing of the parent's to clear
   StatsBlock* b = g_block.load(std::memory_order_acquire);
   if (alloc::MemStats* m = g_live_mem.exchange(nullptr)) munmap(m, sizeof *m); // the parent's file
   alloc::mem_stats_after_fork_child();

@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/single_threaded.h>
 
 #include "alloc/heap.h"
+#include "common/fork_parts.h"
 
 #define XP_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -18,13 +20,19 @@
 #undef XA
 
 namespace {
-void before_fork() {
+namespace fp = xp::fork_parts;
+// The common case decided here, on the fork handlers' page (alloc/heap.cc
+// decides the rest).
+XP_FORK_TEXT void before_fork() {
+  if (!fp::used(fp::kAlloc) && __libc_single_threaded) return;
   xp::alloc::heap::before_fork();
 }
-void after_fork_parent() {
+XP_FORK_TEXT void after_fork_parent() {
+  if (!fp::used(fp::kAlloc)) return;
   xp::alloc::heap::after_fork_parent();
 }
-void after_fork_child() {
+XP_FORK_TEXT void after_fork_child() {
+  if (!fp::used(fp::kAlloc | fp::kEngine)) return;
   xp::alloc::heap::after_fork_child();
 }
 

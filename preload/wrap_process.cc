@@ -5,13 +5,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/fork_parts.h"
 #include "preload/boundary.h"
 #include "preload/log.h"
 #include "stream/engine.h"
 
 using namespace xp;
 
-XP_EXPORT pid_t fork(void) noexcept {
+// On the fork handlers' page (common/fork_parts.h): the child returns through it.
+XP_EXPORT XP_FORK_TEXT pid_t fork(void) noexcept {
   ensure_init();
   pid_t pid = XP_REAL(fork);
   if (pid > 0) {
@@ -19,7 +21,7 @@ XP_EXPORT pid_t fork(void) noexcept {
     // The sockets shared with the child are watched until it (and whatever
     // inherited them from it) let go (docs/protocol.md §7 "After a fork"):
     // a pidfd for this pid wakes the engine when it exits.
-    stream::engine::forked(pid);
+    if (fork_parts::used(fork_parts::kEngine)) stream::engine::forked(pid);
   }
   return pid;
 }

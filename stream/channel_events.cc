@@ -41,6 +41,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/fork_parts.h"
 #include "stream/engine_internal.h"
 #include "stream/wake.h"
 
@@ -203,6 +204,7 @@ bool arm_for_news(Channel* ch) {
 
 bool room_wait_enter() {
   if (!params().solicited_events) return false; // no arm is ever solicited-only
+  fork_parts::mark(fork_parts::kEngine);        // its lock is re-made with the engine's
   g_room_waiters.fetch_add(1, std::memory_order_seq_cst);
   uint64_t arms = g_solicited_arms.load(std::memory_order_seq_cst);
   // Under the lock while it widens: a waiter that finds nothing new to

@@ -2,6 +2,7 @@
 // no allocation, no system call while data or window is available (one
 // uncontended lock of the channel); system calls only to sleep.
 #include "stream/conn_io.h"
+#include "common/fork_parts.h"
 #include "stream/fork_handover.h"
 
 #include "common/logsink.h"
@@ -70,6 +71,9 @@ int64_t sock_timeout_ms(int fd, int opt) {
 // the program may have changed them since (two system calls saved per
 // blocking call: a ping-pong's every receive blocks).
 void load_opts(Conn* c) {
+  // Before the generation is read: a change made after a fd_options_changed
+  // that found nothing cached is seen by the reads below.
+  fork_parts::mark(fork_parts::kIo);
   uint32_t g = g_opts_gen.load(std::memory_order_acquire);
   if (c->opts_gen.load(std::memory_order_acquire) == g) return;
   int fd = c->sock();
@@ -589,6 +593,12 @@ IoResult send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, size_t want
 } // namespace
 
 void fd_options_changed() {
+  // Nothing cached yet, nothing to invalidate: no write (every fork and
+  // fcntl(F_SETFL) calls this).  The fence orders the caller's change
+  // before the load, as load_opts' mark orders its own before its reads:
+  // one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!fork_parts::used(fork_parts::kIo)) return;
   g_opts_gen.fetch_add(1, std::memory_order_acq_rel);
 }
 

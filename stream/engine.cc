@@ -1,5 +1,6 @@
 // The engine thread and the connection tables (see engine.h).
 #include "stream/engine.h"
+#include "common/fork_parts.h"
 #include "common/lock_check.h"
 
 #include <cerrno>
@@ -46,13 +47,19 @@ constexpr uintptr_t kTagConn = 1;
 // Never destroyed: the engine thread runs until the process ends, after
 // static destructors.
 std::atomic<State*> g_created{nullptr};
+// No function-local static: the fork handlers skip the engine until its
+// state was made (common/fork_parts.h), so a fork may now happen while
+// another thread makes it, and a child would wait forever on a static's
+// guard left taken by a thread it does not have.  Two makers: one keeps
+// its state, the other frees its own (nothing has seen it).
 State& state_once() {
-  static State* s = [] {
-    auto* st = new State();
-    g_created.store(st, std::memory_order_release);
-    return st;
-  }();
-  return *s;
+  if (State* s = g_created.load(std::memory_order_acquire)) return *s;
+  fork_parts::mark(fork_parts::kEngine); // before its locks exist
+  auto* st = new State();
+  State* none = nullptr;
+  if (g_created.compare_exchange_strong(none, st, std::memory_order_acq_rel)) return *st;
+  delete st;
+  return *none;
 }
 #define g_state (state_once())
 std::atomic<OutcomeHook> g_outcome{nullptr};

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/fork_parts.h"
 #include "stream/engine.h"
 #include "stream/engine_internal.h"
 #include "stream/fork_handover.h"
@@ -20,7 +21,10 @@
 
 namespace xp::stream {
 
+// Each does nothing in a process whose engine state was never made
+// (common/fork_parts.h): g() would make it.
 void engine::before_fork() {
+  if (!fork_parts::used(fork_parts::kEngine)) return;
   State& s = g();
   if (!s.started || s.cm == nullptr) return;
   fork_prepare();
@@ -62,6 +66,7 @@ void engine::before_fork() {
 }
 
 void engine::after_fork_parent() {
+  if (!fork_parts::used(fork_parts::kEngine)) return;
   State& s = g();
   if (!s.started) return;
   std::vector<Conn*> cs;
@@ -97,6 +102,7 @@ void engine::after_fork_parent() {
 }
 
 void engine::on_fork_child() {
+  if (!fork_parts::used(fork_parts::kEngine)) return;
   room_waits_after_fork();
   // The parent's thread, channels and rdma_cm state do not exist here.  A
   // child of a process that already used rdma_cm cannot use it again (its

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/fork_parts.h"
 #include "common/lock_check.h"
 #include "common/logsink.h"
 #include "stream/engine_internal.h"
@@ -129,6 +130,7 @@ bool engine::fork_judgements_pending() {
 }
 
 void engine::forked(pid_t child) {
+  if (!fork_parts::used(fork_parts::kEngine)) return; // g() would make the state
   State& s = g();
   if (!s.started || s.cm == nullptr || child <= 0) return;
   std::lock_guard<std::mutex> l(g_mu);

@@ -1,4 +1,5 @@
 #include "stream/wake.h"
+#include "common/fork_parts.h"
 
 #include "common/fd_place.h"
 
@@ -35,6 +36,7 @@ namespace {
 constexpr int kWatchStripes = 64;
 std::mutex g_watch_mu[kWatchStripes];
 std::mutex& watch_mu_of(const ReadySource* s) {
+  fork_parts::mark(fork_parts::kWatch); // before a lock is first taken
   auto k = reinterpret_cast<uintptr_t>(s);
   return g_watch_mu[((k >> 6) ^ (k >> 12)) & (kWatchStripes - 1)];
 }
@@ -70,7 +72,8 @@ void ReadySource::tell_watchers_fenced() const {
 }
 
 namespace {
-void atfork_child_watch() {
+XP_FORK_TEXT void atfork_child_watch() {
+  if (!fork_parts::used(fork_parts::kWatch)) return;
   for (std::mutex& m : g_watch_mu)
     new (&m) std::mutex;
 }
