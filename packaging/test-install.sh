@@ -20,6 +20,11 @@ else
   bad "lintian is not installed (make deps)"
 fi
 
+# apt resolves the package's dependencies on this machine (simulated: the
+# real install would change the host; the scratch root below stands for it).
+out=$(apt-get install -s "$(realpath "$deb")" 2>&1)
+if grep -q "^Inst xpress " <<<"$out" && ! grep -q "^E: " <<<"$out"; then ok "apt install ./$(basename "$deb") resolves (simulated)"; else bad "apt-get install -s: $(tail -3 <<<"$out")"; fi
+
 # Installed into a scratch root (what apt install puts on a machine).
 dpkg-deb -x "$deb" "$tmp/root"
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
