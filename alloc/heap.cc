@@ -267,9 +267,7 @@ size_t threshold() {
 // found them unused; locked from then on, the locks are always held across
 // the fork.  The parent's handler unlocks only what the prepare handler
 // locked: another library's fork handler (or a signal handler) may make the
-// process's first arena allocation in between.  (glibc runs one fork's
-// handlers at a time, under its atfork lock: fork_parts::take_prepared.)
-
+// process's first arena allocation in between (fork_parts::take_prepared).
 void before_fork() {
   if (!fork_parts::used(fork_parts::kAlloc)) {
     if (__libc_single_threaded) return;

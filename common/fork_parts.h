@@ -40,20 +40,21 @@ inline bool used(uint32_t parts) {
   return (g_used.load(std::memory_order_seq_cst) & parts) != 0;
 }
 
-// Parts whose prepare handler ran for the fork under way: their parent
-// handler undoes what it did, and only then.  A part may become used
-// between the two (another library's fork handler, a signal handler, or
-// another thread may make its first use), so the parent handler cannot go
-// by used().  glibc runs one fork's handlers at a time (its atfork lock),
-// so one word serves.
-extern std::atomic<uint32_t> g_prepared;
+// Parts whose prepare handler ran for this thread's fork under way: their
+// parent handler undoes what it did, and only then.  A part may become
+// used between the two (another library's fork handler, a signal handler,
+// or another thread may make its first use), so the parent handler cannot
+// go by used().  Per thread: since glibc 2.36 two threads' forks may run
+// their handlers at the same time; a fork's prepare, parent and child
+// handlers all run on the forking thread (the child inherits its value).
+extern __attribute__((tls_model("initial-exec"))) thread_local uint32_t t_prepared;
 inline void set_prepared(Part p) {
-  g_prepared.fetch_or(p, std::memory_order_relaxed);
+  t_prepared |= p;
 }
-// Whether p's prepare handler ran; clears it (no write when it did not).
+// Whether p's prepare handler ran; clears it.
 inline bool take_prepared(Part p) {
-  if ((g_prepared.load(std::memory_order_relaxed) & p) == 0) return false;
-  g_prepared.fetch_and(~static_cast<uint32_t>(p), std::memory_order_relaxed);
+  if ((t_prepared & p) == 0) return false;
+  t_prepared &= ~static_cast<uint32_t>(p);
   return true;
 }
 

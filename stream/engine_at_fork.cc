@@ -109,7 +109,15 @@ void engine::on_fork_child() {
   // librdmacm state names the parent's device contexts), so it keeps every
   // new connection on TCP.  Streams that were on RDMA moved to TCP before
   // the fork (stream/move.cc): the child's copy works as the parent's does.
-  State& s = g();
+  // A fork between another thread's first use and its making of the state
+  // (state_once): no state to re-make, and none made here (a child of a
+  // multithreaded parent allocates nothing it need not).
+  State* sp = g_if_created();
+  if (sp == nullptr) {
+    forks_after_fork_child();
+    return;
+  }
+  State& s = *sp;
   new (&s.mu) std::mutex();
   new (&s.qmu) std::mutex();
   if (s.used_rdma) s.forked_child = true;
