@@ -578,11 +578,9 @@ bool has_orphans() {
   return g_orphans.load(std::memory_order_relaxed) != 0;
 }
 
-namespace {
-
 // A fork child has one thread: a lock another thread of the parent held at
 // the fork would never be released.
-XP_FORK_TEXT void atfork_child() {
+XP_FORK_TEXT void after_fork_child() {
   if (!fork_parts::used(fork_parts::kEpoll)) return;
   new (&g_mu) std::mutex;
   if (LockedClaims* c = g_claims.load(std::memory_order_acquire)) c->reset_lock();
@@ -597,11 +595,12 @@ XP_FORK_TEXT void atfork_child() {
   }
 }
 
+namespace {
+
 // The stream layer's mode changes reach us through track's hook; installed
 // before any program code runs, so no change can slip past a new epoll set.
 __attribute__((constructor)) void install_hooks() {
-  track::set_readiness_hook(on_mode);
-  pthread_atfork(nullptr, nullptr, atfork_child);
+  track::set_readiness_hook(on_mode); // (after_fork_child: preload/lifecycle.cc)
 }
 
 } // namespace

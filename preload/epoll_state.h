@@ -58,6 +58,9 @@ void on_dup(int oldfd, int newfd);
 void renumber_wake(int oldfd, int newfd);
 // Some registration outlived the number it was made under (see on_close).
 bool has_orphans();
+// In a fork child, before anything there takes its locks (lifecycle.cc's
+// child handler calls it first): the locks re-made.
+void after_fork_child();
 
 // poll/select: epoll sets with user-mode members (directly or nested) are
 // readable only as far as xpress keeps their wake eventfd's level true.

@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include "preload/config.h"
+#include "preload/epoll_state.h"
 #include "preload/log.h"
 #include "preload/real.h"
 #include "preload/stats.h"
 #include "preload/track.h"
 #include "stream/conn_io.h"
 #include "stream/engine.h"
+#include "stream/ready_source.h"
 #include "xp_version.h"
 
 namespace xp {
@@ -43,6 +45,13 @@ void env_report(const char* line, void*) {
 // so nothing is taken before the fork; the child inherits every record, as
 // its inherited TCP sockets are the same kernel sockets.
 XP_FORK_TEXT void atfork_child() {
+  // The locks first: the engine's child handler below may fail a
+  // connection, whose mode change takes epoll's and the watchers' locks
+  // (track's readiness hook), which a thread the child does not have may
+  // have held at the fork.  (Handlers registered apart run in registration
+  // order, which put these after the engine's.)
+  epoll::after_fork_child();
+  stream::ReadySource::after_fork_child_watch();
   if (!fork_parts::used(fork_parts::kLifecycle)) return; // common/fork_parts.h
   fork_parts::take_prepared(fork_parts::kEngine);
   log::after_fork_child();

@@ -87,6 +87,9 @@ public:
   // fence serves this load and its sleeper counts).
   void tell_watchers_fenced() const;
   uint32_t watchers() const { return n_watchers_.load(std::memory_order_relaxed); }
+  // In a fork child, before anything there takes a watch lock
+  // (preload/lifecycle.cc's child handler calls it first): the locks re-made.
+  static void after_fork_child_watch();
 
 protected:
   ReadySource() = default;

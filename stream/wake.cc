@@ -71,16 +71,11 @@ void ReadySource::tell_watchers_fenced() const {
     if (w.on_change(!exclusive_woken)) exclusive_woken = true;
 }
 
-namespace {
-XP_FORK_TEXT void atfork_child_watch() {
+XP_FORK_TEXT void ReadySource::after_fork_child_watch() {
   if (!fork_parts::used(fork_parts::kWatch)) return;
   for (std::mutex& m : g_watch_mu)
     new (&m) std::mutex;
 }
-__attribute__((constructor)) void install_watch_atfork() {
-  pthread_atfork(nullptr, nullptr, atfork_child_watch);
-}
-} // namespace
 
 namespace wake {
 namespace {
