@@ -13,6 +13,7 @@
 
 #include "flow/record_channel.h"
 #include "recover/upgrade_wire.h"
+#include "stream/conn.h"
 #include "stream/mux.h"
 #include "verbs/link.h"
 
@@ -47,7 +48,7 @@ struct Channel {
   // Client side: the lane of the connection it was set up for (Conn::lane,
   // modulo XPRESS_CHANNELS_PER_PEER).
   uint32_t lane = 0;
-  std::vector<Conn*> conns; // streams' connections (each holds a ref)
+  ChannelConns conns; // streams' connections (each holds a ref)
   // Stream id -> connection: the mux's table (hash-indexed), each stream
   // naming its connection (Stream::owner).
   Conn* conn_of(uint32_t id) const {

@@ -11,9 +11,9 @@
 // directions switched take only Channel::mu.
 #pragma once
 #include <atomic>
+#include <boost/intrusive/list.hpp>
 #include <cstdint>
 #include <mutex>
-#include <vector>
 
 #include "common/reasons.h"
 #include "recover/upgrade.h"
@@ -28,6 +28,11 @@ struct Channel;
 struct ListenShare;
 
 enum class Phase : uint8_t { upgrading, rdma, tcp };
+
+// A connection's link in one table (ConnTable).  safe_link: a link is
+// unlinked when its table lets go, and linking one that is linked asserts.
+using ConnHook = boost::intrusive::list_member_hook<
+    boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 
 class Conn final : public ReadySource {
 public:
@@ -161,6 +166,12 @@ public:
     while (e < n && !tcp_rx_edged.compare_exchange_weak(e, n, std::memory_order_acq_rel))
       ;
   }
+  // Both in one step: true when this took bytes and counted their edge.
+  bool take_and_edge(uint64_t n) {
+    if (!take_tcp_bytes(n)) return false;
+    edge_tcp_bytes(n);
+    return true;
+  }
   // EPOLLIN appeared (note_ready, not for new_data): whether that is an
   // edge still to count (kInEdge).  While our receive direction reads TCP
   // its bytes are the edge: taken here (their edge counted here: kInTook),
@@ -243,9 +254,9 @@ public:
   recover::Nonce nonce{};      // ours (the session has a copy)
   recover::Nonce peer_nonce{}; // server: the client's, from the request
 
-  // Positions in the engine's table of connections and in its channel's
-  // (conn_add / conn_remove): a close unlinks in O(1).
-  uint32_t pos_all = ~0u, pos_ch = ~0u;
+  // Links in the engine's table of connections and in its channel's
+  // (ConnTable below): a close unlinks in O(1), nothing is allocated.
+  ConnHook in_all, in_channel;
 
   static constexpr uint32_t kIn = 1, kOut = 2, kFin = 4, kReset = 8, kWriteShut = 16;
 
@@ -253,26 +264,55 @@ private:
   std::atomic<uint32_t> refs{1};
 };
 
-// An unordered table of connections in which each remembers its position
-// (Pos: Conn::pos_all or Conn::pos_ch), so removal swaps the last entry
-// into its place instead of searching.  A position that does not name the
-// connection (a table cleared or filled by hand) falls back to a search.
-template <uint32_t Conn::*Pos> void conn_add(std::vector<Conn*>& v, Conn* c) {
-  c->*Pos = static_cast<uint32_t>(v.size());
-  v.push_back(c);
-}
-template <uint32_t Conn::*Pos> bool conn_remove(std::vector<Conn*>& v, Conn* c) {
-  size_t i = c->*Pos;
-  if (i >= v.size() || v[i] != c) {
-    for (i = 0; i < v.size() && v[i] != c; ++i) {
+// A table of connections: an intrusive list through the link H of each
+// (Conn::in_all: the engine's; Conn::in_channel: its channel's), so adding
+// allocates nothing and removing is O(1).  A connection is in at most one
+// table per link; remove() names the table that holds it.  Iteration
+// yields Conn*; erase(it) removes while iterating.  The table holds no
+// reference: whoever adds also refs (the callers' rule).
+template <ConnHook Conn::*H> class ConnTable {
+  using List = boost::intrusive::list<Conn, boost::intrusive::member_hook<Conn, ConnHook, H>>;
+
+public:
+  class iterator {
+  public:
+    explicit iterator(typename List::iterator it) : it_(it) {}
+    Conn* operator*() const { return &*it_; }
+    iterator& operator++() {
+      ++it_;
+      return *this;
     }
-    if (i == v.size()) return false;
+    bool operator==(const iterator& o) const { return it_ == o.it_; }
+
+  private:
+    friend class ConnTable;
+    typename List::iterator it_;
+  };
+
+  ConnTable() = default;
+  ConnTable(const ConnTable&) = delete;
+  ConnTable& operator=(const ConnTable&) = delete;
+
+  void add(Conn* c) { l_.push_back(*c); }
+  // false: c is in no table of this link (removed before).
+  bool remove(Conn* c) {
+    if (!(c->*H).is_linked()) return false;
+    l_.erase(List::s_iterator_to(*c));
+    return true;
   }
-  v[i] = v.back();
-  v[i]->*Pos = static_cast<uint32_t>(i);
-  v.pop_back();
-  c->*Pos = ~0u;
-  return true;
-}
+  iterator erase(iterator it) { return iterator(l_.erase(it.it_)); }
+  static bool linked(const Conn* c) { return (c->*H).is_linked(); }
+  bool empty() const { return l_.empty(); }
+  size_t size() const { return l_.size(); }
+  Conn* front() { return &l_.front(); }
+  iterator begin() { return iterator(l_.begin()); }
+  iterator end() { return iterator(l_.end()); }
+  void clear() { l_.clear(); }
+
+private:
+  List l_;
+};
+using AllConns = ConnTable<&Conn::in_all>;
+using ChannelConns = ConnTable<&Conn::in_channel>;
 
 } // namespace xp::stream

@@ -725,13 +725,7 @@ IoResult shutdown(Conn* c, int how) {
   if (c->resumed.load()) return resume::shutdown(c, how);
   if (how != SHUT_RD) {
     if (c->tx_rdma.load()) {
-      bool woke = false;
-      if (Channel* ch = c->ch) {
-        std::lock_guard<std::mutex> chl(ch->mu);
-        if (c->st) c->st->shutdown_write();
-        woke = engine::refresh(c);
-      }
-      if (woke) wake::notify(c); // an edge refresh counted (engine_control.cc)
+      engine::shut_write(c);
       // The kernel socket follows (after the FIN record), so that TCP_INFO
       // and the peer's kernel state are what the program expects.
       syscall(SYS_shutdown, c->sock(), SHUT_WR);

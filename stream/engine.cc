@@ -181,7 +181,7 @@ void tcp_event(Conn* c, uint32_t events) {
     // Conn::catch_up).
     uint64_t n = 0;
     if (tcp_bytes_received(c, &n)) {
-      if (c->take_tcp_bytes(n)) c->edge_tcp_bytes(n);
+      c->take_and_edge(n);
       counted = true;
     } else {
       new_data = true;
@@ -358,7 +358,7 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
     return nullptr;
   }
   c->ref(); // the table's
-  conn_add<&Conn::pos_all>(g_state.conns, c);
+  g_state.conns.add(c);
   index_server(c);      // its pending requests and ATTACHes are answered
   c->note_ready(false); // edges are counted from here
   watch_tcp(c);
@@ -411,9 +411,7 @@ Conn::InEdge Conn::fresh_in_edge(bool in_counted) {
   if (!engine::tcp_bytes_received(this, &n)) return kInEdge;
   // The bytes that made EPOLLIN appear are this edge; the engine's later
   // relay of the same bytes finds them taken.
-  if (!take_tcp_bytes(n)) return kInCounted;
-  edge_tcp_bytes(n);
-  return kInTook;
+  return take_and_edge(n) ? kInTook : kInCounted;
 }
 
 void Conn::catch_up() {
@@ -596,7 +594,7 @@ void engine::on_close(Conn* c) {
   } else {
     forget_attempts(c);
   }
-  if (conn_remove<&Conn::pos_all>(s.conns, c)) c->unref();
+  if (s.conns.remove(c)) c->unref();
   wake::notify(); // a call blocked on this connection in another thread returns
 }
 

@@ -128,7 +128,8 @@ void engine::on_fork_child() {
   if (s.started) wake::set_no_waker(true);
   // Nothing here allocates (after fork() in a multithreaded parent only
   // async-signal-safe work is sure to be safe): the connections this child
-  // may claim are gathered at the front of the table in place.
+  // may claim are moved to the back of the table, the others unlinked.
+  const size_t n = s.conns.size();
   size_t kept = 0;
   // The engine's epoll set and command eventfd are the parent's (an epoll
   // set is shared across fork: removing a socket here would remove the
@@ -136,7 +137,10 @@ void engine::on_fork_child() {
   if (s.epfd >= 0) syscall(SYS_close, s.epfd);
   if (s.cmdfd >= 0) syscall(SYS_close, s.cmdfd);
   s.epfd = s.cmdfd = -1;
-  for (Conn* c : s.conns) {
+  auto it = s.conns.begin();
+  for (size_t i = 0; i < n; ++i) {
+    Conn* c = *it;
+    ++it;
     new (&c->mu) std::mutex();
     // A parent's thread that took TCP bytes but had not counted their edge
     // (Conn::take_tcp_bytes, edge_tcp_bytes) does not exist here: the
@@ -174,9 +178,10 @@ void engine::on_fork_child() {
       // Nothing moved over RDMA yet: the kernel socket has every byte.  An
       // accepted one may be this child's to upgrade (stream/fork_handover.h).
       if (keep_for_claim(c)) {
-        // The parent's table reference, now ours (ahead of the reader).
-        s.conns[kept] = c;
-        c->pos_all = static_cast<uint32_t>(kept++);
+        // The parent's table reference, now ours.
+        s.conns.remove(c);
+        s.conns.add(c);
+        ++kept;
         continue;
       }
       c->phase.store(Phase::tcp);
@@ -191,8 +196,8 @@ void engine::on_fork_child() {
     }
   }
   s.forking.store(false);
-  s.conns.resize(kept); // shrinking: no allocation
-  claims_after_fork_child(kept);
+  while (s.conns.size() > kept) s.conns.erase(s.conns.begin()); // their references: forgotten
+  claims_after_fork_child();
   s.channels.clear();
   clear_pending();
   s.listeners.clear();

@@ -117,7 +117,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     s = ch->mux->open(h.stream, 0, 0);
     if (s) {
       s->owner = c;
-      conn_add<&Conn::pos_ch>(ch->conns, c);
+      ch->conns.add(c);
       c->ref();
     }
   }
@@ -250,7 +250,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
 void link_stream(Conn* c, Channel* ch, Stream* st, uint32_t id) {
   XP_ASSERT_HELD(ch->mu);
   st->owner = c;
-  conn_add<&Conn::pos_ch>(ch->conns, c);
+  ch->conns.add(c);
   ch->idle_since_ms = 0;
   c->ref();
   c->ch = ch;
@@ -269,7 +269,7 @@ void detach(Conn* c, Channel* ch) {
   XP_ASSERT_HELD(ch->mu);
   if (c->st) ch->mux->close(c->st);
   c->st = nullptr;
-  if (conn_remove<&Conn::pos_ch>(ch->conns, c)) c->unref();
+  if (ch->conns.remove(c)) c->unref();
 }
 
 void flush(Conn* c) {
@@ -463,6 +463,17 @@ bool refresh(Conn* c) {
   // them taken, and its wake-up may have come before this edge.
   if (c->note_ready(new_data)) wake = true;
   return wake;
+}
+
+void shut_write(Conn* c) {
+  XP_ASSERT_HELD(c->mu);
+  bool woke = false;
+  if (Channel* ch = c->ch) {
+    std::lock_guard<std::mutex> chl(ch->mu);
+    if (c->st) c->st->shutdown_write();
+    woke = refresh(c);
+  }
+  if (woke) wake::notify(c); // an edge refresh counted (refresh above)
 }
 
 Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* payload) {

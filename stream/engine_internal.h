@@ -10,6 +10,7 @@
 #include <ctime>
 #include <list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sys/socket.h>
 #include <unordered_map>
@@ -127,6 +128,16 @@ struct CmUser {
   bool reattach = false;  // a channel for a resumed stream going back (stream/reattach.cc)
   recover::IpAddr from{}; // server: the requester's address
 };
+// A connection's rdma_cm operation (a client attempt, a server accept) owns
+// its CmUser and one reference of the connection from its start to its
+// last event (established, rejected, failed, or a disconnect before it
+// was established); OwnedCmUser lets go of both.
+struct CmUserDrop {
+  void operator()(CmUser* u) const;
+};
+using OwnedCmUser = std::unique_ptr<CmUser, CmUserDrop>;
+// The user of a new operation for c (a reference of c taken); null: out of memory.
+OwnedCmUser conn_user(CmUser::Kind k, Conn* c, uint16_t port, bool reattach = false);
 
 struct State {
   std::mutex mu; // tables below; ordered before Conn::mu
@@ -140,7 +151,7 @@ struct State {
   bool inherited_user_mode = false;
   int epfd = -1, cmdfd = -1;
   verbs::Cm* cm = nullptr;
-  std::vector<Conn*> conns; // live connections (one ref each)
+  AllConns conns; // live connections (one ref each)
   std::vector<Channel*> channels;
   std::vector<Channel*> dying;      // torn down, freed once no caller can still hold them
   std::vector<ListenShare*> shares; // listening sockets this process accepted from
@@ -234,6 +245,10 @@ void to_tcp(Conn* c, Reason why);
 // may wait for happened (a condition appeared, bytes arrived, the window
 // moved); false if nothing changed or readiness only went away.
 bool refresh(Conn* c);
+// c->mu held, our direction on the channel: its FIN record after our
+// bytes (the stream's shutdown), the readiness that changes, and the
+// wake-up once the channel's lock is let go.
+void shut_write(Conn* c);
 // The kernel's count of payload bytes received on c's socket (false: not
 // TCP, e.g. a unit test's socketpair).
 bool tcp_bytes_received(const Conn* c, uint64_t* n);

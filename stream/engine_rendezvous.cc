@@ -21,6 +21,18 @@
 #include "stream/wake.h"
 
 namespace xp::stream::engine {
+
+void CmUserDrop::operator()(CmUser* u) const {
+  if (u->conn) u->conn->unref();
+  delete u;
+}
+
+OwnedCmUser conn_user(CmUser::Kind k, Conn* c, uint16_t port, bool reattach) {
+  auto* u = new (std::nothrow) CmUser{k, c, nullptr, port, reattach};
+  if (u) c->ref();
+  return OwnedCmUser(u);
+}
+
 namespace {
 
 // The rdma_cm private data (recover/rendezvous_wire.h).
@@ -71,20 +83,19 @@ void cm_connect(Conn* c, uint16_t port) {
   memcpy(w.nonce, c->nonce.b, 16);
   sockaddr_storage src, dst;
   cm_addrs(c, port, &src, &dst);
-  auto* u = new (std::nothrow) CmUser{CmUser::Kind::client, c, nullptr, port};
-  if (u == nullptr) return fail(c, Reason::resources_exhausted);
-  c->ref();
+  OwnedCmUser u = conn_user(CmUser::Kind::client, c, port);
+  if (!u) return fail(c, Reason::resources_exhausted);
   c->cm_tried = true;
-  g().inflight.push_back(u);
+  g().inflight.push_back(u.get());
   c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                              link_params(), &w, sizeof w, u);
+                              link_params(), &w, sizeof w, u.get());
   if (st != Status::ok) {
     g().inflight.pop_back();
-    delete u;
-    c->unref();
-    fail(c, Reason::handshake_failed, "rdma_cm connect failed");
+    u.reset();
+    return fail(c, Reason::handshake_failed, "rdma_cm connect failed");
   }
+  u.release(); // rdma_cm's until its last event (on_cm_event)
 }
 
 // An rdma_cm attempt ended (g().mu held): the connections that waited for
@@ -175,15 +186,14 @@ void accept_channel(Conn* c, verbs::CmRequest* req) {
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
-  auto* u = new (std::nothrow) CmUser{CmUser::Kind::server, c, nullptr, 0, true};
-  if (u == nullptr) return send_reject(req, rej_busy);
-  c->ref();
+  OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0, true);
+  if (!u) return send_reject(req, rej_busy);
   c->accepting = true;
-  if (!server_accept(req, a, u)) {
+  if (!server_accept(req, a, u.get())) {
     c->accepting = false;
-    delete u;
-    c->unref();
+    return;
   }
+  u.release(); // rdma_cm's until its last event (on_cm_event)
 }
 
 void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Nonce& nonce_c) {
@@ -204,20 +214,16 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
   a.kind = kKindAccept;
   a.version = kWireVersion;
   memcpy(a.nonce, c->nonce.b, 16);
-  auto* u = new (std::nothrow) CmUser{CmUser::Kind::server, c, nullptr, 0};
-  if (u == nullptr) {
-    send_reject(req, rej_busy);
-    return;
-  }
-  c->ref();
+  OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0);
+  if (!u) return send_reject(req, rej_busy);
   c->accepting = true;
   c->pending_sid = sid;
   c->peer_nonce = nonce_c;
-  if (!server_accept(req, a, u)) {
+  if (!server_accept(req, a, u.get())) {
     c->accepting = false;
-    delete u;
-    c->unref();
+    return;
   }
+  u.release(); // rdma_cm's until its last event (on_cm_event)
 }
 
 // Where a sibling process published a connection with this key.
@@ -290,7 +296,7 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
     st = ch->mux->open(sid, 0, 0);
     if (st) {
       st->owner = c;
-      conn_add<&Conn::pos_ch>(ch->conns, c);
+      ch->conns.add(c);
       c->ref();
     }
   }
@@ -361,18 +367,16 @@ bool cm_reattach(Conn* c, uint16_t port) {
   recover::tuple_key(c->tuple, w.key);
   sockaddr_storage src, dst;
   cm_addrs(c, port, &src, &dst);
-  auto* u = new (std::nothrow) CmUser{CmUser::Kind::client, c, nullptr, port, true};
-  if (u == nullptr) return false;
-  c->ref();
-  g().inflight.push_back(u);
+  OwnedCmUser u = conn_user(CmUser::Kind::client, c, port, true);
+  if (!u) return false;
+  g().inflight.push_back(u.get());
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                              link_params(), &w, sizeof w, u);
+                              link_params(), &w, sizeof w, u.get());
   if (st != Status::ok) {
-    attempt_done(u);
-    delete u;
-    c->unref();
+    attempt_done(u.get());
     return false;
   }
+  u.release(); // rdma_cm's until its last event (on_cm_event)
   return true;
 }
 
@@ -524,15 +528,15 @@ void serve_share(ListenShare* sh) {
   int32_t owner = sh->owner_pid.load();
   if (owner != me && (owner == 0 || (kill(owner, 0) != 0 && errno == ESRCH))) {
     if (sh->owner_pid.compare_exchange_strong(owner, me)) {
-      auto* u = new (std::nothrow) CmUser{CmUser::Kind::listener_share, nullptr, sh, 0};
+      std::unique_ptr<CmUser> u(new (std::nothrow)
+                                    CmUser{CmUser::Kind::listener_share, nullptr, sh, 0});
       verbs::CmListener* l = nullptr;
       uint16_t port = 0;
-      if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u, &l, &port, sh->af_only) ==
-                   Status::ok) {
-        g().listeners.push_back(OwnedListener{sh, l, u});
+      if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u.get(), &l, &port,
+                              sh->af_only) == Status::ok) {
+        g().listeners.push_back(OwnedListener{sh, l, u.release()});
         sh->owner_state.store(1);
       } else {
-        delete u;
         sh->owner_state.store(2);
       }
     }
@@ -620,55 +624,49 @@ void on_cm_event(const verbs::CmEvent& ev) {
     return;
   }
   case K::established: {
-    if (u->kind == CmUser::Kind::client) {
+    OwnedCmUser own(u); // the operation ends here
+    const bool client = u->kind == CmUser::Kind::client;
+    Conn* c = u->conn;
+    if (client) {
       attempt_done(u);
-      g().negative.forget_refused(recover::server_addr(u->conn->tuple), u->conn->tuple.server_port);
+      g().negative.forget_refused(recover::server_addr(c->tuple), c->tuple.server_port);
+    } else {
+      server_accept_done(u);
+      std::lock_guard<std::mutex> l(c->mu);
+      c->accepting = false; // (a channel-only one: the next request may come)
     }
-    if (u->kind == CmUser::Kind::server) server_accept_done(u);
-    Channel* ch = make_channel(ev.link, u->kind == CmUser::Kind::client);
-    if (ch) ch->cm_port = u->port; // the binding names it (docs/protocol.md §2)
-    // A server channel records its requester (the per-peer cap counts it).
-    if (ch && u->kind == CmUser::Kind::server) ch->peer_addr = u->from;
+    Channel* ch = make_channel(ev.link, client);
+    if (ch == nullptr) {
+      g().cm->destroy(ev.link);
+    } else {
+      ch->cm_port = u->port; // the binding names it (docs/protocol.md §2)
+      if (client) {
+        ch->peer_addr = recover::server_addr(c->tuple);
+        ch->peer_port = c->tuple.server_port;
+        ch->local_addr = recover::client_addr(c->tuple);
+        ch->lane = c->lane % g().p.channels_per_peer;
+      } else {
+        ch->peer_addr = u->from; // the per-peer cap counts it
+      }
+    }
     if (u->reattach) {
       // A channel for a resumed stream: the stream binds over it with
       // REATTACH (client); the server waits for that.
-      if (ch == nullptr) {
-        g().cm->destroy(ev.link);
-      } else if (u->kind == CmUser::Kind::client) {
-        ch->peer_addr = recover::server_addr(u->conn->tuple);
-        ch->peer_port = u->conn->tuple.server_port;
-        ch->local_addr = recover::client_addr(u->conn->tuple);
-        ch->lane = u->conn->lane % g().p.channels_per_peer;
-      }
-      if (u->kind == CmUser::Kind::client) {
-        reattach::over_channel(u->conn, ch);
-      } else {
-        std::lock_guard<std::mutex> l(u->conn->mu);
-        u->conn->accepting = false; // the next channel-only request may come
-      }
-    } else if (ch == nullptr) {
-      g().cm->destroy(ev.link);
-    } else if (u->kind == CmUser::Kind::client) {
-      ch->peer_addr = recover::server_addr(u->conn->tuple);
-      ch->peer_port = u->conn->tuple.server_port;
-      ch->local_addr = recover::client_addr(u->conn->tuple);
-      ch->lane = u->conn->lane % g().p.channels_per_peer;
+      if (client) reattach::over_channel(c, ch);
+      return;
+    }
+    if (ch == nullptr) return;
+    if (client) {
       recover::Nonce n;
-      if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(u->conn, ch, 0, n);
+      if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(c, ch, 0, n);
     } else {
-      Conn* c = u->conn;
-      {
-        std::lock_guard<std::mutex> l(c->mu);
-        c->accepting = false;
-      }
       bind_new_channel(c, ch, c->pending_sid, c->peer_nonce);
     }
-    u->conn->unref();
-    delete u;
     return;
   }
   case K::rejected:
   case K::failed: {
+    OwnedCmUser own(u); // the operation ends here
     Conn* c = u->conn;
     if (u->kind == CmUser::Kind::server) server_accept_done(u);
     if (u->reattach) {
@@ -695,8 +693,6 @@ void on_cm_event(const verbs::CmEvent& ev) {
         }
         if (!again) reattach::over_channel(c, nullptr);
       }
-      c->unref();
-      delete u;
       return;
     }
     // A connection that will try again (below) keeps the others to this
@@ -743,8 +739,6 @@ void on_cm_event(const verbs::CmEvent& ev) {
              "rendezvous refused");
       }
     }
-    c->unref();
-    delete u;
     return;
   }
   case K::listener_lost: {
@@ -785,14 +779,13 @@ void on_cm_event(const verbs::CmEvent& ev) {
     for (Channel* ch : g().dying)
       if (ch->link == ev.link) return;
     g().cm->destroy(ev.link); // never established here
-    if (u && u->kind == CmUser::Kind::server) {
+    if (u == nullptr || (u->kind != CmUser::Kind::server && u->kind != CmUser::Kind::client))
+      return;
+    OwnedCmUser own(u); // the operation ends here
+    if (u->kind == CmUser::Kind::server) {
       server_accept_done(u);
       std::lock_guard<std::mutex> l(u->conn->mu);
       u->conn->accepting = false;
-    }
-    if (u && (u->kind == CmUser::Kind::server || u->kind == CmUser::Kind::client)) {
-      u->conn->unref();
-      delete u;
     }
     return;
   }

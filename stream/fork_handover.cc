@@ -142,17 +142,16 @@ bool keep_for_claim(Conn* c) {
   return true;
 }
 
-void claims_after_fork_child(size_t kept) {
+void claims_after_fork_child() {
   if (g_claims == nullptr) return;
   // The parent's claims are not this child's: its own first data call
-  // claims again (claim_start).  A kept connection (g().conns[0, kept)) is
+  // claims again (claim_start).  A kept connection (still in g().conns) is
   // the same object here, so the parent's claim reference on it is
   // dropped (its table's reference remains: never the last); the others
   // stay forgotten with their table references, as every connection of
   // the parent's this child does not keep.
-  const auto& conns = g().conns;
   for (Conn* k : *g_claims)
-    if (k->pos_all < kept && conns[k->pos_all] == k) k->unref();
+    if (AllConns::linked(k)) k->unref();
   g_claims->clear();
 }
 

@@ -44,9 +44,8 @@ void follow_claim(Conn* c, uint64_t now);
 // process's alone are published (or given up at their deadline).
 void tick_claims(uint64_t now);
 // on_fork_child, once g().conns holds only the connections the child
-// keeps (its first `kept`): the parent's list is not the child's.  No
-// allocation.
-void claims_after_fork_child(size_t kept);
+// keeps: the parent's list is not the child's.  No allocation.
+void claims_after_fork_child();
 // Whether the kernel's counts of c's socket (bytes written and read by
 // anyone) equal what this process's session saw (c->mu held).  false when
 // they differ or cannot be read.

@@ -297,13 +297,7 @@ IoResult shutdown(Conn* c, int how) {
     // should this channel fail too, our RESUME and frames still go on TCP
     // (then the kernel's FIN after them, reattach::fold).
     r->app_shut = true;
-    bool woke = false;
-    if (Channel* ch = c->ch) {
-      std::lock_guard<std::mutex> chl(ch->mu);
-      if (c->st) c->st->shutdown_write();
-      woke = engine::refresh(c);
-    }
-    if (woke) wake::notify(c); // an edge refresh counted (engine_control.cc)
+    engine::shut_write(c);
     flush_out(c, r);
   }
   if (r != nullptr && how != SHUT_RD && !r->app_shut) {

@@ -73,7 +73,7 @@ inline void bind(End& e, const recover::Nonce& peer_nonce) {
     e.c->st = e.ch->mux->open(0, 0, 0);
     REQUIRE(e.c->st != nullptr);
     e.c->st->owner = e.c;
-    e.ch->conns.push_back(e.c);
+    e.ch->conns.add(e.c);
     e.c->ref();
   }
   e.c->ch = e.ch;

@@ -77,7 +77,7 @@ inline void bind_stream(REnd& e, uint32_t id, const recover::Nonce& peer_nonce) 
     e.c->st = e.ch->mux->open(id, 0, 0);
     REQUIRE(e.c->st != nullptr);
     e.c->st->owner = e.c;
-    e.ch->conns.push_back(e.c);
+    e.ch->conns.add(e.c);
     e.c->ref();
   }
   e.c->ch = e.ch;
@@ -300,7 +300,7 @@ struct AcceptedConn {
     c = new stream::Conn(fds[1], p);
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     c->ref();
-    stream::engine::g().conns.push_back(c);
+    stream::engine::g().conns.add(c);
     stream::engine::index_server(c);
   }
   AcceptedConn(const AcceptedConn&) = delete;
@@ -311,13 +311,7 @@ struct AcceptedConn {
     stream::engine::on_close(c);
     {
       std::lock_guard<std::mutex> g(stream::engine::g().mu);
-      auto& cs = stream::engine::g().conns;
-      for (size_t i = 0; i < cs.size(); ++i)
-        if (cs[i] == c) {
-          cs.erase(cs.begin() + static_cast<long>(i));
-          c->unref();
-          break;
-        }
+      if (stream::engine::g().conns.remove(c)) c->unref();
     }
     c->unref();
     c = nullptr;

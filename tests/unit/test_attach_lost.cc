@@ -353,7 +353,7 @@ TEST_CASE("client wait: a connection behind its host's rdma_cm attempt is waited
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
     c->ref();
-    engine::g().conns.push_back(c);
+    engine::g().conns.add(c);
   }
   auto past_deadline = [c] {
     std::lock_guard<std::mutex> l(c->mu);
@@ -374,8 +374,7 @@ TEST_CASE("client wait: a connection behind its host's rdma_cm attempt is waited
     std::lock_guard<std::mutex> g(engine::g().mu);
     auto& in = engine::g().inflight;
     in.erase(std::remove(in.begin(), in.end(), u), in.end());
-    auto& v = engine::g().conns;
-    v.erase(std::remove(v.begin(), v.end(), c), v.end());
+    engine::g().conns.remove(c);
   }
   delete u;
   other->unref();
@@ -393,7 +392,7 @@ TEST_CASE("client wait: its own rdma_cm attempt does not extend the handshake") 
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
     c->ref();
-    engine::g().conns.push_back(c);
+    engine::g().conns.add(c);
   }
   engine::CmUser* u = attempt(c, c->tuple.server_port);
   {
@@ -407,8 +406,7 @@ TEST_CASE("client wait: its own rdma_cm attempt does not extend the handshake") 
     std::lock_guard<std::mutex> g(engine::g().mu);
     auto& in = engine::g().inflight;
     in.erase(std::remove(in.begin(), in.end(), u), in.end());
-    auto& v = engine::g().conns;
-    v.erase(std::remove(v.begin(), v.end(), c), v.end());
+    engine::g().conns.remove(c);
   }
   delete u;
   c->unref(); // the attempt's

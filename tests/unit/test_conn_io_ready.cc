@@ -20,7 +20,7 @@ struct SecondStream {
       other->st = p.b.ch->mux->open(7, 0, 0);
       REQUIRE(other->st != nullptr);
       other->st->owner = other;
-      p.b.ch->conns.push_back(other);
+      p.b.ch->conns.add(other);
       other->ref();
     }
     other->ch = p.b.ch;
@@ -32,7 +32,7 @@ struct SecondStream {
     {
       std::lock_guard<std::mutex> l(p.b.ch->mu);
       p.b.ch->mux->close(other->st);
-      p.b.ch->conns.pop_back();
+      p.b.ch->conns.remove(other);
       other->st = nullptr;
     }
     other->unref();
@@ -295,7 +295,7 @@ TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
     p.a.c->ref(); // as the engine's table holds it
-    engine::g().conns.push_back(p.a.c);
+    engine::g().conns.add(p.a.c);
   }
   uint64_t now = engine::now_ms();
   engine::tick_conns(now); // the keepalive's look for this period
@@ -322,9 +322,7 @@ TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
   engine::spin_leave(p.b.ch);
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    auto& v = engine::g().conns;
-    for (size_t i = 0; i < v.size(); ++i)
-      if (v[i] == p.a.c) v.erase(v.begin() + static_cast<long>(i));
+    engine::g().conns.remove(p.a.c);
   }
   p.a.c->unref();
   engine::g().p.keepalive_ms = saved_ka;

@@ -179,7 +179,7 @@ Use after_child(Child what) {
   {
     std::lock_guard<std::mutex> l(stream::engine::g().mu);
     p.a.c->ref(); // the table's (on_close drops it)
-    stream::engine::g().conns.push_back(p.a.c);
+    stream::engine::g().conns.add(p.a.c);
   }
   std::atomic<bool> stop{false};
   std::thread peer([&] {

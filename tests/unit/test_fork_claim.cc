@@ -137,7 +137,7 @@ struct Accepted {
 void add_to_table(Conn* c) {
   std::lock_guard<std::mutex> l(engine::g().mu);
   c->ref();
-  conn_add<&Conn::pos_all>(engine::g().conns, c);
+  engine::g().conns.add(c);
 }
 
 // As claim_start once the child's engine runs.
@@ -214,8 +214,8 @@ TEST_CASE("fork claim: the fork child handlers allocate nothing") {
   t_count = false;
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    const auto& conns = engine::g().conns;
-    const bool kept = conns.size() == 1 && conns[0] == k.c && k.c->pos_all == 0 &&
+    auto& conns = engine::g().conns;
+    const bool kept = conns.size() == 1 && conns.front() == k.c &&
                       k.c->fork_claim.load() && stays.c->phase.load() == Phase::tcp &&
                       stays.c->reason == Reason::shared_by_fork;
     _exit(t_allocs == 0 && kept ? 0 : 1 + std::min(t_allocs, 100));

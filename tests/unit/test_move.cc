@@ -423,7 +423,7 @@ TEST_CASE("fork: a child never reads as plain TCP a stream whose peer switched d
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    stream::engine::g().conns.push_back(p.b.c); // as the engine's table has it
+    stream::engine::g().conns.add(p.b.c); // as the engine's table has it
     stream::engine::on_fork_child();
     bool plain = p.b.c->phase.load() == stream::Phase::tcp;
     _exit(!plain && p.b.c->dead.load() ? 0 : 1);
@@ -450,7 +450,7 @@ TEST_CASE("fork: TCP bytes a parent's thread took without counting their edge ar
   REQUIRE(pid >= 0);
   if (pid == 0) {
     p.b.c->ref();
-    stream::engine::g().conns.push_back(p.b.c); // as the engine's table has it
+    stream::engine::g().conns.add(p.b.c); // as the engine's table has it
     stream::engine::on_fork_child();
     const bool untaken = p.b.c->tcp_rx_seen.load() == edged;
     const bool takes = p.b.c->take_tcp_bytes(edged + 5);
@@ -478,7 +478,7 @@ TEST_CASE("fork: a child closes a socket whose channel lock the parent held at t
   if (pid == 0) {
     alarm(5); // a deadlock ends the child with SIGALRM
     p.b.c->ref();
-    stream::engine::g().conns.push_back(p.b.c); // as the engine's table has it
+    stream::engine::g().conns.add(p.b.c); // as the engine's table has it
     stream::engine::on_fork_child();
     const bool detached = p.b.c->ch == nullptr;
     stream::engine::on_close(p.b.c);
@@ -499,7 +499,7 @@ void fork_move(RPair& p, bool peer_runs) {
   {
     std::lock_guard<std::mutex> l(stream::engine::g().mu);
     p.a.c->ref(); // the table's (on_close drops it)
-    stream::engine::g().conns.push_back(p.a.c);
+    stream::engine::g().conns.add(p.a.c);
   }
   std::atomic<bool> stop{false};
   std::thread peer([&] {

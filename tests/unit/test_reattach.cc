@@ -43,7 +43,7 @@ struct Back {
     // The server end must be found by its 4-tuple (engine::find_by_key).
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     p.b.c->ref();
-    stream::engine::g().conns.push_back(p.b.c);
+    stream::engine::g().conns.add(p.b.c);
     stream::engine::index_server(p.b.c);
   }
   // The link comes back: a channel from the client to the server's address.
@@ -70,14 +70,10 @@ struct Back {
     for (REnd* e : {&p.a, &p.b})
       stream::engine::on_close(e->c); // leaves the new channel too
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    auto& cs = stream::engine::g().conns;
-    for (size_t i = 0; i < cs.size(); ++i)
-      if (cs[i] == p.b.c) {
-        stream::engine::unindex_server(p.b.c);
-        cs.erase(cs.begin() + static_cast<long>(i));
-        p.b.c->unref();
-        break;
-      }
+    if (stream::engine::g().conns.remove(p.b.c)) {
+      stream::engine::unindex_server(p.b.c);
+      p.b.c->unref();
+    }
     auto& v = stream::engine::g().channels;
     for (stream::Channel* ch : {ca, cb}) {
       if (ch == nullptr) continue;
@@ -216,11 +212,11 @@ struct OffChannel {
   stream::Conn* c;
   OffChannel(stream::Channel* ch_, stream::Conn* c_) : ch(ch_), c(c_) {
     std::lock_guard<std::mutex> l(ch->mu);
-    REQUIRE(stream::conn_remove<&stream::Conn::pos_ch>(ch->conns, c));
+    REQUIRE(ch->conns.remove(c));
   }
   ~OffChannel() {
     std::lock_guard<std::mutex> l(ch->mu);
-    stream::conn_add<&stream::Conn::pos_ch>(ch->conns, c);
+    ch->conns.add(c);
   }
 };
 

@@ -45,7 +45,7 @@ uint64_t fork_turn(RPair& p, bool peer_runs, bool both = false) {
     for (REnd* e : {&p.a, &p.b}) {
       if (e == &p.b && !both) continue;
       e->c->ref(); // the table's (on_close drops it)
-      stream::engine::g().conns.push_back(e->c);
+      stream::engine::g().conns.add(e->c);
     }
   }
   std::atomic<bool> stop{false};

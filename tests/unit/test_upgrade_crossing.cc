@@ -259,7 +259,7 @@ TEST_CASE("upgrade crossing: the handshake timer does not fire while the peer's 
   {
     std::lock_guard<std::mutex> gl(stream::engine::g().mu);
     p.b.c->ref();
-    stream::conn_add<&stream::Conn::pos_all>(stream::engine::g().conns, p.b.c);
+    stream::engine::g().conns.add(p.b.c);
   }
   stream::engine::tick_conns(now + 60000);
   CHECK(p.b.c->sess.state() != recover::State::failed);
