@@ -394,7 +394,7 @@ void closing(SocketRecord& r, int fd) {
     // Our direction stays on TCP from the outcome counted here on.
     const bool short_of_bytes = stream::engine::stop_switching(c);
     // Bound, but too few bytes crossed to prove it holds the connection.
-    Reason why = c->role == recover::Role::server && !c->heard_from_peer.load()
+    Reason why = c->role == recover::Role::server && !c->rv.heard_from_peer.load()
                      ? Reason::peer_not_accelerated
                  : short_of_bytes ? Reason::too_few_bytes
                                   : Reason::closed_during_upgrade;

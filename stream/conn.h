@@ -17,7 +17,8 @@
 
 #include "common/reasons.h"
 #include "recover/upgrade.h"
-#include "stream/fork_bytes.h"
+#include "stream/conn_fork.h"
+#include "stream/conn_rendezvous.h"
 #include "stream/mux.h"
 #include "stream/ready_source.h"
 #include "stream/resume.h"
@@ -31,8 +32,8 @@ enum class Phase : uint8_t { upgrading, rdma, tcp };
 
 // A connection's link in one table (ConnTable).  safe_link: a link is
 // unlinked when its table lets go, and linking one that is linked asserts.
-using ConnHook = boost::intrusive::list_member_hook<
-    boost::intrusive::link_mode<boost::intrusive::safe_link>>;
+using ConnHook =
+    boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 
 class Conn final : public ReadySource {
 public:
@@ -104,22 +105,6 @@ public:
   std::atomic<bool> pinned{false};
   // r->moved of a resumed stream, for lock-free readiness (resume.cc).
   std::atomic<bool> moved_stream{false};
-  // At fork: a resumed stream still owed bytes to the kernel (or waited for
-  // the peer's RESUME); the child must not send them a second time.
-  bool fork_unsafe = false;
-  // At fork, in the parent: the socket's inode, watched until no other
-  // process holds it (stream/fork_share.h), under State::mu; 0: none.
-  uint64_t fork_ino = 0;
-  // At fork, in the parent, for a moved stream that owed the kernel
-  // nothing: the counts that tell later whether another process used the
-  // socket (stream/fork_bytes.h), under Conn::mu.
-  fork_bytes::Mark fork_mark;
-  // ... and another process read or wrote it (or the counts disagreed):
-  // it stays on TCP for good.
-  bool fork_used_elsewhere = false;
-  // Queued for the judgement of its use since the fork (engine_fork.cc
-  // judge_moved): its mark stays until then, under Conn::mu.
-  bool fork_judging = false;
   bool tx_shut = false;        // shutdown(SHUT_WR) or close while our direction was on TCP
   bool epipe_reported = false; // a write saw the reset once (then EPIPE)
   // A reset's error is reported once (like the kernel's sk_err): by the
@@ -214,45 +199,18 @@ public:
   uint32_t seen_bits = 0;
   // TCP reported a hang-up while the stream had no FIN yet: when.
   uint64_t hup_since_ms = 0;
-  bool counted_mode = false;                // statistics: connection counted under its final mode
-  uint64_t deadline_ms = 0;                 // the upgrade gives up after this (engine clock)
-  ListenShare* share = nullptr;             // server: the listener's rendezvous state
-  bool cm_tried = false;                    // client: an rdma_cm connection was attempted
-  std::atomic<bool> heard_from_peer{false}; // server: a request or ATTACH named us
-  uint8_t waits_extended = 0;               // engine_tick.cc kMaxWaitExtensions (mu)
+  bool counted_mode = false;  // statistics: connection counted under its final mode
+  uint64_t deadline_ms = 0;   // the upgrade gives up after this (engine clock)
+  uint8_t waits_extended = 0; // engine_tick.cc kMaxWaitExtensions (mu)
   // Bound, and nothing timed owed by either end (recover/upgrade.h
   // untimed: too few bytes crossed for a proof, or a server waiting for the
   // client's opening SHARE): only the programs' data calls move it on, so
   // the engine need not tick.
   std::atomic<bool> untimed{false};
-  bool attach_refused = false; // client: an ATTACH was NAKed; use rdma_cm
-  bool parked_once = false;    // client: waited for another connection's channel set-up
-  // Client: the connecting thread's lane (engine.cc, thread_lane): its
-  // streams go to the channel of that lane, so that a thread's answers
-  // raise completion events on a queue of its own (stream/channel_sleep.h).
-  uint32_t lane = 0;
-  bool redirected = false;       // client: followed a redirect already
-  bool redirect_attach = false;  // client: its ATTACH followed a redirect (attach_at_port)
-  bool switch_acked = false;     // the peer's verified SWITCH was acknowledged (engine_control.cc)
-  uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?); 1: no more retries
-  uint64_t retry_at_ms = 0;      // client: try rdma_cm (again) then (stream/negative_cache.h)
-  bool slot_written = false;     // server: published in share's table
-  // A fork while the upgrade of an accepted connection could still start
-  // over (stream/fork_handover.h): the parent let it go to the child, or
-  // this child may upgrade it once no other process holds the socket.
-  bool handed_over = false;
-  std::atomic<bool> fork_claim{false}; // may claim, not started (the first data call starts it)
-  uint64_t claim_next_ms = 0, claim_since_ticks = 0;
-  pid_t claim_parent = 0; // the process that forked (fork_share::parent_unseen)
-  uint32_t claim_delay_ms = 0;
-  // At the fork (before_fork): the kernel's counts of bytes written and
-  // read on the socket, and the session's (kernel_counts_match).
-  uint64_t fork_k_sent = 0, fork_k_read = 0, fork_s_sent = 0, fork_s_read = 0;
-  bool fork_counts = false;
-  bool accepting = false;      // server: rdma_cm accept in flight
-  uint16_t pending_sid = 0;    // server: stream id the request proposed
-  recover::Nonce nonce{};      // ours (the session has a copy)
-  recover::Nonce peer_nonce{}; // server: the client's, from the request
+  bool switch_acked = false; // the peer's verified SWITCH was acknowledged (engine_control.cc)
+
+  ConnRendezvous rv; // how its channel is found (stream/conn_rendezvous.h)
+  ConnFork at_fork;  // what a fork left (stream/conn_fork.h)
 
   // Links in the engine's table of connections and in its channel's
   // (ConnTable below): a close unlinks in O(1), nothing is allocated.

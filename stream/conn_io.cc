@@ -612,7 +612,7 @@ int64_t conn_timeout_ms(Conn* c, int opt) {
 IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags) {
   if (iovcnt < 0 || iovcnt > IOV_MAX) return IoResult::fail(Status::invalid);
   // A fork child's accepted connection (stream/fork_handover.h).
-  if (__builtin_expect(c->fork_claim.load(std::memory_order_relaxed), 0)) engine::claim_start(c);
+  if (__builtin_expect(c->at_fork.claim.load(std::memory_order_relaxed), 0)) engine::claim_start(c);
   size_t want = iov_total_len(iov, iovcnt);
   if (flags & MSG_OOB) { // urgent data always travels on TCP
     c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLPRI));
@@ -693,7 +693,7 @@ IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags) {
 
 IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags) {
   if (iovcnt < 0 || iovcnt > IOV_MAX) return IoResult::fail(Status::invalid);
-  if (__builtin_expect(c->fork_claim.load(std::memory_order_relaxed), 0)) engine::claim_start(c);
+  if (__builtin_expect(c->at_fork.claim.load(std::memory_order_relaxed), 0)) engine::claim_start(c);
   size_t want = iov_total_len(iov, iovcnt);
   bool nonblock = (flags & MSG_DONTWAIT) != 0;
   if ((flags & MSG_OOB) && c->tx_rdma.load() && want > 0)

@@ -342,7 +342,7 @@ Conn* make_conn(int fd, recover::Role role, const sockaddr* local, const sockadd
   if (c == nullptr)
     *why = Reason::resources_exhausted;
   else
-    c->nonce = p.nonce;
+    c->rv.nonce = p.nonce;
   return c;
 }
 
@@ -507,7 +507,7 @@ Conn* engine::on_connect(int fd, const sockaddr* local, const sockaddr* peer, Re
   std::lock_guard<std::mutex> l(s.mu);
   Conn* c = register_conn(fd, recover::Role::client, local, peer, why);
   if (c == nullptr) return nullptr;
-  c->lane = lane;
+  c->rv.lane = lane;
   XP_SLOG(XP_SLOG_TRACE, "fd %d: connected, upgrade queued", fd);
   c->ref(); // the start queue's
   {
@@ -531,7 +531,7 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
   XP_SLOG(XP_SLOG_TRACE, "fd %d: accepted", fd);
   // The client may need an attach, a refusal and a redirect first.
   c->deadline_ms = now_ms() + 2 * s.p.handshake_timeout_ms;
-  c->share = share;
+  c->rv.share = share;
   // At once, not from the engine thread: the client's request may already
   // be on its way, and an rdma_cm port nobody listens on means "no xpress".
   serve_share(share);
@@ -555,8 +555,8 @@ void engine::on_close(Conn* c) {
     c->closed.store(true);
     c->gen.fetch_add(1);
     syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
-    if (c->fork_ino != 0) fork_closed(c->fork_ino);
-    c->fork_ino = 0;
+    if (c->at_fork.ino != 0) fork_closed(c->at_fork.ino);
+    c->at_fork.ino = 0;
     if (Channel* ch = c->ch) {
       std::lock_guard<std::mutex> chl(ch->mu);
       // Going back to RDMA, our direction still on TCP: nothing of ours is
@@ -571,20 +571,20 @@ void engine::on_close(Conn* c) {
       detach(c, ch);
     }
     c->ch = nullptr;
-    if (c->share) {
+    if (c->rv.share) {
       uint8_t key[recover::kTupleIdBytes];
       recover::tuple_id(c->tuple, key);
-      for (auto& sl : c->share->slots) {
+      for (auto& sl : c->rv.share->slots) {
         if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, sizeof key) == 0) {
           sl.state.store(0);
-          c->share->slots_gen.fetch_add(1, std::memory_order_release);
+          c->rv.share->slots_gen.fetch_add(1, std::memory_order_release);
           break;
         }
       }
     }
   }
   unindex_server(c);
-  if (c->role == recover::Role::server && !c->handed_over) {
+  if (c->role == recover::Role::server && !c->at_fork.handed_over) {
     // (One this process let go at a fork is its child's: a request for it
     // waits for the child's publication.)
     std::array<uint8_t, recover::kTupleIdBytes> k;

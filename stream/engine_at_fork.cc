@@ -156,7 +156,7 @@ void engine::on_fork_child() {
       // A resumed stream whose bytes for the kernel were still queued at
       // the fork: the parent sends them; a second copy would duplicate
       // them, so the child's is reset (never shared with the parent).
-      if (c->fork_unsafe) {
+      if (c->at_fork.unsafe) {
         c->dead.store(true);
         c->err_pending.store(true);
         if (c->rs) {
@@ -196,7 +196,8 @@ void engine::on_fork_child() {
     }
   }
   s.forking.store(false);
-  while (s.conns.size() > kept) s.conns.erase(s.conns.begin()); // their references: forgotten
+  while (s.conns.size() > kept)
+    s.conns.erase(s.conns.begin()); // their references: forgotten
   claims_after_fork_child();
   s.channels.clear();
   clear_pending();

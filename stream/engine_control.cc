@@ -85,14 +85,14 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));
     return true;
   }
-  c->heard_from_peer.store(true);
+  c->rv.heard_from_peer.store(true);
   std::lock_guard<std::mutex> l(c->mu);
   bool id_free;
   {
     std::lock_guard<std::mutex> chl(ch->mu);
     id_free = ch->mux->find(h.stream) == nullptr;
   }
-  if (!id_free || c->ch != nullptr || c->accepting || c->closed.load()) {
+  if (!id_free || c->ch != nullptr || c->rv.accepting || c->closed.load()) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::busy));
     return true;
   }
@@ -150,9 +150,9 @@ void leave_attach_channel(Conn* c, Channel* ch) {
 // redirected once more (c->mu held).
 bool take_redirect_attach(Conn* c) {
   XP_ASSERT_HELD(c->mu);
-  if (!c->redirect_attach) return false;
-  c->redirect_attach = false;
-  c->redirected = false;
+  if (!c->rv.redirect_attach) return false;
+  c->rv.redirect_attach = false;
+  c->rv.redirected = false;
   return true;
 }
 
@@ -161,7 +161,7 @@ bool take_redirect_attach(Conn* c) {
 // left of the ATTACH's (c->mu held).
 void retry_through_rdma_cm(Conn* c) {
   XP_ASSERT_HELD(c->mu);
-  c->attach_refused = true; // start_client goes to rdma_cm directly
+  c->rv.attach_refused = true; // start_client goes to rdma_cm directly
   c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
   c->ref();
   {
@@ -232,7 +232,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
         // attach_at_port): the redirect is asked for once more and then
         // connected to, as it would have been without the channel.
         const bool redirected = take_redirect_attach(c);
-        if ((!c->cm_tried && !c->attach_refused) || moved || redirected) {
+        if ((!c->rv.cm_tried && !c->rv.attach_refused) || moved || redirected) {
           retry_through_rdma_cm(c);
         } else {
           fail(c, Reason::handshake_failed, "attach refused, and rdma_cm tried already");
@@ -641,7 +641,8 @@ namespace {
 bool attach_elsewhere(Conn* c, Channel* ch) {
   if (c->role != recover::Role::client || c->resumed.load() || c->closed.load() ||
       c->phase.load() != Phase::upgrading || c->tx_rdma.load() || c->rx_rdma.load() ||
-      ((c->cm_tried || c->attach_refused) && !c->redirect_attach) || !c->sess.attach_channel_lost())
+      ((c->rv.cm_tried || c->rv.attach_refused) && !c->rv.redirect_attach) ||
+      !c->sess.attach_channel_lost())
     return false;
   (void)take_redirect_attach(c);
   leave_attach_channel(c, ch);

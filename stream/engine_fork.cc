@@ -71,14 +71,14 @@ void judge_moved(uint64_t now) {
     int fd;
     {
       std::lock_guard<std::mutex> l(engine::g().mu);
-      shared = c->fork_ino != 0;
+      shared = c->at_fork.ino != 0;
     }
     if (shared) {
       // A later fork shared the socket again: the mark stays for that
       // child's exit, which queues the stream again.
       {
         std::lock_guard<std::mutex> l(c->mu);
-        c->fork_judging = false;
+        c->at_fork.judging = false;
       }
       drop(i);
       continue;
@@ -86,19 +86,19 @@ void judge_moved(uint64_t now) {
     {
       std::lock_guard<std::mutex> l(c->mu);
       fd = c->sock();
-      was_valid = c->fork_mark.valid;
+      was_valid = c->at_fork.mark.valid;
       if (!c->closed.load() && was_valid) {
         const Resume* r = c->rs;
         const uint64_t held_left = r ? r->pre.size() + r->buf.size() : 0;
-        judged = fork_bytes::observe(fd, c->fork_mark, held_left, kForkSamples, &use, &busy);
+        judged = fork_bytes::observe(fd, c->at_fork.mark, held_left, kForkSamples, &use, &busy);
         if (busy && now < v[i].until) {
           ++i;
           continue;
         }
-        c->fork_mark.valid = false;
-        c->fork_used_elsewhere = judged && use != fork_bytes::Use::alone;
+        c->at_fork.mark.valid = false;
+        c->at_fork.used_elsewhere = judged && use != fork_bytes::Use::alone;
       }
-      c->fork_judging = false;
+      c->at_fork.judging = false;
     }
     // A moved stream another process used stays on TCP for good; one only
     // this process used could go back (docs/protocol.md §7 "The return of
@@ -143,18 +143,18 @@ void engine::fork_prepare() {
 
 void engine::mark_fork_bytes(Conn* c) {
   XP_ASSERT_HELD(c->mu);
-  fork_bytes::Mark& m = c->fork_mark;
+  fork_bytes::Mark& m = c->at_fork.mark;
   // The earliest mark of a socket still shared stays: a child of an
   // earlier fork may have used the stream since.  One another process
   // used stays on TCP for good: no new mark.
-  if ((m.valid && (c->fork_ino != 0 || c->fork_judging)) || c->fork_used_elsewhere) return;
+  if ((m.valid && (c->at_fork.ino != 0 || c->at_fork.judging)) || c->at_fork.used_elsewhere) return;
   m = fork_bytes::Mark{};
   const Resume* r = c->rs;
   // Only a moved stream that owes the kernel nothing and reads nothing
   // more of it ahead (the peer's RESUME was read): from here every byte
   // our program moves through the kernel is one our calls count.
   if (c->closed.load() || !c->moved_stream.load() || r == nullptr || !r->moved || r->broken ||
-      r->eof || r->fin || c->fork_unsafe || r->out.size() > 0 || r->tx != Resume::Tx::raw ||
+      r->eof || r->fin || c->at_fork.unsafe || r->out.size() > 0 || r->tx != Resume::Tx::raw ||
       r->raw_left > 0 || (r->rx_framed && !r->rx_raw))
     return;
   m.held_rx = r->pre.size() + r->buf.size();
@@ -176,7 +176,7 @@ void engine::fork_shares() {
       if (c->closed.load() || !(c->resumed.load() || c->moved_stream.load())) continue;
       const uint64_t ino = fork_share::socket_inode(c->sock());
       if (ino == 0) continue;
-      c->fork_ino = ino;
+      c->at_fork.ino = ino;
       inos.push_back(ino);
     }
   }
@@ -210,9 +210,9 @@ void engine::tick_forks(uint64_t now) {
     State& s = g();
     std::lock_guard<std::mutex> l(s.mu);
     for (Conn* c : s.conns) {
-      if (c->fork_ino == 0 || !std::binary_search(freed.begin(), freed.end(), c->fork_ino))
+      if (c->at_fork.ino == 0 || !std::binary_search(freed.begin(), freed.end(), c->at_fork.ino))
         continue;
-      c->fork_ino = 0;
+      c->at_fork.ino = 0;
       c->ref();
       cs.push_back(c);
     }
@@ -223,8 +223,8 @@ void engine::tick_forks(uint64_t now) {
       std::lock_guard<std::mutex> l(c->mu);
       moved = c->moved_stream.load();
       if (!c->closed.load()) back = reattach::unshared(c);
-      queued = c->fork_judging;
-      if (moved) c->fork_judging = true;
+      queued = c->at_fork.judging;
+      if (moved) c->at_fork.judging = true;
     }
     if (moved) {
       if (queued)

@@ -80,12 +80,12 @@ void cm_connect(Conn* c, uint16_t port) {
   w.version = kWireVersion;
   w.sid = 0;
   recover::tuple_key(c->tuple, w.key);
-  memcpy(w.nonce, c->nonce.b, 16);
+  memcpy(w.nonce, c->rv.nonce.b, 16);
   sockaddr_storage src, dst;
   cm_addrs(c, port, &src, &dst);
   OwnedCmUser u = conn_user(CmUser::Kind::client, c, port);
   if (!u) return fail(c, Reason::resources_exhausted);
-  c->cm_tried = true;
+  c->rv.cm_tried = true;
   g().inflight.push_back(u.get());
   c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
@@ -181,25 +181,25 @@ void server_accept_done(CmUser* u) {
 void accept_channel(Conn* c, verbs::CmRequest* req) {
   std::lock_guard<std::mutex> l(c->mu);
   // One channel-only request per 4-tuple at a time (accepting).
-  if (c->closed.load() || !c->resumed.load() || c->ch != nullptr || c->accepting)
+  if (c->closed.load() || !c->resumed.load() || c->ch != nullptr || c->rv.accepting)
     return send_reject(req, rej_busy);
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
   OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0, true);
   if (!u) return send_reject(req, rej_busy);
-  c->accepting = true;
+  c->rv.accepting = true;
   if (!server_accept(req, a, u.get())) {
-    c->accepting = false;
+    c->rv.accepting = false;
     return;
   }
   u.release(); // rdma_cm's until its last event (on_cm_event)
 }
 
 void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Nonce& nonce_c) {
-  c->heard_from_peer.store(true);
+  c->rv.heard_from_peer.store(true);
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->closed.load() || c->accepting || c->sess.state() != recover::State::idle) {
+  if (c->closed.load() || c->rv.accepting || c->sess.state() != recover::State::idle) {
     send_reject(req, rej_busy);
     return;
   }
@@ -213,14 +213,14 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
-  memcpy(a.nonce, c->nonce.b, 16);
+  memcpy(a.nonce, c->rv.nonce.b, 16);
   OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0);
   if (!u) return send_reject(req, rej_busy);
-  c->accepting = true;
-  c->pending_sid = sid;
-  c->peer_nonce = nonce_c;
+  c->rv.accepting = true;
+  c->rv.pending_sid = sid;
+  c->rv.peer_nonce = nonce_c;
   if (!server_accept(req, a, u.get())) {
-    c->accepting = false;
+    c->rv.accepting = false;
     return;
   }
   u.release(); // rdma_cm's until its last event (on_cm_event)
@@ -280,7 +280,8 @@ namespace {
 
 void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& peer_nonce) {
   std::lock_guard<std::mutex> l(c->mu);
-  if (c->handed_over && !ch->client_side) { // our fork child holds it now (stream/fork_handover.h)
+  if (c->at_fork.handed_over &&
+      !ch->client_side) { // our fork child holds it now (stream/fork_handover.h)
     const recover::Message m = recover::make_nak(sid, recover::NakCode::moved);
     std::lock_guard<std::mutex> chl(ch->mu);
     (void)ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
@@ -330,7 +331,7 @@ void forget_attempts(Conn* c) {
     if (u->conn == c) return attempt_done(u);
   // Closed between its first attempt and the retry: nothing will release
   // the connections parked behind it.
-  if (c->retry_at_ms != 0 && !g().parked.empty()) {
+  if (c->rv.retry_at_ms != 0 && !g().parked.empty()) {
     std::lock_guard<std::mutex> q(g().qmu);
     for (Conn* p : g().parked)
       g().start_queue.push_back(p);
@@ -422,7 +423,7 @@ bool attach_at_port(Conn* c, uint16_t port) {
   for (Channel* ch : g().channels)
     if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 && ch->cm_port == port &&
         ch->peer_addr == server && ch->local_addr == client && attach_over(c, ch, now_ms())) {
-      c->redirect_attach = true;
+      c->rv.redirect_attach = true;
       return true;
     }
   return false;
@@ -451,7 +452,7 @@ void start_client(Conn* c) {
   // XPRESS_CHANNELS_PER_PEER, then any, its own lane's first.
   const uint32_t lanes = g().p.channels_per_peer;
   const bool by_lane = g().p.sleep_on_channel; // else: any channel, a new one when none
-  const uint32_t lane = by_lane ? c->lane % lanes : 0;
+  const uint32_t lane = by_lane ? c->rv.lane % lanes : 0;
   std::vector<Channel*> order;
   bool have_lane = false;
   for (int pass = 0; pass < 2; ++pass)
@@ -462,12 +463,12 @@ void start_client(Conn* c) {
         order.push_back(ch);
         have_lane |= !by_lane || ch->lane == lane;
       }
-  const bool own_channel = !have_lane && order.size() < lanes && !c->attach_refused;
+  const bool own_channel = !have_lane && order.size() < lanes && !c->rv.attach_refused;
   if (!own_channel) {
     std::stable_partition(order.begin(), order.end(),
                           [&](const Channel* ch) { return ch->lane == lane; });
     for (Channel* ch : order) {
-      if (c->attach_refused) break;
+      if (c->rv.attach_refused) break;
       if (attach_over(c, ch, now)) return;
     }
   }
@@ -480,7 +481,7 @@ void start_client(Conn* c) {
   for (const CmUser* u : g().inflight)
     attempts += !u->conn->closed.load() &&
                 recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple);
-  const size_t chans = c->attach_refused ? 0 : order.size(); // refused: rdma_cm, its own
+  const size_t chans = c->rv.attach_refused ? 0 : order.size(); // refused: rdma_cm, its own
   if (chans + static_cast<size_t>(attempts) >= lanes) {
     if (attempts == 0) return fail(c, Reason::resources_exhausted);
     c->deadline_ms = now + g().p.handshake_timeout_ms;
@@ -491,23 +492,23 @@ void start_client(Conn* c) {
   // Another connection found nobody listening there a moment ago: this
   // one's first attempt waits for that retry's time and counts as the retry
   // (stream/negative_cache.h).  It may wait behind an attempt once more then.
-  if (c->no_listener_tries == 0) {
+  if (c->rv.no_listener_tries == 0) {
     uint64_t at = g().negative.hold_until(recover::server_addr(c->tuple), c->tuple.server_port, now,
                                           g().p.negative_cache_ms);
     if (at != 0) {
-      ++c->no_listener_tries;
-      c->retry_at_ms = at;
-      c->parked_once = false;
+      ++c->rv.no_listener_tries;
+      c->rv.retry_at_ms = at;
+      c->rv.parked_once = false;
       return;
     }
   }
   // Another connection to this host is setting a channel up: wait for it
   // (once), then attach over it.
-  if (!c->parked_once && !c->attach_refused) {
+  if (!c->rv.parked_once && !c->rv.attach_refused) {
     for (CmUser* u : g().inflight) {
-      if (!u->conn->closed.load() && (!by_lane || u->conn->lane % lanes == lane) &&
+      if (!u->conn->closed.load() && (!by_lane || u->conn->rv.lane % lanes == lane) &&
           recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple)) {
-        c->parked_once = true;
+        c->rv.parked_once = true;
         c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
         c->ref();
         g().parked.push_back(c);
@@ -557,7 +558,7 @@ void serve_share(ListenShare* sh) {
     g().private_af_only = sh->af_only;
   }
   for (Conn* c : g().conns) {
-    if (c->share != sh || c->slot_written || c->closed.load()) continue;
+    if (c->rv.share != sh || c->rv.slot_written || c->closed.load()) continue;
     for (auto& sl : sh->slots) {
       uint32_t free_state = 0;
       if (sl.state.compare_exchange_strong(free_state, 1)) {
@@ -566,7 +567,7 @@ void serve_share(ListenShare* sh) {
         recover::tuple_id(c->tuple, sl.tuple);
         sl.state.store(2, std::memory_order_release);
         sh->slots_gen.fetch_add(1, std::memory_order_release);
-        c->slot_written = true;
+        c->rv.slot_written = true;
         break;
       }
     }
@@ -633,7 +634,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else {
       server_accept_done(u);
       std::lock_guard<std::mutex> l(c->mu);
-      c->accepting = false; // (a channel-only one: the next request may come)
+      c->rv.accepting = false; // (a channel-only one: the next request may come)
     }
     Channel* ch = make_channel(ev.link, client);
     if (ch == nullptr) {
@@ -644,7 +645,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
         ch->peer_addr = recover::server_addr(c->tuple);
         ch->peer_port = c->tuple.server_port;
         ch->local_addr = recover::client_addr(c->tuple);
-        ch->lane = c->lane % g().p.channels_per_peer;
+        ch->lane = c->rv.lane % g().p.channels_per_peer;
       } else {
         ch->peer_addr = u->from; // the per-peer cap counts it
       }
@@ -660,7 +661,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
       recover::Nonce n;
       if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(c, ch, 0, n);
     } else {
-      bind_new_channel(c, ch, c->pending_sid, c->peer_nonce);
+      bind_new_channel(c, ch, c->rv.pending_sid, c->rv.peer_nonce);
     }
     return;
   }
@@ -672,7 +673,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     if (u->reattach) {
       if (u->kind == CmUser::Kind::server) {
         std::lock_guard<std::mutex> l(c->mu);
-        c->accepting = false;
+        c->rv.accepting = false;
       }
       if (u->kind == CmUser::Kind::client) {
         attempt_done(u);
@@ -699,7 +700,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     // host parked: they learn the outcome from its second attempt.
     bool will_retry = ev.kind == K::rejected && !ev.consumer_reject &&
                       u->kind == CmUser::Kind::client && !c->closed.load() &&
-                      c->no_listener_tries < 1 && u->port == c->tuple.server_port;
+                      c->rv.no_listener_tries < 1 && u->port == c->tuple.server_port;
     const bool refused_twice =
         will_retry && g().negative.refused(recover::server_addr(c->tuple), c->tuple.server_port,
                                            now_ms(), g().p.negative_cache_ms);
@@ -710,22 +711,22 @@ void on_cm_event(const verbs::CmEvent& ev) {
       const recover::CmReject r = recover::parse_cm_reject(
           ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
       if (u->kind == CmUser::Kind::server) {
-        c->accepting = false;
-      } else if (r.code == rej_redirect && !c->redirected && !c->closed.load()) {
-        c->redirected = true;
+        c->rv.accepting = false;
+      } else if (r.code == rej_redirect && !c->rv.redirected && !c->closed.load()) {
+        c->rv.redirected = true;
         // A redirected ATTACH refused or lost before (attach_refused): connect.
-        if (c->attach_refused || !attach_at_port(c, r.port)) cm_connect(c, r.port);
+        if (c->rv.attach_refused || !attach_at_port(c, r.port)) cm_connect(c, r.port);
       } else if (ev.ring_refused) {
         // The server's ring descriptor is out of our bounds: it runs
         // xpress, but not one we can talk to.
         fail(c, Reason::handshake_failed, "the server's ring descriptor refused");
       } else if (r.code == 0 && ev.kind == K::rejected && !c->closed.load() && !refused_twice &&
-                 c->no_listener_tries < 1 && u->port == c->tuple.server_port) {
+                 c->rv.no_listener_tries < 1 && u->port == c->tuple.server_port) {
         // Nobody listens there: either no xpress, or the server process has
         // not accepted its first connection from that socket yet (which
         // opens the port).  One more try a little later tells them apart.
-        ++c->no_listener_tries;
-        c->retry_at_ms = now_ms() + kNoListenerRetryMs;
+        ++c->rv.no_listener_tries;
+        c->rv.retry_at_ms = now_ms() + kNoListenerRetryMs;
       } else if (r.code == 0) {
         // Nobody answers rdma_cm there: not an xpress peer (or no RDMA).
         g().negative.remember(recover::server_addr(c->tuple), c->tuple.server_port, now_ms(),
@@ -785,7 +786,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     if (u->kind == CmUser::Kind::server) {
       server_accept_done(u);
       std::lock_guard<std::mutex> l(u->conn->mu);
-      u->conn->accepting = false;
+      u->conn->rv.accepting = false;
     }
     return;
   }

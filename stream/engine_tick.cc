@@ -50,7 +50,7 @@ namespace {
 constexpr uint8_t kMaxWaitExtensions = 3;
 
 bool waits_for_client(const Conn* c) {
-  return c->role == recover::Role::server && !c->heard_from_peer.load();
+  return c->role == recover::Role::server && !c->rv.heard_from_peer.load();
 }
 
 // The hosts that show such a burst (g().mu held).
@@ -121,9 +121,9 @@ void tick_conns(uint64_t now) {
           tick_handshake(c, now);
           if (c->sess.state() == recover::State::failed) {
             fail(c, c->sess.fallback_reason());
-          } else if (c->retry_at_ms && now >= c->retry_at_ms && c->ch == nullptr) {
-            c->retry_at_ms = 0;
-            c->cm_tried = false;
+          } else if (c->rv.retry_at_ms && now >= c->rv.retry_at_ms && c->ch == nullptr) {
+            c->rv.retry_at_ms = 0;
+            c->rv.cm_tried = false;
             c->ref();
             std::lock_guard<std::mutex> ql(g().qmu);
             g().start_queue.push_back(c);

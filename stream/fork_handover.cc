@@ -53,7 +53,7 @@ void drop_claim(size_t i) {
   Conn* c = v[i];
   v[i] = v.back();
   v.pop_back();
-  c->fork_claim.store(false);
+  c->at_fork.claim.store(false);
   c->unref();
 }
 
@@ -62,24 +62,24 @@ void drop_claim(size_t i) {
 void note_fork_counts(Conn* c) {
   // Only an accepted connection whose upgrade can start over may be
   // claimed (keep_for_claim): no other costs the kernel's counts at a fork.
-  c->fork_counts = c->role == recover::Role::server && c->share != nullptr &&
-                   c->phase.load() == Phase::upgrading && c->sess.can_hand_over() &&
-                   kernel_counts(c->sock(), &c->fork_k_sent, &c->fork_k_read);
-  c->claim_since_ticks = fork_share::boot_ticks();
-  c->claim_parent = getpid(); // before_fork runs in the process that forks
-  c->fork_s_sent = c->sess.tcp_sent();
-  c->fork_s_read = c->sess.tcp_received();
+  c->at_fork.counts = c->role == recover::Role::server && c->rv.share != nullptr &&
+                      c->phase.load() == Phase::upgrading && c->sess.can_hand_over() &&
+                      kernel_counts(c->sock(), &c->at_fork.k_sent, &c->at_fork.k_read);
+  c->at_fork.claim_since_ticks = fork_share::boot_ticks();
+  c->at_fork.claim_parent = getpid(); // before_fork runs in the process that forks
+  c->at_fork.s_sent = c->sess.tcp_sent();
+  c->at_fork.s_read = c->sess.tcp_received();
 }
 
 bool kernel_counts_match(Conn* c) {
   uint64_t ks = 0, kr = 0;
-  if (!c->fork_counts || !kernel_counts(c->sock(), &ks, &kr)) return false;
-  return ks - c->fork_k_sent == c->sess.tcp_sent() - c->fork_s_sent &&
-         kr - c->fork_k_read == c->sess.tcp_received() - c->fork_s_read;
+  if (!c->at_fork.counts || !kernel_counts(c->sock(), &ks, &kr)) return false;
+  return ks - c->at_fork.k_sent == c->sess.tcp_sent() - c->at_fork.s_sent &&
+         kr - c->at_fork.k_read == c->sess.tcp_received() - c->at_fork.s_read;
 }
 
 bool hand_over(Conn* c) {
-  if (c->role != recover::Role::server || c->share == nullptr || !c->fork_counts ||
+  if (c->role != recover::Role::server || c->rv.share == nullptr || !c->at_fork.counts ||
       !c->sess.can_hand_over())
     return false;
   if (Channel* ch = c->ch) {
@@ -97,21 +97,21 @@ bool hand_over(Conn* c) {
     recover::Message nak;
     (void)c->sess.hand_over(&nak); // nobody knows the stream yet: nothing to tell
   }
-  c->handed_over = true;
+  c->at_fork.handed_over = true;
   // Requests for it wait for the child's publication (or their deadline);
   // an rdma_cm accept still under way gets the NAK when it completes
   // (engine_rendezvous.cc bind_new_channel).
   unindex_server(c);
-  if (c->slot_written) {
+  if (c->rv.slot_written) {
     uint8_t key[recover::kTupleIdBytes];
     recover::tuple_id(c->tuple, key);
-    for (auto& sl : c->share->slots)
+    for (auto& sl : c->rv.share->slots)
       if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, sizeof key) == 0) {
         sl.state.store(0);
-        c->share->slots_gen.fetch_add(1, std::memory_order_release);
+        c->rv.share->slots_gen.fetch_add(1, std::memory_order_release);
         break;
       }
-    c->slot_written = false;
+    c->rv.slot_written = false;
   }
   to_tcp(c, Reason::shared_by_fork);
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: the fork child may upgrade this accepted connection", c->sock());
@@ -119,7 +119,7 @@ bool hand_over(Conn* c) {
 }
 
 bool keep_for_claim(Conn* c) {
-  if (c->role != recover::Role::server || c->share == nullptr || !c->fork_counts ||
+  if (c->role != recover::Role::server || c->rv.share == nullptr || !c->at_fork.counts ||
       c->closed.load() || !c->sess.can_hand_over())
     return false;
   recover::Nonce n;
@@ -129,16 +129,16 @@ bool keep_for_claim(Conn* c) {
   memcpy(n.b, b, sizeof n.b);
   memcpy(seed, b + sizeof n.b, sizeof seed);
   c->sess.restart(n, seed);
-  c->nonce = n;
+  c->rv.nonce = n;
   c->st = nullptr;
   c->sid = 0;
-  c->accepting = false;
+  c->rv.accepting = false;
   c->counted_mode = false;
   c->deadline_ms = 0;
   // Not published before it is ours alone (tick_claims clears it then).
-  c->slot_written = true;
-  c->claim_delay_ms = 0;
-  c->fork_claim.store(true);
+  c->rv.slot_written = true;
+  c->at_fork.claim_delay_ms = 0;
+  c->at_fork.claim.store(true);
   return true;
 }
 
@@ -158,11 +158,11 @@ void claims_after_fork_child() {
 void claim_start(Conn* c) {
   State& s = g();
   std::lock_guard<std::mutex> l(s.mu);
-  if (!c->fork_claim.load() || c->closed.load()) return;
+  if (!c->at_fork.claim.load() || c->closed.load()) return;
   for (Conn* k : claims())
     if (k == c) return;
   if (!start_for_claim(c)) {
-    c->fork_claim.store(false);
+    c->at_fork.claim.store(false);
     std::lock_guard<std::mutex> cl(c->mu);
     return fail(c, Reason::shared_by_fork, "no engine in the fork child");
   }
@@ -176,11 +176,11 @@ void follow_claim(Conn* c, uint64_t now) {
   claims().push_back(c);
   // Started: the data calls stop asking (each took State::mu and scanned
   // the claims); the engine's tick follows it in claims() from here.
-  c->fork_claim.store(false);
+  c->at_fork.claim.store(false);
   // The client's own wait (its request at the parent's rendezvous) is
   // XPRESS_HANDSHAKE_TIMEOUT_MS: beyond twice that nobody asks any more.
   c->deadline_ms = now + 2 * g().p.handshake_timeout_ms;
-  c->claim_next_ms = 0;
+  c->at_fork.claim_next_ms = 0;
 }
 
 void tick_claims(uint64_t now) {
@@ -198,7 +198,7 @@ void tick_claims(uint64_t now) {
         drop_claim(i);
         continue;
       }
-      if (now >= c->claim_next_ms) due.push_back(c);
+      if (now >= c->at_fork.claim_next_ms) due.push_back(c);
       ++i;
     }
   }
@@ -208,13 +208,13 @@ void tick_claims(uint64_t now) {
     bool alone = false;
     pid_t holder = -1; // for the debug log: who keeps the claim waiting
     if (ino != 0) {
-      const fork_share::Held h =
-          fork_share::holders({ino}, static_cast<pid_t>(syscall(SYS_getpid)), c->claim_since_ticks);
+      const fork_share::Held h = fork_share::holders({ino}, static_cast<pid_t>(syscall(SYS_getpid)),
+                                                     c->at_fork.claim_since_ticks);
       const auto it = h.find(ino);
       if (it != h.end() && !it->second.empty())
         holder = it->second.front();
-      else if (fork_share::parent_unseen(c->claim_parent))
-        holder = c->claim_parent;
+      else if (fork_share::parent_unseen(c->at_fork.claim_parent))
+        holder = c->at_fork.claim_parent;
       else
         alone = true;
     }
@@ -237,20 +237,20 @@ void tick_claims(uint64_t now) {
                   "fd %d: no other process holds the accepted connection: "
                   "upgrading it here",
                   c->sock());
-          c->slot_written = false;
+          c->rv.slot_written = false;
           index_server(c);
-          serve_share(c->share); // published: the parent's rendezvous redirects here
+          serve_share(c->rv.share); // published: the parent's rendezvous redirects here
         }
       } else if (now >= c->deadline_ms) {
         drop_claim(at);
         fail(c, Reason::shared_by_fork, "another process still holds the socket");
       } else {
-        const uint32_t was = c->claim_delay_ms;
-        c->claim_delay_ms = was == 0 ? 5 : std::min(was * 2, kClaimMaxDelayMs);
-        if (c->claim_delay_ms == kClaimMaxDelayMs && was != kClaimMaxDelayMs)
+        const uint32_t was = c->at_fork.claim_delay_ms;
+        c->at_fork.claim_delay_ms = was == 0 ? 5 : std::min(was * 2, kClaimMaxDelayMs);
+        if (c->at_fork.claim_delay_ms == kClaimMaxDelayMs && was != kClaimMaxDelayMs)
           XP_SLOG(XP_SLOG_DEBUG, "fd %d: process %d still holds the accepted connection", c->sock(),
                   static_cast<int>(holder));
-        c->claim_next_ms = now + c->claim_delay_ms;
+        c->at_fork.claim_next_ms = now + c->at_fork.claim_delay_ms;
       }
     }
   }

@@ -419,7 +419,7 @@ void for_fork() {
       if (r == nullptr || c->closed.load() || c->phase.load() == Phase::tcp) continue;
       if (r->moved) {
         resume::flush_out(c, r); // our RESUME (moved), written once
-        c->fork_unsafe = r->out.size() > 0;
+        c->at_fork.unsafe = r->out.size() > 0;
         int avail = 0;
         if (r->raw_left > 0 && (syscall(SYS_ioctl, c->sock(), FIONREAD, &avail) != 0 ||
                                 static_cast<uint64_t>(avail) < r->raw_left))
@@ -435,9 +435,9 @@ void for_fork() {
         }
       } else {
         resume::pump(c);
-        c->fork_unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
+        c->at_fork.unsafe = r->out.size() > 0 || r->tx == Resume::Tx::wait;
       }
-      clean = clean && !c->fork_unsafe;
+      clean = clean && !c->at_fork.unsafe;
     }
     if (clean || engine::now_ms() >= flush_end) break;
     usleep(1000);

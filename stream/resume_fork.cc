@@ -145,10 +145,10 @@ void raw_for_fork() {
     if (r != nullptr) r->turning = false;
     if (r != nullptr && !r->moved) {
       flush_out(c, r);
-      c->fork_unsafe = true;
+      c->at_fork.unsafe = true;
     } else if (r != nullptr && r->moved && r->out.size() > 0) {
       flush_out(c, r);
-      c->fork_unsafe = r->out.size() > 0;
+      c->at_fork.unsafe = r->out.size() > 0;
     }
     if (r != nullptr) settle(c, r, true);
   }

@@ -80,7 +80,7 @@ TEST_CASE("admission: a burst of connects waits behind the attempts under way") 
     engine::g().inflight.push_back(&u2);
   }
   for (Conn* c : b.conns) {
-    c->parked_once = true; // each waited behind an attempt already
+    c->rv.parked_once = true; // each waited behind an attempt already
     b.start(c);
   }
   {

@@ -88,7 +88,7 @@ TEST_CASE("attach: a channel that fails before the ATTACH's answer: rdma_cm next
     CHECK(c->ch == nullptr);
     CHECK(c->st == nullptr);
     CHECK(cc.ch->conns.empty());
-    CHECK(c->attach_refused); // start_client goes to rdma_cm, not to another ATTACH
+    CHECK(c->rv.attach_refused); // start_client goes to rdma_cm, not to another ATTACH
     CHECK(c->sess.state() == recover::State::refused);
     CHECK(take_queued(c));
   }
@@ -99,7 +99,7 @@ TEST_CASE("attach: a channel that fails before the ATTACH's answer: rdma_cm next
 TEST_CASE("attach: once only; a bound stream's channel that fails keeps it on TCP") {
   SUBCASE("rdma_cm tried already") {
     Conn* c = new Conn(-1, test::rparams(recover::Role::client, 22));
-    c->cm_tried = true;
+    c->rv.cm_tried = true;
     {
       ClientChannel cc(c);
       attach(c, cc.ch);
@@ -273,7 +273,7 @@ engine::CmUser* attempt(Conn* c, uint16_t port) {
   auto* u = new engine::CmUser{engine::CmUser::Kind::client, c, nullptr, port};
   std::lock_guard<std::mutex> g(engine::g().mu);
   c->ref();
-  c->cm_tried = true;
+  c->rv.cm_tried = true;
   engine::g().inflight.push_back(u);
   return u;
 }
@@ -303,11 +303,11 @@ TEST_CASE("redirect: a channel to the named process carries the ATTACH") {
     ClientChannel cc(c);
     cc.ch->cm_port = 50123; // a worker's private port: a redirect's target
     redirect_to(c, 50123);
-    CHECK(c->redirected);
+    CHECK(c->rv.redirected);
     CHECK(c->ch == cc.ch);
     CHECK(c->sess.state() == recover::State::attaching);
     CHECK(c->deadline_ms > engine::now_ms());
-    CHECK(c->redirect_attach);
+    CHECK(c->rv.redirect_attach);
     SUBCASE("answered: bound there") {
       engine::on_close(c);
     }
@@ -315,13 +315,13 @@ TEST_CASE("redirect: a channel to the named process carries the ATTACH") {
       // c tried rdma_cm already (the attempt the redirect answered): a
       // plain ATTACH would stay on TCP now; a redirected one connects to
       // the port as it would have without the channel.
-      CHECK(c->cm_tried);
+      CHECK(c->rv.cm_tried);
       engine::channel_failed(cc.ch, ResumeCause::disconnected);
       CHECK(c->phase.load() == Phase::upgrading);
       CHECK(c->ch == nullptr);
-      CHECK(c->attach_refused);
-      CHECK_FALSE(c->redirected);
-      CHECK_FALSE(c->redirect_attach);
+      CHECK(c->rv.attach_refused);
+      CHECK_FALSE(c->rv.redirected);
+      CHECK_FALSE(c->rv.redirect_attach);
       CHECK(take_queued(c));
       engine::on_close(c);
     }
@@ -340,7 +340,7 @@ TEST_CASE("redirect: a channel from another client address is not used") {
     cc.ch->local_addr = recover::server_addr(c->tuple); // not c's client address
     redirect_to(c, 50124);
     CHECK(c->ch == nullptr);
-    CHECK_FALSE(c->redirect_attach);
+    CHECK_FALSE(c->rv.redirect_attach);
     // No rdma_cm in unit tests: the connect it chose instead fails.
     CHECK(c->phase.load() == Phase::tcp);
     engine::on_close(c);

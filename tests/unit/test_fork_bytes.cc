@@ -200,7 +200,7 @@ Use after_child(Child what) {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     std::lock_guard<std::mutex> l(p.a.c->mu);
     stream::engine::mark_fork_bytes(p.a.c);
-    mark = p.a.c->fork_mark;
+    mark = p.a.c->at_fork.mark;
   }
   REQUIRE(mark.valid);
   CHECK(mark.held_rx > 0); // the peer's bytes over RDMA, unread
@@ -240,18 +240,18 @@ Use after_child(Child what) {
     // mark (the first child may have used the stream since).
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     std::lock_guard<std::mutex> l(p.a.c->mu);
-    p.a.c->fork_ino = 1;
+    p.a.c->at_fork.ino = 1;
     stream::engine::mark_fork_bytes(p.a.c);
-    CHECK(p.a.c->fork_mark.k == mark.k);
-    CHECK(p.a.c->fork_mark.app_tx == mark.app_tx);
-    p.a.c->fork_ino = 0;
+    CHECK(p.a.c->at_fork.mark.k == mark.k);
+    CHECK(p.a.c->at_fork.mark.app_tx == mark.app_tx);
+    p.a.c->at_fork.ino = 0;
     // So does one while the first child's use is still to be judged (the
     // socket no longer watched, its judgement queued).
-    p.a.c->fork_judging = true;
+    p.a.c->at_fork.judging = true;
     stream::engine::mark_fork_bytes(p.a.c);
-    CHECK(p.a.c->fork_mark.k == mark.k);
-    CHECK(p.a.c->fork_mark.app_rx == mark.app_rx);
-    p.a.c->fork_judging = false;
+    CHECK(p.a.c->at_fork.mark.k == mark.k);
+    CHECK(p.a.c->at_fork.mark.app_rx == mark.app_rx);
+    p.a.c->at_fork.judging = false;
   }
   for (int i = 0; i < 200; ++i) { // what is left both ways
     rtake(p.a, 1 << 20, 1);
@@ -277,10 +277,10 @@ Use after_child(Child what) {
     // Once another process used it, no later fork marks it again.
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     std::lock_guard<std::mutex> l(p.a.c->mu);
-    p.a.c->fork_mark.valid = false;
-    p.a.c->fork_used_elsewhere = true;
+    p.a.c->at_fork.mark.valid = false;
+    p.a.c->at_fork.used_elsewhere = true;
     stream::engine::mark_fork_bytes(p.a.c);
-    CHECK_FALSE(p.a.c->fork_mark.valid);
+    CHECK_FALSE(p.a.c->at_fork.mark.valid);
   }
   stream::fork_bytes::set_app_counts(nullptr);
   g_pair = nullptr;

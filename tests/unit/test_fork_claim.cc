@@ -121,8 +121,8 @@ struct Accepted {
     REQUIRE(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
     REQUIRE(listen(lfd, 1) == 0);
     c = new Conn(fds[1], test::rparams(recover::Role::server, 9));
-    c->share = engine::on_listen(lfd);
-    REQUIRE(c->share != nullptr);
+    c->rv.share = engine::on_listen(lfd);
+    REQUIRE(c->rv.share != nullptr);
     REQUIRE(c->sess.can_hand_over());
   }
   ~Accepted() {
@@ -143,7 +143,7 @@ void add_to_table(Conn* c) {
 // As claim_start once the child's engine runs.
 void claim(Conn* c, uint64_t now) {
   std::lock_guard<std::mutex> l(engine::g().mu);
-  c->fork_claim.store(true);
+  c->at_fork.claim.store(true);
   engine::follow_claim(c, now);
 }
 
@@ -203,11 +203,11 @@ TEST_CASE("fork claim: the fork child handlers allocate nothing") {
   Accepted k(false), other(false), stays(false);
   other.c->phase.store(Phase::tcp); // not claimable: dropped from the child's table
   // Upgrading but not claimable (no counts at the fork): to TCP in the child.
-  stays.c->fork_counts = false;
+  stays.c->at_fork.counts = false;
   add_to_table(other.c);
   add_to_table(stays.c);
   add_to_table(k.c);
-  k.c->fork_counts = true; // as before_fork found (a socketpair has no TCP counts)
+  k.c->at_fork.counts = true; // as before_fork found (a socketpair has no TCP counts)
   t_allocs = 0;
   t_count = true;
   const pid_t pid = fork();
@@ -215,8 +215,8 @@ TEST_CASE("fork claim: the fork child handlers allocate nothing") {
   REQUIRE(pid >= 0);
   if (pid == 0) {
     auto& conns = engine::g().conns;
-    const bool kept = conns.size() == 1 && conns.front() == k.c &&
-                      k.c->fork_claim.load() && stays.c->phase.load() == Phase::tcp &&
+    const bool kept = conns.size() == 1 && conns.front() == k.c && k.c->at_fork.claim.load() &&
+                      stays.c->phase.load() == Phase::tcp &&
                       stays.c->reason == Reason::shared_by_fork;
     _exit(t_allocs == 0 && kept ? 0 : 1 + std::min(t_allocs, 100));
   }
@@ -236,11 +236,11 @@ TEST_CASE("fork claim: a fork child of a child that claimed keeps no reference o
   Accepted k(false);
   CHECK(in_child([&] {
           add_to_table(k.c);
-          k.c->fork_counts = true;
+          k.c->at_fork.counts = true;
           claim(k.c, 1000); // in the child
           if (k.c->ref_count() != 3) return 1;
           engine::on_fork_child(); // the grandchild
-          if (engine::g().conns.size() != 1 || !k.c->fork_claim.load()) return 2;
+          if (engine::g().conns.size() != 1 || !k.c->at_fork.claim.load()) return 2;
           // The program's reference (the fd's record) and the table's.
           if (k.c->ref_count() != 2) return 3;
           claim(k.c, 2000);
@@ -253,7 +253,7 @@ TEST_CASE("fork claim: a fork child of a child that claimed keeps no reference o
 TEST_CASE("fork claim: while another process holds the socket, re-checks back off to the "
           "deadline") {
   Accepted k(false);
-  k.c->fork_counts = true;
+  k.c->at_fork.counts = true;
   OtherHolder h(k.fds[1]);
   const uint64_t t0 = 100000;
   claim(k.c, t0);
@@ -265,12 +265,12 @@ TEST_CASE("fork claim: while another process holds the socket, re-checks back of
   const uint32_t want[] = {5, 10, 20, 40, 80, 160, 200, 200};
   for (uint32_t d : want) {
     engine::tick_claims(now);
-    CHECK(k.c->claim_delay_ms == d);
-    CHECK(k.c->claim_next_ms == now + d);
+    CHECK(k.c->at_fork.claim_delay_ms == d);
+    CHECK(k.c->at_fork.claim_next_ms == now + d);
     CHECK(k.c->phase.load() == Phase::upgrading);
     // Not asked again before it is due.
     engine::tick_claims(now + d - 1);
-    CHECK(k.c->claim_delay_ms == d);
+    CHECK(k.c->at_fork.claim_delay_ms == d);
     now += d;
   }
   CHECK(claimed(k.c));
@@ -292,7 +292,7 @@ TEST_CASE("fork claim: a claim whose connection closed or left the upgrade is le
   claim(a.c, 0);
   claim(b.c, 0);
   // Not yet due (a later check): let go all the same.
-  a.c->claim_next_ms = b.c->claim_next_ms = 1u << 30;
+  a.c->at_fork.claim_next_ms = b.c->at_fork.claim_next_ms = 1u << 30;
   a.c->closed.store(true);
   b.c->phase.store(Phase::tcp);
   engine::tick_claims(10);
@@ -306,7 +306,7 @@ TEST_CASE("fork claim: alone, but the kernel's counts differ from the session's:
   // another process since the fork (or counts that cannot be read, as a
   // socketpair's) keep it on TCP: never two readers of one stream.
   Accepted k(false);
-  k.c->fork_counts = true;
+  k.c->at_fork.counts = true;
   claim(k.c, 0);
   engine::tick_claims(0);
   CHECK(k.c->phase.load() == Phase::tcp);
@@ -317,33 +317,33 @@ TEST_CASE("fork claim: alone, but the kernel's counts differ from the session's:
 TEST_CASE("fork claim: alone with matching counts: published, then no longer followed") {
   Accepted k(true);
   // The rendezvous owner is this process: publishing asks no rdma_cm.
-  k.c->share->owner_pid.store(getpid());
+  k.c->rv.share->owner_pid.store(getpid());
   {
     std::lock_guard<std::mutex> l(k.c->mu);
     engine::note_fork_counts(k.c); // as before_fork
   }
-  REQUIRE(k.c->fork_counts);
+  REQUIRE(k.c->at_fork.counts);
   add_to_table(k.c);
   claim(k.c, 0);
-  k.c->slot_written = true; // as keep_for_claim: not published before it is ours alone
+  k.c->rv.slot_written = true; // as keep_for_claim: not published before it is ours alone
   {
     OtherHolder h(k.fds[1]);
     engine::tick_claims(0);
-    CHECK(k.c->slot_written);
-    CHECK(k.c->claim_next_ms == 5);
+    CHECK(k.c->rv.slot_written);
+    CHECK(k.c->at_fork.claim_next_ms == 5);
   }
   // The other process exited: alone, and nobody used the socket since.
   engine::tick_claims(5);
   CHECK(k.c->phase.load() == Phase::upgrading);
   // Published in the listening socket's table, as a sibling worker's.
-  CHECK(k.c->slot_written);
+  CHECK(k.c->rv.slot_written);
   int mine = 0;
-  for (auto& sl : k.c->share->slots)
+  for (auto& sl : k.c->rv.share->slots)
     mine += sl.state.load() == 2 && sl.pid == getpid();
   CHECK(mine == 1);
   CHECK(k.c->ref_count() == 2); // the program's and the table's: the claim let go
   engine::on_close(k.c);
   std::lock_guard<std::mutex> l(engine::g().mu);
   auto& v = engine::g().shares; // serve_share's: no later test looks at it
-  v.erase(std::remove(v.begin(), v.end(), k.c->share), v.end());
+  v.erase(std::remove(v.begin(), v.end(), k.c->rv.share), v.end());
 }

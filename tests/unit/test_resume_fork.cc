@@ -104,7 +104,7 @@ TEST_CASE("fork: a resumed stream turns into plain TCP; parent and child share i
   REQUIRE(p.a.c->rs != nullptr);
   CHECK(p.a.c->rs->moved);
   CHECK(p.a.c->rs->out.size() == 0); // our RAW and frames are in the kernel
-  CHECK_FALSE(p.a.c->fork_unsafe);
+  CHECK_FALSE(p.a.c->at_fork.unsafe);
   // Every byte sent before the turn arrives (frames, then raw).
   for (int i = 0; i < 400 && (p.a.got < p.b.sent || p.b.got < p.a.sent); ++i) {
     rtake(p.a, 1 << 16, 1);
@@ -161,7 +161,7 @@ TEST_CASE("fork: a peer that does not answer the RAW: bounded wait, the stream g
   // Still framed at the fork: a child's copy would number frames from the
   // same state as the parent's, and read the frames meant for it; it is
   // reset in the child (engine::on_fork_child) rather than shared.
-  CHECK(p.a.c->fork_unsafe);
+  CHECK(p.a.c->at_fork.unsafe);
   rdrive(p, 600000, 96, -1, [] {}); // b answers once it reads a's RAW
   check_delivered(p, 600000);
   CHECK(p.a.c->rs->moved);
