@@ -18,6 +18,7 @@
 #include "common/reasons.h"
 #include "recover/upgrade.h"
 #include "stream/conn_fork.h"
+#include "stream/conn_ready.h"
 #include "stream/conn_rendezvous.h"
 #include "stream/mux.h"
 #include "stream/ready_source.h"
@@ -52,10 +53,10 @@ public:
   uint32_t ready_gen(uint32_t events) const override {
     // gen: edges for every registration; gen_in / gen_out: for those that
     // ask for reading / writing.  The sum changes when any of its terms do.
-    uint32_t g = gen.load(std::memory_order_acquire);
+    uint32_t g = ready.gen.load(std::memory_order_acquire);
     if (events & (0x001 | 0x002 | 0x2000))
-      g += gen_in.load(std::memory_order_acquire);                    // IN PRI RDHUP
-    if (events & 0x004) g += gen_out.load(std::memory_order_acquire); // OUT
+      g += ready.gen_in.load(std::memory_order_acquire);                    // IN PRI RDHUP
+    if (events & 0x004) g += ready.gen_out.load(std::memory_order_acquire); // OUT
     return g;
   }
 
@@ -112,51 +113,9 @@ public:
   std::atomic<bool> err_pending{false};
   Reason reason = Reason::none; // why phase became tcp
 
-  // Readiness, as the engine and data calls last saw it.
-  std::atomic<uint32_t> tcp_bits{0};    // EPOLL* of the kernel socket (engine's ET watch)
-  std::atomic<uint32_t> stream_bits{0}; // kIn/kOut/kFin/kReset below
-  std::atomic<uint32_t> resume_bits{0}; // the same for a resumed connection's TCP side (resume.cc)
-  std::atomic<uint32_t> gen{0};         // edges for everyone (reset, close, mode, HUP/ERR)
-  std::atomic<uint32_t> gen_in{0};      // edges for readers: bytes, end of stream
-  std::atomic<uint32_t> gen_out{0};     // edges for writers: room appeared
-  // The kernel's bytes received at the last edge (only grows: take_tcp_bytes),
-  // and how far the EPOLLIN edges of those taken were counted (follows it
-  // within a few instructions: edge_tcp_bytes).
-  std::atomic<uint64_t> tcp_rx_seen{0};
-  std::atomic<uint64_t> tcp_rx_edged{0};
-  std::atomic<uint32_t> last_ready{0}; // ready_events() when last looked at (edges)
-  // The file's O_NONBLOCK and SO_RCVTIMEO/SO_SNDTIMEO (ms, -1 none) as of
-  // io::fd_options_changed() generation opts_gen (0: never read): asked
-  // once, not per blocking call (conn_io.cc).
-  std::atomic<uint32_t> opts_gen{0};
-  // How long this connection's blocked calls waited lately (us, moving
-  // average): the spin budget follows it (conn_io.cc Waiter).
-  std::atomic<uint32_t> wait_avg_us{0};
-  std::atomic<bool> opt_nonblock{false};
-  std::atomic<int64_t> opt_rcvtimeo_ms{-1}, opt_sndtimeo_ms{-1};
+  ConnReady ready; // readiness and its edges (stream/conn_ready.h)
+  ConnOpts opts;   // the file's blocking options, cached (stream/conn_ready.h)
 
-  // The kernel's count of bytes received reached n: true when that is more
-  // than anyone took before (the caller then owes their EPOLLIN edge,
-  // edge_tcp_bytes).  Each byte is taken once, by whoever comes first (the
-  // engine's relay, an exclusive look's catch_up, note_ready: fresh_in_edge).
-  bool take_tcp_bytes(uint64_t n) {
-    uint64_t old = tcp_rx_seen.load(std::memory_order_acquire);
-    while (old < n && !tcp_rx_seen.compare_exchange_weak(old, n, std::memory_order_acq_rel))
-      ;
-    return old < n;
-  }
-  void edge_tcp_bytes(uint64_t n) {
-    gen_in.fetch_add(1, std::memory_order_acq_rel);
-    uint64_t e = tcp_rx_edged.load(std::memory_order_relaxed);
-    while (e < n && !tcp_rx_edged.compare_exchange_weak(e, n, std::memory_order_acq_rel))
-      ;
-  }
-  // Both in one step: true when this took bytes and counted their edge.
-  bool take_and_edge(uint64_t n) {
-    if (!take_tcp_bytes(n)) return false;
-    edge_tcp_bytes(n);
-    return true;
-  }
   // EPOLLIN appeared (note_ready, not for new_data): whether that is an
   // edge still to count (kInEdge).  While our receive direction reads TCP
   // its bytes are the edge: taken here (their edge counted here: kInTook),
@@ -180,23 +139,20 @@ public:
     constexpr uint32_t kEdgeBits =
         0x001 | 0x002 | 0x004 | 0x008 | 0x010 | 0x2000; // IN PRI OUT ERR HUP RDHUP
     uint32_t now = ready_events() & kEdgeBits;
-    uint32_t old = last_ready.exchange(now, std::memory_order_acq_rel);
+    uint32_t old = ready.last_ready.exchange(now, std::memory_order_acq_rel);
     uint32_t fresh = now & ~old;
     if (fresh & (0x008 | 0x010)) { // ERR HUP: reported to every registration
-      gen.fetch_add(1, std::memory_order_acq_rel);
+      ready.gen.fetch_add(1, std::memory_order_acq_rel);
       return false;
     }
     InEdge in = kInEdge;
     if ((fresh & 0x001) && !new_data && (in = fresh_in_edge(in_counted)) != kInEdge)
       fresh &= ~0x001u;
     if (new_data || (fresh & (0x001 | 0x002 | 0x2000)))
-      gen_in.fetch_add(1, std::memory_order_acq_rel);
-    if (fresh & 0x004) gen_out.fetch_add(1, std::memory_order_acq_rel);
+      ready.gen_in.fetch_add(1, std::memory_order_acq_rel);
+    if (fresh & 0x004) ready.gen_out.fetch_add(1, std::memory_order_acq_rel);
     return in == kInTook;
   }
-  // Edge detection for stream changes (under Channel::mu).
-  uint64_t seen_received = 0, seen_acked = 0;
-  uint32_t seen_bits = 0;
   // TCP reported a hang-up while the stream had no FIN yet: when.
   uint64_t hup_since_ms = 0;
   bool counted_mode = false;  // statistics: connection counted under its final mode

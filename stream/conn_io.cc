@@ -75,31 +75,31 @@ void load_opts(Conn* c) {
   // that found nothing cached is seen by the reads below.
   fork_parts::mark(fork_parts::kIo);
   uint32_t g = g_opts_gen.load(std::memory_order_acquire);
-  if (c->opts_gen.load(std::memory_order_acquire) == g) return;
+  if (c->opts.gen.load(std::memory_order_acquire) == g) return;
   int fd = c->sock();
-  c->opt_nonblock.store(fd_nonblocking(fd), std::memory_order_relaxed);
-  c->opt_rcvtimeo_ms.store(sock_timeout_ms(fd, SO_RCVTIMEO), std::memory_order_relaxed);
-  c->opt_sndtimeo_ms.store(sock_timeout_ms(fd, SO_SNDTIMEO), std::memory_order_relaxed);
-  c->opts_gen.store(g, std::memory_order_release);
+  c->opts.nonblock.store(fd_nonblocking(fd), std::memory_order_relaxed);
+  c->opts.rcvtimeo_ms.store(sock_timeout_ms(fd, SO_RCVTIMEO), std::memory_order_relaxed);
+  c->opts.sndtimeo_ms.store(sock_timeout_ms(fd, SO_SNDTIMEO), std::memory_order_relaxed);
+  c->opts.gen.store(g, std::memory_order_release);
 }
 bool nonblocking(Conn* c) {
   load_opts(c);
-  return c->opt_nonblock.load(std::memory_order_relaxed);
+  return c->opts.nonblock.load(std::memory_order_relaxed);
 }
 int64_t timeout_ms(Conn* c, int opt) {
   load_opts(c);
-  return (opt == SO_RCVTIMEO ? c->opt_rcvtimeo_ms : c->opt_sndtimeo_ms)
+  return (opt == SO_RCVTIMEO ? c->opts.rcvtimeo_ms : c->opts.sndtimeo_ms)
       .load(std::memory_order_relaxed);
 }
 
 // The spin budget of one blocked call follows its connection's recent
 // waits (engine::spin_budget_ns).
 uint64_t spin_budget_ns(const Conn* c) {
-  return engine::spin_budget_ns(c->wait_avg_us.load(std::memory_order_relaxed));
+  return engine::spin_budget_ns(c->opts.wait_avg_us.load(std::memory_order_relaxed));
 }
 void note_wait(Conn* c, uint64_t waited_ns) {
-  uint32_t old = c->wait_avg_us.load(std::memory_order_relaxed);
-  c->wait_avg_us.store(engine::wait_avg(old, waited_ns), std::memory_order_relaxed);
+  uint32_t old = c->opts.wait_avg_us.load(std::memory_order_relaxed);
+  c->opts.wait_avg_us.store(engine::wait_avg(old, waited_ns), std::memory_order_relaxed);
 }
 
 // Spin, then sleep until something may have changed.
@@ -258,7 +258,7 @@ IoResult recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags)
   msghdr m{};
   m.msg_iov = v;
   m.msg_iovlen = static_cast<size_t>(k);
-  c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLIN));
+  c->ready.tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLIN));
   ssize_t n = syscall(SYS_recvmsg, c->sock(), &m, flags | MSG_DONTWAIT);
   if (n < 0) return IoResult::from_errno(errno);
   if (n > 0) {
@@ -269,7 +269,7 @@ IoResult recv_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags)
     int left = 0;
     if ((flags & MSG_PEEK) || (static_cast<size_t>(n) == iov_total_len(v, k) &&
                                (syscall(SYS_ioctl, c->sock(), FIONREAD, &left) != 0 || left > 0)))
-      c->tcp_bits.fetch_or(EPOLLIN);
+      c->ready.tcp_bits.fetch_or(EPOLLIN);
     if (!(flags & MSG_PEEK)) {
       size_t left = static_cast<size_t>(n);
       for (int i = 0; i < k && left > 0; ++i) {
@@ -356,11 +356,11 @@ IoResult send_tcp(Conn* c, const iovec* iov, int iovcnt, size_t skip, int flags)
   msghdr m{};
   m.msg_iov = v;
   m.msg_iovlen = static_cast<size_t>(k);
-  c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLOUT));
+  c->ready.tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLOUT));
   ssize_t n = syscall(SYS_sendmsg, c->sock(), &m, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n < 0) return IoResult::from_errno(errno);
   if (n > 0) {
-    c->tcp_bits.fetch_or(EPOLLOUT);
+    c->ready.tcp_bits.fetch_or(EPOLLOUT);
     size_t left = static_cast<size_t>(n);
     for (int i = 0; i < k && left > 0; ++i) {
       size_t take = v[i].iov_len < left ? v[i].iov_len : left;
@@ -489,7 +489,7 @@ IoResult send_stream(Conn* c, const iovec* iov, int iovcnt, size_t skip, zc::Sen
             "resumed %d, dead %d, reset %d",
             c->sock(), end == Status::closed ? "EPIPE" : "ECONNRESET", status_name(st), mux_failed,
             ch->failed.load(), c->resumed.load(), c->dead.load(),
-            (c->stream_bits.load() & Conn::kReset) != 0);
+            (c->ready.stream_bits.load() & Conn::kReset) != 0);
     return IoResult::fail(end);
   }
   return IoResult::fail(Status::would_block);
@@ -551,12 +551,12 @@ IoResult send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, size_t want
       return r;
     }
     if (c->dead.load(std::memory_order_acquire) ||
-        (c->tx_rdma.load() && (c->stream_bits.load() & Conn::kReset))) {
+        (c->tx_rdma.load() && (c->ready.stream_bits.load() & Conn::kReset))) {
       if (sent > 0) return IoResult::bytes(sent);
       const Status end = c->err_pending.exchange(false) ? Status::reset : Status::closed;
       XP_SLOG(XP_SLOG_INFO, "fd %d: send fails (%s): dead %d, reset %d, resumed %d", c->sock(),
               end == Status::closed ? "EPIPE" : "ECONNRESET", c->dead.load(),
-              (c->stream_bits.load() & Conn::kReset) != 0, c->resumed.load());
+              (c->ready.stream_bits.load() & Conn::kReset) != 0, c->resumed.load());
       return send_failed(IoResult::fail(end), flags);
     }
     bool on_tcp = !c->tx_rdma.load(std::memory_order_acquire);
@@ -580,7 +580,7 @@ IoResult send_loop(Conn* c, const iovec* iov, int iovcnt, int flags, size_t want
     }
     if (nonblock) {
       // Full: room opening again is an EPOLLET edge (as the kernel's).
-      c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT), std::memory_order_acq_rel);
+      c->ready.last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT), std::memory_order_acq_rel);
       return partial_or(sent, IoResult::fail(Status::would_block));
     }
     if (!w) w.emplace(SO_SNDTIMEO);
@@ -615,7 +615,7 @@ IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags) {
   if (__builtin_expect(c->at_fork.claim.load(std::memory_order_relaxed), 0)) engine::claim_start(c);
   size_t want = iov_total_len(iov, iovcnt);
   if (flags & MSG_OOB) { // urgent data always travels on TCP
-    c->tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLPRI));
+    c->ready.tcp_bits.fetch_and(~static_cast<uint32_t>(EPOLLPRI));
     return IoResult::fail(Status::to_kernel);
   }
   bool peek = flags & MSG_PEEK;
@@ -666,7 +666,7 @@ IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags) {
     }
     if (nonblock) {
       // Drained: the next byte is an EPOLLET edge again (as the kernel's).
-      c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN), std::memory_order_acq_rel);
+      c->ready.last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN), std::memory_order_acq_rel);
       return partial_or(got, r);
     }
     if (!w) w.emplace(SO_RCVTIMEO);
@@ -745,7 +745,7 @@ IoResult shutdown(Conn* c, int how) {
     c->rd_shut.store(true);
     syscall(SYS_shutdown, c->sock(), SHUT_RD);
   }
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   wake::notify();
   return IoResult::bytes(0);
 }

@@ -156,7 +156,7 @@ void tcp_event(Conn* c, uint32_t events) {
   // bytes that arrived (the event mask alone cannot tell an ACK's wake-up
   // from new data).
   uint32_t nb = events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI);
-  c->tcp_bits.fetch_or(nb, std::memory_order_acq_rel);
+  c->ready.tcp_bits.fetch_or(nb, std::memory_order_acq_rel);
   if (c->resumed.load(std::memory_order_acquire)) { // stream/resume.cc moves the bytes
     std::lock_guard<std::mutex> l(c->mu);
     if (c->closed.load()) return;
@@ -181,7 +181,7 @@ void tcp_event(Conn* c, uint32_t events) {
     // Conn::catch_up).
     uint64_t n = 0;
     if (tcp_bytes_received(c, &n)) {
-      c->take_and_edge(n);
+      c->ready.take_and_edge(n);
       counted = true;
     } else {
       new_data = true;
@@ -411,7 +411,7 @@ Conn::InEdge Conn::fresh_in_edge(bool in_counted) {
   if (!engine::tcp_bytes_received(this, &n)) return kInEdge;
   // The bytes that made EPOLLIN appear are this edge; the engine's later
   // relay of the same bytes finds them taken.
-  return take_and_edge(n) ? kInTook : kInCounted;
+  return ready.take_and_edge(n) ? kInTook : kInCounted;
 }
 
 void Conn::catch_up() {
@@ -426,8 +426,8 @@ void Conn::catch_up() {
   // taker's own edge may follow: two edges for the same bytes, at worst a
   // duplicate report (epoll(7) allows it for EPOLLEXCLUSIVE), never a lost
   // one.
-  if (!take_tcp_bytes(n) && tcp_rx_edged.load(std::memory_order_acquire) >= n) return;
-  edge_tcp_bytes(n);
+  if (!ready.take_tcp_bytes(n) && ready.tcp_rx_edged.load(std::memory_order_acquire) >= n) return;
+  ready.edge_tcp_bytes(n);
   // Edge-triggered sets learn of it now (the engine's relay, which would
   // have told them, finds the bytes taken; it still wakes everyone).
   wake::notify(this);
@@ -553,7 +553,7 @@ void engine::on_close(Conn* c) {
   {
     std::lock_guard<std::mutex> cl(c->mu);
     c->closed.store(true);
-    c->gen.fetch_add(1);
+    c->ready.gen.fetch_add(1);
     syscall(SYS_epoll_ctl, s.epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
     if (c->at_fork.ino != 0) fork_closed(c->at_fork.ino);
     c->at_fork.ino = 0;
@@ -658,9 +658,9 @@ uint32_t Conn::ready_events() const {
   } else {
     // Both directions on RDMA: only a kernel hang-up (the peer's process
     // died) still matters, as the engine saw it.
-    out |= tcp_bits.load(std::memory_order_acquire) & (EPOLLHUP | EPOLLERR | EPOLLPRI);
+    out |= ready.tcp_bits.load(std::memory_order_acquire) & (EPOLLHUP | EPOLLERR | EPOLLPRI);
   }
-  const uint32_t sb = stream_bits.load(std::memory_order_acquire);
+  const uint32_t sb = ready.stream_bits.load(std::memory_order_acquire);
   if (rx) {
     if (sb & (kIn | kFin | kReset)) out |= EPOLLIN | EPOLLRDNORM;
     if (sb & (kFin | kReset)) out |= EPOLLRDHUP;

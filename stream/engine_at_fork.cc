@@ -143,10 +143,10 @@ void engine::on_fork_child() {
     ++it;
     new (&c->mu) std::mutex();
     // A parent's thread that took TCP bytes but had not counted their edge
-    // (Conn::take_tcp_bytes, edge_tcp_bytes) does not exist here: the
+    // (ConnReady::take_tcp_bytes, edge_tcp_bytes) does not exist here: the
     // bytes are untaken again, so the next look or relay counts the edge.
-    c->tcp_rx_seen.store(c->tcp_rx_edged.load(std::memory_order_relaxed),
-                         std::memory_order_relaxed);
+    c->ready.tcp_rx_seen.store(c->ready.tcp_rx_edged.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
     // The channel is the parent's: its lock may have been held by one of
     // the parent's threads at the fork and stays held here forever (close
     // would wait on it), and its queue pair is not ours to use.

@@ -411,7 +411,7 @@ void fail(Conn* c, Reason why, const char* detail) {
       return;
     }
     if (!c->dead.exchange(true)) c->err_pending.store(true);
-    c->gen.fetch_add(1);
+    c->ready.gen.fetch_add(1);
     wake::notify();
     return;
   }
@@ -429,7 +429,7 @@ void to_tcp(Conn* c, Reason why) {
     report(c, Mode::tcp, why);
     notify_mode(c->sock(), nullptr); // the kernel answers readiness again
   }
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   wake::notify();
 }
 
@@ -441,24 +441,26 @@ bool refresh(Conn* c) {
                (s->peer_finished() ? Conn::kFin : 0) | (s->was_reset() ? Conn::kReset : 0) |
                (s->write_shut() ? Conn::kWriteShut : 0);
   uint64_t rcv = s->received(), ack = s->send_acked();
-  if (b == c->seen_bits && rcv == c->seen_received && ack == c->seen_acked) return false;
-  if ((b & Conn::kReset) && !(c->seen_bits & Conn::kReset)) c->err_pending.store(true);
+  if (b == c->ready.seen_bits && rcv == c->ready.seen_received && ack == c->ready.seen_acked)
+    return false;
+  if ((b & Conn::kReset) && !(c->ready.seen_bits & Conn::kReset)) c->err_pending.store(true);
   // An EPOLLET edge: new bytes, or a condition that was not there (an ACK
   // that only moves the window of a writable stream is no edge).
   // Only bytes the reader can get count: before the receive switch the
   // stream's sequence moves to S without any new byte (readiness then comes
   // from TCP).
-  bool new_data = c->rx_rdma.load(std::memory_order_acquire) && rcv != c->seen_received;
+  bool new_data = c->rx_rdma.load(std::memory_order_acquire) && rcv != c->ready.seen_received;
   // What a sleeper may wait for: a condition that appeared, bytes, the
   // window moving.  Readiness that only went away (the reader took every
   // byte, the window filled) wakes nobody: no waiter waits for less
   // (a request/response loop's every receive and send, and with an epoll
   // waiter in the process, a wake-up of it per call).
-  bool wake = (b & ~c->seen_bits) != 0 || rcv != c->seen_received || ack != c->seen_acked;
-  c->seen_bits = b;
-  c->seen_received = rcv;
-  c->seen_acked = ack;
-  c->stream_bits.store(b, std::memory_order_release);
+  bool wake =
+      (b & ~c->ready.seen_bits) != 0 || rcv != c->ready.seen_received || ack != c->ready.seen_acked;
+  c->ready.seen_bits = b;
+  c->ready.seen_received = rcv;
+  c->ready.seen_acked = ack;
+  c->ready.stream_bits.store(b, std::memory_order_release);
   // TCP bytes whose edge this counted: the relay of them (tcp_event) finds
   // them taken, and its wake-up may have come before this edge.
   if (c->note_ready(new_data)) wake = true;

@@ -106,8 +106,9 @@ void tick_conns(uint64_t now) {
     // tick: leave its lock to the program's calls (this tick runs every
     // 10 ms while a request/response loop spins, and the loop's thread
     // waited for the lock, or the engine for the loop's, in the futex).
-    bool quiet = !c->resumed.load() && c->phase.load() != Phase::upgrading &&
-                 !(c->rx_rdma.load() && (c->tcp_bits.load() & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
+    bool quiet =
+        !c->resumed.load() && c->phase.load() != Phase::upgrading &&
+        !(c->rx_rdma.load() && (c->ready.tcp_bits.load() & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
     if (quiet) {
       c->unref();
       continue;
@@ -146,15 +147,15 @@ void tick_conns(uint64_t now) {
         } else if (c->rx_rdma.load()) {
           // The peer's kernel closed TCP (its process died?) but no FIN came
           // over RDMA: after a grace period the stream is reset.
-          uint32_t tb = c->tcp_bits.load();
-          bool fin = c->stream_bits.load() & (Conn::kFin | Conn::kReset);
+          uint32_t tb = c->ready.tcp_bits.load();
+          bool fin = c->ready.stream_bits.load() & (Conn::kFin | Conn::kReset);
           if ((tb & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !fin) {
             if (c->hup_since_ms == 0)
               c->hup_since_ms = now;
             else if (now - c->hup_since_ms > g().p.hangup_grace_ms && !c->dead.load()) {
               c->dead.store(true);
               c->err_pending.store(true);
-              c->gen.fetch_add(1);
+              c->ready.gen.fetch_add(1);
               wake::notify();
             }
           }
@@ -304,8 +305,8 @@ void report_stall(Channel* ch, uint64_t now) {
               static_cast<unsigned long long>(s->delivered()), s->readable_bytes(),
               static_cast<unsigned long long>(s->send_next()),
               static_cast<unsigned long long>(s->send_acked()),
-              c->stream_bits.load(std::memory_order_relaxed), c->tx_rdma.load() ? "rdma" : "tcp",
-              c->rx_rdma.load() ? "rdma" : "tcp");
+              c->ready.stream_bits.load(std::memory_order_relaxed),
+              c->tx_rdma.load() ? "rdma" : "tcp", c->rx_rdma.load() ? "rdma" : "tcp");
 }
 
 // The receive cursor moves only when someone polls the channel: before the

@@ -153,7 +153,7 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
   c->ch = nullptr;
   if (r == nullptr) {
     XP_SLOG(XP_SLOG_WARN, "fd %d: no memory to move the stream to TCP: reset", c->sock());
-    c->gen.fetch_add(1);
+    c->ready.gen.fetch_add(1);
     wake::notify();
     return;
   }
@@ -181,7 +181,7 @@ void finish(Conn* c, ResumeCause why, uint64_t t0_us) {
     r->out.put(f, sizeof f);
     resume::flush_out(c, r);
   }
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   resume::settle(c, r, true);
   wake::notify();
 }

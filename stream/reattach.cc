@@ -135,7 +135,7 @@ void switch_tx(Conn* c, Resume* r) {
     std::lock_guard<std::mutex> l(ch->mu);
     engine::refresh(c);
   }
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   wake::notify(c); // a send waiting for room in `out` goes on with the stream
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: sending over RDMA again from byte %llu (stream %u)", c->sock(),
           static_cast<unsigned long long>(at), c->sid);
@@ -168,7 +168,7 @@ void finish(Conn* c, Resume* r) {
     std::lock_guard<std::mutex> l(c->ch->mu);
     engine::refresh(c);
   }
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   c->note_ready(true);
   wake::notify(c);
 }
@@ -262,7 +262,7 @@ void advance(Conn* c) {
         engine::refresh(c);
       }
       c->rx_rdma.store(true, std::memory_order_release);
-      c->gen.fetch_add(1);
+      c->ready.gen.fetch_add(1);
       c->note_ready(true);
       wake::notify(c);
       XP_SLOG(XP_SLOG_DEBUG, "fd %d: receiving over RDMA again from byte %llu (stream %u)",
@@ -506,7 +506,7 @@ void fold(Conn* c) {
   if (was_bound || c->reup.state == waiting) failed_attempt(c);
   if (gap) give_up(c, r, "bytes to re-send are not in the staging ring");
   if (reset) give_up(c, r, "the peer had reset the stream");
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   resume::pump(c);
   wake::notify();
 }

@@ -428,7 +428,7 @@ void refresh_bits(Conn* c, Resume* r) {
                    r->out.space() > recover::kFrameHeaderBytes;
   if (can_write) b |= Conn::kOut;
   if (r->tx == Resume::Tx::shut || r->app_shut || r->tx_eof) b |= Conn::kWriteShut;
-  c->resume_bits.store(b, std::memory_order_release);
+  c->ready.resume_bits.store(b, std::memory_order_release);
 }
 
 // A moved stream whose buffers are empty is a plain TCP connection again
@@ -444,7 +444,7 @@ static void hand_back(Conn* c, Resume* r) {
   if (engine::g().epfd >= 0)
     syscall(SYS_epoll_ctl, engine::g().epfd, EPOLL_CTL_DEL, c->sock(), nullptr);
   if (!c->closed.load()) notify_mode(c->sock(), nullptr);
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   XP_SLOG(XP_SLOG_DEBUG, "fd %d: moved stream handed back to the kernel", c->sock());
 }
 
@@ -452,12 +452,12 @@ void settle(Conn* c, Resume* r, bool moved) {
   if (!r->reported && r->tx != Resume::Tx::wait &&
       (r->moved || !r->rx_framed || r->peer_resumed || r->eof || r->fin || r->broken))
     report(c, r, !r->broken);
-  uint32_t before = c->resume_bits.load(std::memory_order_relaxed);
+  uint32_t before = c->ready.resume_bits.load(std::memory_order_relaxed);
   refresh_bits(c, r);
-  uint32_t gen = c->gen.load(std::memory_order_relaxed);
+  uint32_t gen = c->ready.gen.load(std::memory_order_relaxed);
   hand_back(c, r);
-  if (moved || before != c->resume_bits.load(std::memory_order_relaxed) ||
-      gen != c->gen.load(std::memory_order_relaxed)) {
+  if (moved || before != c->ready.resume_bits.load(std::memory_order_relaxed) ||
+      gen != c->ready.gen.load(std::memory_order_relaxed)) {
     c->note_ready(moved);
     wake::notify(c);
   }
@@ -597,7 +597,7 @@ void start(Conn* c, ResumeCause why) {
     XP_SLOG(XP_SLOG_WARN, "fd %d: no memory to resume the stream on TCP: reset", c->sock());
     c->dead.store(true);
     c->err_pending.store(true);
-    c->gen.fetch_add(1);
+    c->ready.gen.fetch_add(1);
     wake::notify();
     return;
   }
@@ -649,7 +649,7 @@ void start(Conn* c, ResumeCause why) {
   }
   if (reset) give_up(c, r, "the peer had reset the stream");
   reattach::on_resumed(c);
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   pump(c);
   wake::notify();
 }
@@ -717,7 +717,7 @@ bool start_alone(Conn* c, ResumeCause why) {
   } else {
     continue_unframed(c, r);
   }
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   pump(c);
   wake::notify();
   return true;
@@ -729,12 +729,13 @@ uint32_t ready_events(const Conn* c) {
   pollfd p{c->sock(), POLLIN | POLLOUT | POLLRDHUP | POLLPRI, 0};
   uint32_t kb = 0;
   if (syscall(SYS_poll, &p, 1, 0) == 1) kb = static_cast<uint16_t>(p.revents);
-  const uint32_t rb = c->resume_bits.load(std::memory_order_acquire);
+  const uint32_t rb = c->ready.resume_bits.load(std::memory_order_acquire);
   // A direction that went back onto RDMA (stream/reattach.cc) answers from
   // the stream, the other from here.
   const bool rx_stream = c->rx_rdma.load(std::memory_order_acquire);
   const bool tx_stream = c->tx_rdma.load(std::memory_order_acquire);
-  const uint32_t sb = rx_stream || tx_stream ? c->stream_bits.load(std::memory_order_acquire) : 0;
+  const uint32_t sb =
+      rx_stream || tx_stream ? c->ready.stream_bits.load(std::memory_order_acquire) : 0;
   uint32_t out = kb & (EPOLLPRI | EPOLLHUP | EPOLLERR);
   if (!rx_stream) {
     out |= kb & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP);

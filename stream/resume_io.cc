@@ -195,7 +195,7 @@ IoResult recv(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
       return IoResult::fail(Status::reset); // at_end's ECONNRESET
     }
     if (nonblock) {
-      c->last_ready.fetch_and(~static_cast<uint32_t>(POLLIN), std::memory_order_acq_rel);
+      c->ready.last_ready.fetch_and(~static_cast<uint32_t>(POLLIN), std::memory_order_acq_rel);
       return got > 0 ? IoResult::bytes(got) : IoResult::fail(Status::would_block);
     }
     if (deadline == -2) deadline = deadline_for(c, SO_RCVTIMEO);
@@ -268,7 +268,7 @@ IoResult send(Conn* c, const iovec* iov, int iovcnt, int flags, size_t* done) {
     // kernel's would; a non-blocking one once they are queued.
     if (sent >= want && (empty || nonblock)) return IoResult::bytes(sent);
     if (nonblock) {
-      c->last_ready.fetch_and(~static_cast<uint32_t>(POLLOUT), std::memory_order_acq_rel);
+      c->ready.last_ready.fetch_and(~static_cast<uint32_t>(POLLOUT), std::memory_order_acq_rel);
       return sent > 0 ? IoResult::bytes(sent) : IoResult::fail(Status::would_block);
     }
     if (deadline == -2) deadline = deadline_for(c, SO_SNDTIMEO);
@@ -287,7 +287,7 @@ IoResult shutdown(Conn* c, int how) {
     if (how != SHUT_RD) r->app_shut = true;
     if (how != SHUT_WR) c->rd_shut.store(true);
     settle(c, r, false);
-    c->gen.fetch_add(1);
+    c->ready.gen.fetch_add(1);
     wake::notify();
     return IoResult::bytes(0);
   }
@@ -310,7 +310,7 @@ IoResult shutdown(Conn* c, int how) {
   }
   if (how != SHUT_WR) c->rd_shut.store(true); // the kernel keeps reading: a RESUME may follow
   if (r) settle(c, r, false);
-  c->gen.fetch_add(1);
+  c->ready.gen.fetch_add(1);
   wake::notify();
   return IoResult::bytes(0);
 }

@@ -129,12 +129,12 @@ TEST_CASE("conn io: readiness never outlives the TCP bytes (select, then a block
   Pair p(false);
   REQUIRE(put(p.a, 100) == 100);
   for (size_t want : {40u, 60u}) {
-    p.b.c->tcp_bits.fetch_or(EPOLLIN); // the engine's edge for the arrival
+    p.b.c->ready.tcp_bits.fetch_or(EPOLLIN); // the engine's edge for the arrival
     CHECK(take(p.b, want, 0) == want);
   }
   CHECK((p.b.c->ready_events() & EPOLLIN) == 0);
   REQUIRE(put(p.a, 10) == 10);
-  p.b.c->tcp_bits.fetch_or(EPOLLIN);
+  p.b.c->ready.tcp_bits.fetch_or(EPOLLIN);
   CHECK(take(p.b, 4, 0) == 4); // bytes remain: still readable
   CHECK((p.b.c->ready_events() & EPOLLIN) != 0);
   CHECK(p.a.bad + p.b.bad == 0);

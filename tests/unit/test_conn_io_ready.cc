@@ -364,7 +364,7 @@ TEST_CASE("conn io: room to write appearing is no EPOLLIN edge") {
   REQUIRE(put(p.a, 5) == 5);
   engine::progress(p.b.ch);
   REQUIRE((p.b.c->ready_events() & EPOLLIN) != 0);
-  p.b.c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT)); // as after EAGAIN on a send
+  p.b.c->ready.last_ready.fetch_and(~static_cast<uint32_t>(EPOLLOUT)); // as after EAGAIN on a send
   const uint32_t in0 = p.b.c->ready_gen(EPOLLIN | EPOLLET);
   const uint32_t out0 = p.b.c->ready_gen(EPOLLOUT | EPOLLET);
   p.b.c->note_ready(false); // room again
@@ -413,10 +413,10 @@ TEST_CASE("conn io: an exclusive look's catch_up counts TCP bytes before the rel
   CHECK(gen1 != gen0);
   p.b.c->catch_up(); // another set's look: nothing new
   CHECK(p.b.c->ready_gen(kEx) == gen1);
-  p.b.c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN)); // EPOLLIN looks new
-  p.b.c->note_ready(false);                                     // a channel event's refresh
+  p.b.c->ready.last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN)); // EPOLLIN looks new
+  p.b.c->note_ready(false);                                           // a channel event's refresh
   CHECK(p.b.c->ready_gen(kEx) == gen1);
-  p.b.c->last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN));
+  p.b.c->ready.last_ready.fetch_and(~static_cast<uint32_t>(EPOLLIN));
   engine::tcp_event(p.b.c, EPOLLIN); // the relay of the same bytes
   CHECK(p.b.c->ready_gen(kEx) == gen1);
   char buf[8];
@@ -429,10 +429,10 @@ TEST_CASE("conn io: an exclusive look's catch_up counts TCP bytes before the rel
   p.b.c->catch_up();
   CHECK(p.b.c->ready_gen(kEx) == gen2);
   // The count taken only grows: a late, smaller count takes nothing.
-  const uint64_t seen = p.b.c->tcp_rx_seen.load();
-  CHECK_FALSE(p.b.c->take_tcp_bytes(seen - 1));
-  CHECK(p.b.c->tcp_rx_seen.load() == seen);
-  CHECK(p.b.c->tcp_rx_edged.load() == seen);
+  const uint64_t seen = p.b.c->ready.tcp_rx_seen.load();
+  CHECK_FALSE(p.b.c->ready.take_tcp_bytes(seen - 1));
+  CHECK(p.b.c->ready.tcp_rx_seen.load() == seen);
+  CHECK(p.b.c->ready.tcp_rx_edged.load() == seen);
   REQUIRE(::recv(p.b.c->fd, buf, sizeof buf, 0) == 1);
 }
 
@@ -448,13 +448,13 @@ TEST_CASE("conn io: catch_up counts bytes another took before that one's edge") 
   REQUIRE(poll(&pf, 1, 2000) == 1);
   uint64_t n = 0;
   REQUIRE(engine::tcp_bytes_received(p.b.c, &n));
-  REQUIRE(p.b.c->take_tcp_bytes(n)); // its edge never comes
+  REQUIRE(p.b.c->ready.take_tcp_bytes(n)); // its edge never comes
   constexpr uint32_t kEx = EPOLLIN | EPOLLEXCLUSIVE;
   const uint32_t gen0 = p.b.c->ready_gen(kEx);
   p.b.c->catch_up();
   const uint32_t gen1 = p.b.c->ready_gen(kEx);
   CHECK(gen1 != gen0);
-  CHECK(p.b.c->tcp_rx_edged.load() == n);
+  CHECK(p.b.c->ready.tcp_rx_edged.load() == n);
   p.b.c->catch_up(); // counted now: nothing more
   CHECK(p.b.c->ready_gen(kEx) == gen1);
   char buf[8];
@@ -473,15 +473,16 @@ TEST_CASE("conn io: a refresh that counts TCP bytes' edge asks for a wake-up") {
     p.b.c->note_ready(false);
     CHECK_FALSE(engine::refresh(p.b.c)); // nothing changed
   }
-  REQUIRE((p.b.c->last_ready.load() & EPOLLIN) == 0);
+  REQUIRE((p.b.c->ready.last_ready.load() & EPOLLIN) == 0);
   REQUIRE(::send(p.a.c->fd, "xyz", 3, 0) == 3);
   pollfd pf{p.b.c->fd, POLLIN, 0};
   REQUIRE(poll(&pf, 1, 2000) == 1);
   const uint32_t gen0 = p.b.c->ready_gen(EPOLLIN | EPOLLET);
   {
     std::lock_guard<std::mutex> g(p.b.ch->mu);
-    REQUIRE((p.b.c->seen_bits & Conn::kFin) == 0);
-    p.b.c->seen_bits |= Conn::kFin; // the event: a condition that went away (no wake-up of its own)
+    REQUIRE((p.b.c->ready.seen_bits & Conn::kFin) == 0);
+    p.b.c->ready.seen_bits |=
+        Conn::kFin; // the event: a condition that went away (no wake-up of its own)
     CHECK(engine::refresh(p.b.c));
   }
   CHECK(p.b.c->ready_gen(EPOLLIN | EPOLLET) != gen0);

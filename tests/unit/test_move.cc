@@ -435,7 +435,7 @@ TEST_CASE("fork: a child never reads as plain TCP a stream whose peer switched d
 }
 
 TEST_CASE("fork: TCP bytes a parent's thread took without counting their edge are untaken") {
-  // A thread of the parent took the kernel's count (Conn::take_tcp_bytes)
+  // A thread of the parent took the kernel's count (ConnReady::take_tcp_bytes)
   // and forked before counting the edge (edge_tcp_bytes): that thread does
   // not exist in the child, whose next look or relay must count it
   // (note_ready's fresh_in_edge would find the bytes taken: kInCounted).
@@ -444,16 +444,16 @@ TEST_CASE("fork: TCP bytes a parent's thread took without counting their edge ar
   rtake(p.b, 10, 0);
   REQUIRE(p.b.c->phase.load() == stream::Phase::upgrading);
   REQUIRE_FALSE(p.b.c->rx_rdma.load());
-  const uint64_t edged = p.b.c->tcp_rx_edged.load();
-  REQUIRE(p.b.c->take_tcp_bytes(edged + 5)); // its edge never comes
+  const uint64_t edged = p.b.c->ready.tcp_rx_edged.load();
+  REQUIRE(p.b.c->ready.take_tcp_bytes(edged + 5)); // its edge never comes
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     p.b.c->ref();
     stream::engine::g().conns.add(p.b.c); // as the engine's table has it
     stream::engine::on_fork_child();
-    const bool untaken = p.b.c->tcp_rx_seen.load() == edged;
-    const bool takes = p.b.c->take_tcp_bytes(edged + 5);
+    const bool untaken = p.b.c->ready.tcp_rx_seen.load() == edged;
+    const bool takes = p.b.c->ready.take_tcp_bytes(edged + 5);
     _exit(untaken && takes ? 0 : 1);
   }
   int status = 0;
