@@ -670,6 +670,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
     OwnedCmUser own(u); // the operation ends here
     Conn* c = u->conn;
     if (u->kind == CmUser::Kind::server) server_accept_done(u);
+    const recover::CmReject r = recover::parse_cm_reject(
+        ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
     if (u->reattach) {
       if (u->kind == CmUser::Kind::server) {
         std::lock_guard<std::mutex> l(c->mu);
@@ -677,8 +679,6 @@ void on_cm_event(const verbs::CmEvent& ev) {
       }
       if (u->kind == CmUser::Kind::client) {
         attempt_done(u);
-        const recover::CmReject r = recover::parse_cm_reject(
-            ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
         bool again = false;
         XP_SLOG(XP_SLOG_DEBUG, "back to RDMA: rdma_cm %s (status %d, %s, code %u)",
                 ev.kind == K::rejected ? "rejected" : "failed", ev.status,
@@ -708,8 +708,6 @@ void on_cm_event(const verbs::CmEvent& ev) {
     if (u->kind == CmUser::Kind::client) attempt_done(u, !will_retry);
     {
       std::lock_guard<std::mutex> l(c->mu);
-      const recover::CmReject r = recover::parse_cm_reject(
-          ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
       if (u->kind == CmUser::Kind::server) {
         c->rv.accepting = false;
       } else if (r.code == rej_redirect && !c->rv.redirected && !c->closed.load()) {
