@@ -11,10 +11,10 @@
 // directions switched take only Channel::mu.
 #pragma once
 #include <atomic>
-#include <boost/intrusive/list.hpp>
 #include <cstdint>
 #include <mutex>
 
+#include "common/ptr_table.h"
 #include "common/reasons.h"
 #include "recover/upgrade.h"
 #include "stream/conn_fork.h"
@@ -31,10 +31,8 @@ struct ListenShare;
 
 enum class Phase : uint8_t { upgrading, rdma, tcp };
 
-// A connection's link in one table (ConnTable).  safe_link: a link is
-// unlinked when its table lets go, and linking one that is linked asserts.
-using ConnHook =
-    boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
+// A connection's link in one table (ConnTable below).
+using ConnHook = TableHook;
 
 class Conn final : public ReadySource {
 public:
@@ -178,54 +176,8 @@ private:
   std::atomic<uint32_t> refs{1};
 };
 
-// A table of connections: an intrusive list through the link H of each
-// (Conn::in_all: the engine's; Conn::in_channel: its channel's), so adding
-// allocates nothing and removing is O(1).  A connection is in at most one
-// table per link; remove() names the table that holds it.  Iteration
-// yields Conn*; erase(it) removes while iterating.  The table holds no
-// reference: whoever adds also refs (the callers' rule).
-template <ConnHook Conn::*H> class ConnTable {
-  using List = boost::intrusive::list<Conn, boost::intrusive::member_hook<Conn, ConnHook, H>>;
-
-public:
-  class iterator {
-  public:
-    explicit iterator(typename List::iterator it) : it_(it) {}
-    Conn* operator*() const { return &*it_; }
-    iterator& operator++() {
-      ++it_;
-      return *this;
-    }
-    bool operator==(const iterator& o) const { return it_ == o.it_; }
-
-  private:
-    friend class ConnTable;
-    typename List::iterator it_;
-  };
-
-  ConnTable() = default;
-  ConnTable(const ConnTable&) = delete;
-  ConnTable& operator=(const ConnTable&) = delete;
-
-  void add(Conn* c) { l_.push_back(*c); }
-  // false: c is in no table of this link (removed before).
-  bool remove(Conn* c) {
-    if (!(c->*H).is_linked()) return false;
-    l_.erase(List::s_iterator_to(*c));
-    return true;
-  }
-  iterator erase(iterator it) { return iterator(l_.erase(it.it_)); }
-  static bool linked(const Conn* c) { return (c->*H).is_linked(); }
-  bool empty() const { return l_.empty(); }
-  size_t size() const { return l_.size(); }
-  Conn* front() { return &l_.front(); }
-  iterator begin() { return iterator(l_.begin()); }
-  iterator end() { return iterator(l_.end()); }
-  void clear() { l_.clear(); }
-
-private:
-  List l_;
-};
+// The engine's table of connections and each channel's (common/ptr_table.h).
+template <ConnHook Conn::*H> using ConnTable = PtrTable<Conn, H>;
 using AllConns = ConnTable<&Conn::in_all>;
 using ChannelConns = ConnTable<&Conn::in_channel>;
 

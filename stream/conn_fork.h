@@ -2,8 +2,13 @@
 // stream", "After a fork: who else holds the socket", "A fork child that
 // holds an accepted connection").
 //
-// Lock rule: Conn::mu, except `ino` (State::mu: the engine's watch of
-// shared sockets) and `claim` (atomic: data calls read it without a lock).
+// Lock rule: Conn::mu for what the fork handlers, the move and the
+// judgement write (unsafe, mark, used_elsewhere, judging, handed_over, the
+// counts).  `ino` and the claim's schedule (claim_*) belong to the engine
+// thread: `ino` under State::mu (its watch of shared sockets), claim_* in
+// tick_claims, which alone writes them once the fork is over (the child's
+// handler set them before any thread ran).  `claim` is atomic: data calls
+// read it without a lock.
 #pragma once
 #include <atomic>
 #include <cstdint>

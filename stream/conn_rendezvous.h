@@ -1,10 +1,14 @@
 // How one connection finds or sets up its channel (docs/protocol.md §1):
 // the rendezvous' own state, apart from the upgrade session it serves.
 //
-// Lock rule: the engine thread, under State::mu (the rendezvous functions
-// assert it: start_client, serve_share, on_cm_event, answer_request,
-// handle_attach), except where a field says otherwise.  `lane` and `share`
-// are set once, before the connection is in any table.
+// Lock rule: written under State::mu by the engine's rendezvous steps
+// (start_client, serve_share, on_cm_event, answer_request assert it) or
+// under Conn::mu; the order is State::mu, then Conn::mu.  Not one lock per
+// field yet: attach_refused, redirected and redirect_attach are also
+// written from control records under Conn::mu alone (handle_record, which
+// application threads run too through drain_inbox), and retry_at_ms and
+// cm_tried from the engine's tick under Conn::mu alone.  `lane` and
+// `share` are written once, when the connection registers (State::mu).
 #pragma once
 #include <atomic>
 #include <cstdint>

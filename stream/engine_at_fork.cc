@@ -149,8 +149,11 @@ void engine::on_fork_child() {
                                std::memory_order_relaxed);
     // The channel is the parent's: its lock may have been held by one of
     // the parent's threads at the fork and stays held here forever (close
-    // would wait on it), and its queue pair is not ours to use.
+    // would wait on it), and its queue pair is not ours to use.  Its link
+    // in that channel's table is made anew, unlinked (the table is the
+    // parent's; a kept connection joins a channel of the child's later).
     c->ch = nullptr;
+    new (&c->in_channel) ConnHook();
     if (c->resumed.load()) {
       s.inherited_user_mode = true; // served by our calls, unknown to any engine here
       // A resumed stream whose bytes for the kernel were still queued at

@@ -127,7 +127,9 @@ struct CmUser {
   uint16_t port;          // client: the port this attempt went to; server: the listener's
   bool reattach = false;  // a channel for a resumed stream going back (stream/reattach.cc)
   recover::IpAddr from{}; // server: the requester's address
+  TableHook link{};       // client: in State::inflight; server: in State::accepting
 };
+using CmUsers = PtrTable<CmUser, &CmUser::link>;
 // A connection's rdma_cm operation (a client attempt, a server accept) owns
 // its CmUser and one reference of the connection from its start to its
 // last event (established, rejected, failed, or a disconnect before it
@@ -172,7 +174,7 @@ struct State {
   // Server connections by 4-tuple (find_by_key), and rdma_cm accepts under
   // way (each will be a server channel).
   std::unordered_map<TupleKey, Conn*, TupleKeyHash> servers;
-  std::vector<CmUser*> accepting;
+  CmUsers accepting;
   NegativeCache negative;     // servers without xpress (stream/negative_cache.h)
   BindFailures bind_failures; // requesters whose bindings failed (stream/bind_failures.h)
   std::vector<OwnedListener> listeners;
@@ -183,7 +185,7 @@ struct State {
   // Client rdma_cm attempts under way, and connections waiting for one to
   // the same host to finish (they then attach over its channel instead of
   // each setting up a queue pair of their own).
-  std::vector<CmUser*> inflight;
+  CmUsers inflight;
   std::vector<Conn*> parked;
   // 4-tuples of server connections closed lately: a request for one is
   // refused at once instead of waiting for an accept that cannot come.

@@ -23,6 +23,9 @@
 namespace xp::stream::engine {
 
 void CmUserDrop::operator()(CmUser* u) const {
+  // Still in its table (an event that ended it without the table's step):
+  // out of it first, never a freed entry left there.
+  (u->kind == CmUser::Kind::client ? g().inflight : g().accepting).remove(u);
   if (u->conn) u->conn->unref();
   delete u;
 }
@@ -86,13 +89,12 @@ void cm_connect(Conn* c, uint16_t port) {
   OwnedCmUser u = conn_user(CmUser::Kind::client, c, port);
   if (!u) return fail(c, Reason::resources_exhausted);
   c->rv.cm_tried = true;
-  g().inflight.push_back(u.get());
+  g().inflight.add(u.get());
   c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                               link_params(), &w, sizeof w, u.get());
   if (st != Status::ok) {
-    g().inflight.pop_back();
-    u.reset();
+    u.reset(); // out of inflight too
     return fail(c, Reason::handshake_failed, "rdma_cm connect failed");
   }
   u.release(); // rdma_cm's until its last event (on_cm_event)
@@ -101,14 +103,7 @@ void cm_connect(Conn* c, uint16_t port) {
 // An rdma_cm attempt ended (g().mu held): the connections that waited for
 // it try again (attach over its channel, or their own attempt).
 void attempt_done(CmUser* u, bool release = true) {
-  auto& in = g().inflight;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == u) {
-      in[i] = in.back();
-      in.pop_back();
-      break;
-    }
-  }
+  g().inflight.remove(u);
   auto& pk = g().parked;
   if (pk.empty() || !release) return;
   {
@@ -161,19 +156,13 @@ bool server_accept(verbs::CmRequest* req, const AcceptWire& a, CmUser* u) {
     return false;
   }
   if (g().cm->accept(req, link_params(), &a, sizeof a, u) != Status::ok) return false;
-  g().accepting.push_back(u);
+  g().accepting.add(u);
   return true;
 }
 
 // A server accept ended (established or not).
 void server_accept_done(CmUser* u) {
-  auto& v = g().accepting;
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] == u) {
-      v[i] = v.back();
-      v.pop_back();
-      return;
-    }
+  g().accepting.remove(u);
 }
 
 // A resumed stream's client wants a channel to us: accepted without
@@ -330,8 +319,14 @@ void forget_attempts(Conn* c) {
   for (CmUser* u : g().inflight)
     if (u->conn == c) return attempt_done(u);
   // Closed between its first attempt and the retry: nothing will release
-  // the connections parked behind it.
-  if (c->rv.retry_at_ms != 0 && !g().parked.empty()) {
+  // the connections parked behind it.  (retry_at_ms: the tick writes it
+  // under Conn::mu alone.)
+  bool retrying;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    retrying = c->rv.retry_at_ms != 0;
+  }
+  if (retrying && !g().parked.empty()) {
     std::lock_guard<std::mutex> q(g().qmu);
     for (Conn* p : g().parked)
       g().start_queue.push_back(p);
@@ -370,7 +365,7 @@ bool cm_reattach(Conn* c, uint16_t port) {
   cm_addrs(c, port, &src, &dst);
   OwnedCmUser u = conn_user(CmUser::Kind::client, c, port, true);
   if (!u) return false;
-  g().inflight.push_back(u.get());
+  g().inflight.add(u.get());
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                               link_params(), &w, sizeof w, u.get());
   if (st != Status::ok) {

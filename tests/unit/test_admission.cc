@@ -76,8 +76,8 @@ TEST_CASE("admission: a burst of connects waits behind the attempts under way") 
   engine::CmUser u2{engine::CmUser::Kind::client, first, nullptr, 8080};
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::g().inflight.push_back(&u1);
-    engine::g().inflight.push_back(&u2);
+    engine::g().inflight.add(&u1);
+    engine::g().inflight.add(&u2);
   }
   for (Conn* c : b.conns) {
     c->rv.parked_once = true; // each waited behind an attempt already

@@ -274,7 +274,7 @@ engine::CmUser* attempt(Conn* c, uint16_t port) {
   std::lock_guard<std::mutex> g(engine::g().mu);
   c->ref();
   c->rv.cm_tried = true;
-  engine::g().inflight.push_back(u);
+  engine::g().inflight.add(u);
   return u;
 }
 
@@ -372,8 +372,7 @@ TEST_CASE("client wait: a connection behind its host's rdma_cm attempt is waited
   CHECK(c->reason == Reason::handshake_timeout);
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    auto& in = engine::g().inflight;
-    in.erase(std::remove(in.begin(), in.end(), u), in.end());
+    engine::g().inflight.remove(u);
     engine::g().conns.remove(c);
   }
   delete u;
@@ -404,8 +403,7 @@ TEST_CASE("client wait: its own rdma_cm attempt does not extend the handshake") 
   CHECK(c->reason == Reason::handshake_timeout);
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    auto& in = engine::g().inflight;
-    in.erase(std::remove(in.begin(), in.end(), u), in.end());
+    engine::g().inflight.remove(u);
     engine::g().conns.remove(c);
   }
   delete u;

@@ -191,6 +191,34 @@ bool claimed(Conn* c) {
 
 } // namespace
 
+TEST_CASE("fork claim: a kept connection's link in a parent's channel is the child's to reuse") {
+  // A server connection bound on a channel before the fork (the client's
+  // rdma_cm request was answered at accept()) that the child keeps: the
+  // channel is the parent's, so the child's first channel must be able to
+  // take the connection (its link in the parent's channel table is made
+  // anew, never left pointing into the parent's list).
+  Accepted k(false);
+  ChannelConns parents; // stands in for the channel's table in the parent
+  add_to_table(k.c);
+  parents.add(k.c);
+  k.c->at_fork.counts = true;
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ChannelConns childs;
+    childs.add(k.c); // asserted (abort) while the link still named the parent's list
+    const bool ok = childs.size() == 1 && k.c->at_fork.claim.load();
+    childs.remove(k.c);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  parents.remove(k.c);
+  engine::on_close(k.c);
+}
+
 TEST_CASE("fork claim: the fork child handlers allocate nothing") {
   // After fork() in a multithreaded parent only async-signal-safe work is
   // sure to be safe: the child handler must neither allocate a list of the
