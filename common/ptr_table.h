@@ -12,8 +12,8 @@
 
 namespace xp {
 
-using TableHook = boost::intrusive::list_member_hook<
-    boost::intrusive::link_mode<boost::intrusive::safe_link>>;
+using TableHook =
+    boost::intrusive::list_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 
 template <class T, TableHook T::*H> class PtrTable {
   using List = boost::intrusive::list<T, boost::intrusive::member_hook<T, TableHook, H>>;

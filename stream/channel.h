@@ -8,6 +8,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct ControlRecord {
 struct Channel {
   std::mutex mu;
   verbs::Link* link = nullptr;
-  Mux* mux = nullptr;
+  std::unique_ptr<Mux> mux; // freed with the channel
   bool client_side = false;
   // Client side: the server's address and TCP port (the key).  Server side:
   // the rdma_cm requester's address; every stream bound here must name it

@@ -344,7 +344,7 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
   mp.max_streams = g().p.streams_per_channel;
   mp.stream_window = g().p.stream_window;
   mp.cork_max = g().p.autocork_max;
-  ch->mux = new (std::nothrow) Mux(link, mp);
+  ch->mux.reset(new (std::nothrow) Mux(link, mp));
   if (ch->mux == nullptr) {
     delete ch;
     return nullptr;

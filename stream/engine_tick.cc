@@ -230,7 +230,7 @@ void reap_channels(uint64_t now) {
       continue;
     }
     Channel* ch = dy[i];
-    delete ch->mux;
+    ch->mux.reset();           // before its link
     g().cm->destroy(ch->link); // disconnects: the peer tears its side down
     delete ch;
     dy[i] = dy.back();

@@ -65,7 +65,6 @@ inline void drop(stream::Channel* ch) {
   auto& v = stream::engine::g().channels;
   for (size_t i = 0; i < v.size(); ++i)
     if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-  delete ch->mux;
   delete ch;
 }
 

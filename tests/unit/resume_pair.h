@@ -151,7 +151,6 @@ struct RPair {
     for (stream::Channel* ch : {a.ch, b.ch}) {
       for (size_t i = 0; i < v.size(); ++i)
         if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-      delete ch->mux;
       delete ch;
     }
   }

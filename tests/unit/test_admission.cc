@@ -129,7 +129,6 @@ TEST_CASE("admission: a burst of connects waits behind the attempts under way") 
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
   }
-  delete ch->mux;
   delete ch;
   first->unref();
 }

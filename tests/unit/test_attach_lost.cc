@@ -44,7 +44,6 @@ struct ClientChannel {
       auto& v = engine::g().channels;
       v.erase(std::remove(v.begin(), v.end(), ch), v.end());
     }
-    delete ch->mux;
     delete ch;
   }
 };
@@ -261,7 +260,6 @@ TEST_CASE("server wait: a client host that sets up channels here is waited for l
     std::lock_guard<std::mutex> g(engine::g().mu);
     auto& v = engine::g().channels;
     v.erase(std::remove(v.begin(), v.end(), ch), v.end());
-    delete ch->mux;
     delete ch;
   }
 }

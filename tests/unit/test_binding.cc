@@ -44,7 +44,6 @@ struct Served : AcceptedConn {
     auto& v = stream::engine::g().channels;
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i] == cb) v.erase(v.begin() + static_cast<long>(i));
-    delete cb->mux;
     delete cb;
   }
   // Send one control record from the raw client end; the types of the

@@ -81,7 +81,6 @@ struct ServerChannel {
       for (size_t i = 0; i < dy.size(); ++i)
         if (dy[i] == ch) dy.erase(dy.begin() + static_cast<long>(i));
     }
-    delete ch->mux;
     delete ch;
     ch = nullptr;
   }
@@ -94,7 +93,6 @@ struct ServerChannel {
           if ((*v)[i] == ch) v->erase(v->begin() + static_cast<long>(i));
       engine::drop_attaches(ch);
     }
-    delete ch->mux;
     delete ch;
   }
 };
@@ -354,7 +352,6 @@ TEST_CASE("engine: an idle client channel lingers for the next connection, then 
         if ((*v)[i] == ch) v->erase(v->begin() + static_cast<long>(i));
   }
   static_assert(engine::kClientIdleMs < engine::kServerIdleMs);
-  delete ch->mux;
   delete ch;
 }
 

@@ -79,7 +79,6 @@ struct Back {
       if (ch == nullptr) continue;
       for (size_t i = 0; i < v.size(); ++i)
         if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-      delete ch->mux;
       delete ch;
     }
   }

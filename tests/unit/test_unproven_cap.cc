@@ -70,7 +70,6 @@ struct FromHost {
     auto& v = stream::engine::g().channels;
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-    delete ch->mux;
     delete ch;
   }
   void send(const recover::Message& m) {
