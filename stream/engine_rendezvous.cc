@@ -316,8 +316,12 @@ bool recently_closed(const uint8_t key[recover::kTupleIdBytes]) {
 
 void forget_attempts(Conn* c) {
   XP_ASSERT_HELD(g().mu);
+  // An attempt under way stays in inflight until its rdma_cm event (which
+  // releases the connections parked behind it): its answer is what the
+  // next connection to that host waits for (the negative cache learns
+  // from a refusal; a channel it builds serves them).
   for (CmUser* u : g().inflight)
-    if (u->conn == c) return attempt_done(u);
+    if (u->conn == c) return;
   // Closed between its first attempt and the retry: nothing will release
   // the connections parked behind it.  (retry_at_ms: the tick writes it
   // under Conn::mu alone.)
@@ -473,9 +477,8 @@ void start_client(Conn* c) {
   // end (then attaches over the channel it built), and stays on TCP only
   // when the channels are full and nothing is under way.
   int attempts = 0;
-  for (const CmUser* u : g().inflight)
-    attempts += !u->conn->closed.load() &&
-                recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple);
+  for (const CmUser* u : g().inflight) // (a closed connection's too: forget_attempts)
+    attempts += recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple);
   const size_t chans = c->rv.attach_refused ? 0 : order.size(); // refused: rdma_cm, its own
   if (chans + static_cast<size_t>(attempts) >= lanes) {
     if (attempts == 0) return fail(c, Reason::resources_exhausted);
@@ -501,7 +504,7 @@ void start_client(Conn* c) {
   // (once), then attach over it.
   if (!c->rv.parked_once && !c->rv.attach_refused) {
     for (CmUser* u : g().inflight) {
-      if (!u->conn->closed.load() && (!by_lane || u->conn->rv.lane % lanes == lane) &&
+      if ((!by_lane || u->conn->rv.lane % lanes == lane) &&
           recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple)) {
         c->rv.parked_once = true;
         c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
@@ -775,7 +778,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
     g().cm->destroy(ev.link); // never established here
     if (u == nullptr || (u->kind != CmUser::Kind::server && u->kind != CmUser::Kind::client))
       return;
-    OwnedCmUser own(u); // the operation ends here
+    OwnedCmUser own(u);                                   // the operation ends here
+    if (u->kind == CmUser::Kind::client) attempt_done(u); // those parked behind it go on
     if (u->kind == CmUser::Kind::server) {
       server_accept_done(u);
       std::lock_guard<std::mutex> l(u->conn->mu);

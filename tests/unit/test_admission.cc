@@ -132,3 +132,32 @@ TEST_CASE("admission: a burst of connects waits behind the attempts under way") 
   delete ch;
   first->unref();
 }
+
+TEST_CASE("admission: an attempt whose connection closed still holds the next one back") {
+  // The VM fallback case (curl's sequential fetches from a busybox httpd
+  // without xpress): fetch 2 closed while its rdma_cm attempt was under
+  // way, and fetch 3 asked rdma_cm itself instead of waiting for that
+  // attempt's refusal, which makes the negative cache conclusive: three
+  // attempts where two are the bound.  The attempt stays in inflight until
+  // its event, and the next connection to that host waits for it.
+  Knobs k(4, 256);
+  Burst b(2);
+  Conn* first = b.conns[0];
+  auto* u = new engine::CmUser{engine::CmUser::Kind::client, first, nullptr, 8080};
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    first->ref(); // the attempt's
+    engine::g().inflight.add(u);
+  }
+  engine::on_close(first); // the fetch ended before the attempt's answer
+  b.start(b.conns[1]);
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    CHECK(engine::g().inflight.size() == 1);
+    CHECK(engine::g().parked.size() == 1); // waits for the attempt's answer
+    engine::g().inflight.remove(u);
+  }
+  CHECK(b.conns[1]->phase.load() == Phase::upgrading);
+  delete u;
+  first->unref();
+}
