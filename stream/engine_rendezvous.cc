@@ -160,9 +160,12 @@ bool server_accept(verbs::CmRequest* req, const AcceptWire& a, CmUser* u) {
   return true;
 }
 
-// A server accept ended (established or not).
+// A server accept ended (established or not): out of the table, and its
+// connection may take the next request (a channel-only one, a retry).
 void server_accept_done(CmUser* u) {
   g().accepting.remove(u);
+  std::lock_guard<std::mutex> l(u->conn->mu);
+  u->conn->rv.accepting = false;
 }
 
 // A resumed stream's client wants a channel to us: accepted without
@@ -631,8 +634,6 @@ void on_cm_event(const verbs::CmEvent& ev) {
       g().negative.forget_refused(recover::server_addr(c->tuple), c->tuple.server_port);
     } else {
       server_accept_done(u);
-      std::lock_guard<std::mutex> l(c->mu);
-      c->rv.accepting = false; // (a channel-only one: the next request may come)
     }
     Channel* ch = make_channel(ev.link, client);
     if (ch == nullptr) {
@@ -665,50 +666,41 @@ void on_cm_event(const verbs::CmEvent& ev) {
   }
   case K::rejected:
   case K::failed: {
-    OwnedCmUser own(u); // the operation ends here
+    OwnedCmUser own(u);                                                // the operation ends here
+    if (u->kind == CmUser::Kind::server) return server_accept_done(u); // nothing more to do
     Conn* c = u->conn;
-    if (u->kind == CmUser::Kind::server) server_accept_done(u);
     const recover::CmReject r = recover::parse_cm_reject(
         ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
     if (u->reattach) {
-      if (u->kind == CmUser::Kind::server) {
+      attempt_done(u);
+      bool again = false;
+      XP_SLOG(XP_SLOG_DEBUG, "back to RDMA: rdma_cm %s (status %d, %s, code %u)",
+              ev.kind == K::rejected ? "rejected" : "failed", ev.status,
+              ev.consumer_reject ? "by the peer" : "no listener", r.code);
+      {
         std::lock_guard<std::mutex> l(c->mu);
-        c->rv.accepting = false;
-      }
-      if (u->kind == CmUser::Kind::client) {
-        attempt_done(u);
-        bool again = false;
-        XP_SLOG(XP_SLOG_DEBUG, "back to RDMA: rdma_cm %s (status %d, %s, code %u)",
-                ev.kind == K::rejected ? "rejected" : "failed", ev.status,
-                ev.consumer_reject ? "by the peer" : "no listener", r.code);
-        {
-          std::lock_guard<std::mutex> l(c->mu);
-          // A sibling process holds the connection: once, to its port.
-          if (r.code == rej_redirect && !c->reup.redirected && !c->closed.load() &&
-              c->reup.state == reattach::connecting) {
-            c->reup.redirected = true;
-            again = cm_reattach(c, r.port);
-          }
+        // A sibling process holds the connection: once, to its port.
+        if (r.code == rej_redirect && !c->reup.redirected && !c->closed.load() &&
+            c->reup.state == reattach::connecting) {
+          c->reup.redirected = true;
+          again = cm_reattach(c, r.port);
         }
-        if (!again) reattach::over_channel(c, nullptr);
       }
+      if (!again) reattach::over_channel(c, nullptr);
       return;
     }
     // A connection that will try again (below) keeps the others to this
     // host parked: they learn the outcome from its second attempt.
-    bool will_retry = ev.kind == K::rejected && !ev.consumer_reject &&
-                      u->kind == CmUser::Kind::client && !c->closed.load() &&
+    bool will_retry = ev.kind == K::rejected && !ev.consumer_reject && !c->closed.load() &&
                       c->rv.no_listener_tries < 1 && u->port == c->tuple.server_port;
     const bool refused_twice =
         will_retry && g().negative.refused(recover::server_addr(c->tuple), c->tuple.server_port,
                                            now_ms(), g().p.negative_cache_ms);
     will_retry = will_retry && !refused_twice;
-    if (u->kind == CmUser::Kind::client) attempt_done(u, !will_retry);
+    attempt_done(u, !will_retry);
     {
       std::lock_guard<std::mutex> l(c->mu);
-      if (u->kind == CmUser::Kind::server) {
-        c->rv.accepting = false;
-      } else if (r.code == rej_redirect && !c->rv.redirected && !c->closed.load()) {
+      if (r.code == rej_redirect && !c->rv.redirected && !c->closed.load()) {
         c->rv.redirected = true;
         // A redirected ATTACH refused or lost before (attach_refused): connect.
         if (c->rv.attach_refused || !attach_at_port(c, r.port)) cm_connect(c, r.port);
@@ -780,11 +772,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
       return;
     OwnedCmUser own(u);                                   // the operation ends here
     if (u->kind == CmUser::Kind::client) attempt_done(u); // those parked behind it go on
-    if (u->kind == CmUser::Kind::server) {
-      server_accept_done(u);
-      std::lock_guard<std::mutex> l(u->conn->mu);
-      u->conn->rv.accepting = false;
-    }
+    if (u->kind == CmUser::Kind::server) server_accept_done(u);
     return;
   }
   }
