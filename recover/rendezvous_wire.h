@@ -12,8 +12,9 @@ namespace xp::recover {
 
 // 3: the binding is a key exchange over protocol-fixed counts (§2).
 constexpr uint8_t kRendezvousVersion = 3;
-// kCmReattach: a channel for a resumed stream of this 4-tuple (nonce zero);
-// the stream binds over it with an authenticated REATTACH (§7).
+// kCmReattach: a channel for a resumed stream of this 4-tuple; the stream
+// binds over it with a REATTACH whose tag names the nonces of the request and
+// the accept, each drawn fresh for the channel (§7, recover::ChannelBinding).
 constexpr uint8_t kCmRequest = 1, kCmAccept = 2, kCmReattach = 3;
 enum RejectCode : uint8_t { rej_redirect = 1, rej_unknown = 2, rej_busy = 3, rej_version = 4 };
 

@@ -305,13 +305,17 @@ void* engine_main(void*) {
 
 // False when the kernel gives no randomness: no upgrade then (a guessable
 // nonce or key exchange secret would weaken the binding, docs/protocol.md §2).
-bool make_secrets(recover::SessionParams* p) {
-  uint8_t b[sizeof p->nonce.b + sizeof p->seed];
+bool fill_random(void* b, size_t n) {
   ssize_t r;
   do {
-    r = getrandom(b, sizeof b, 0);
+    r = getrandom(b, n, 0);
   } while (r < 0 && errno == EINTR);
-  if (r != static_cast<ssize_t>(sizeof b)) return false;
+  return r == static_cast<ssize_t>(n);
+}
+
+bool make_secrets(recover::SessionParams* p) {
+  uint8_t b[sizeof p->nonce.b + sizeof p->seed];
+  if (!fill_random(b, sizeof b)) return false;
   memcpy(p->nonce.b, b, sizeof p->nonce.b);
   memcpy(p->seed, b + sizeof p->nonce.b, sizeof p->seed);
   return true;
@@ -366,6 +370,10 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
 }
 
 } // namespace
+
+bool fresh_nonce(recover::Nonce* n) {
+  return fill_random(n->b, sizeof n->b);
+}
 
 State& g() {
   return state_once();

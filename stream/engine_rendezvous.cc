@@ -88,6 +88,7 @@ void cm_connect(Conn* c, uint16_t port) {
   cm_addrs(c, port, &src, &dst);
   OwnedCmUser u = conn_user(CmUser::Kind::client, c, port);
   if (!u) return fail(c, Reason::resources_exhausted);
+  u->nonce_c = c->rv.nonce;
   c->rv.cm_tried = true;
   g().inflight.add(u.get());
   c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
@@ -170,16 +171,18 @@ void server_accept_done(CmUser* u) {
 
 // A resumed stream's client wants a channel to us: accepted without
 // binding anything (REATTACH over it proves who asks).
-void accept_channel(Conn* c, verbs::CmRequest* req) {
+void accept_channel(Conn* c, verbs::CmRequest* req, const recover::Nonce& nonce_c) {
   std::lock_guard<std::mutex> l(c->mu);
   // One channel-only request per 4-tuple at a time (accepting).
   if (c->closed.load() || !c->resumed.load() || c->ch != nullptr || c->rv.accepting)
     return send_reject(req, rej_busy);
+  OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0, true);
+  if (!u || !fresh_nonce(&u->nonce_s)) return send_reject(req, rej_busy);
+  u->nonce_c = nonce_c;
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
-  OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0, true);
-  if (!u) return send_reject(req, rej_busy);
+  memcpy(a.nonce, u->nonce_s.b, 16); // the REATTACH names it (recover::ChannelBinding)
   c->rv.accepting = true;
   if (!server_accept(req, a, u.get())) {
     c->rv.accepting = false;
@@ -208,6 +211,8 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
   memcpy(a.nonce, c->rv.nonce.b, 16);
   OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0);
   if (!u) return send_reject(req, rej_busy);
+  u->nonce_c = nonce_c;
+  u->nonce_s = c->rv.nonce;
   c->rv.accepting = true;
   c->rv.pending_sid = sid;
   c->rv.peer_nonce = nonce_c;
@@ -247,7 +252,7 @@ bool answer_request(verbs::CmRequest* req, ListenShare* sh,
   XP_ASSERT_HELD(g().mu);
   if (Conn* c = find_by_key(key)) {
     if (reattach)
-      accept_channel(c, req);
+      accept_channel(c, req, nonce);
     else
       accept_for(c, req, sid, nonce);
     return true;
@@ -364,14 +369,15 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
 
 bool cm_reattach(Conn* c, uint16_t port) {
   if (g().cm == nullptr) return false; // rdma_cm not running (no device, unit tests)
+  OwnedCmUser u = conn_user(CmUser::Kind::client, c, port, true);
+  if (!u || !fresh_nonce(&u->nonce_c)) return false;
   ReqWire w{};
   w.kind = kKindReattach;
   w.version = kWireVersion;
   recover::tuple_key(c->tuple, w.key);
+  memcpy(w.nonce, u->nonce_c.b, 16); // the REATTACH names it (recover::ChannelBinding)
   sockaddr_storage src, dst;
   cm_addrs(c, port, &src, &dst);
-  OwnedCmUser u = conn_user(CmUser::Kind::client, c, port, true);
-  if (!u) return false;
   g().inflight.add(u.get());
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                               link_params(), &w, sizeof w, u.get());
@@ -635,11 +641,15 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else {
       server_accept_done(u);
     }
+    recover::Nonce accept_nonce{}; // client: the server's, from its accept
+    const bool accepted = client && recover::parse_cm_accept(ev.priv, ev.priv_len, &accept_nonce);
     Channel* ch = make_channel(ev.link, client);
     if (ch == nullptr) {
       g().cm->destroy(ev.link);
     } else {
       ch->cm_port = u->port; // the binding names it (docs/protocol.md §2)
+      ch->setup_nonce_c = u->nonce_c;
+      ch->setup_nonce_s = client ? accept_nonce : u->nonce_s;
       if (client) {
         ch->peer_addr = recover::server_addr(c->tuple);
         ch->peer_port = c->tuple.server_port;
@@ -657,8 +667,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     }
     if (ch == nullptr) return;
     if (client) {
-      recover::Nonce n;
-      if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(c, ch, 0, n);
+      if (accepted) bind_new_channel(c, ch, 0, accept_nonce);
     } else {
       bind_new_channel(c, ch, c->rv.pending_sid, c->rv.peer_nonce);
     }
