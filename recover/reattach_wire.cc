@@ -10,14 +10,11 @@ namespace {
 
 void bind_tag(const uint8_t key[kNonceBytes], char kind, const uint8_t tb[12], uint32_t id,
               uint64_t counter, const ChannelBinding& b, uint8_t out[kTagBytes]) {
-  uint8_t in[4 + 12 + 4 + 8 + 2 + 2 * kNonceBytes] = {'X', 'P', 'R', static_cast<uint8_t>(kind)};
+  uint8_t in[4 + 12 + 4 + 8 + kChannelBindingBytes] = {'X', 'P', 'R', static_cast<uint8_t>(kind)};
   memcpy(in + 4, tb, 12);
   put_le(in + 16, id, 4);
   put_le(in + 20, counter, 8);
-  in[28] = static_cast<uint8_t>(b.cm_port >> 8);
-  in[29] = static_cast<uint8_t>(b.cm_port);
-  memcpy(in + 30, b.nonce_c.b, kNonceBytes);
-  memcpy(in + 30 + kNonceBytes, b.nonce_s.b, kNonceBytes);
+  encode_channel_binding(b, in + 28);
   siphash24_128(key, in, sizeof in, out);
 }
 

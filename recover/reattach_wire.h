@@ -7,7 +7,7 @@
 // counter), 32 bytes: version (1, = 2) | 3 zero | client addr (4) |
 // server addr (4) | client port (2, network order) | server port (2) |
 // tag (16) = SipHash-2-4-128(key, "XPRA" | the 12 tuple bytes | id (4 LE) |
-// counter (8 LE) | the channel's binding (ChannelBinding)).
+// counter (8 LE) | the channel it crosses (encode_channel_binding)).
 // REATTACH_ACK (type 14; stream = id, seq = counter), 16 bytes: tag over
 // "XPRK" | the same fields: the answer proves the answering process holds
 // the session key too (a sibling on the same port cannot fake it).
@@ -37,20 +37,6 @@ constexpr uint8_t kReattachVersion = 2;
 constexpr uint8_t kFrameSwitchback = 3;
 constexpr size_t kSwitchbackPayloadBytes = 32;
 constexpr size_t kSwitchbackFrameBytes = kFrameHeaderBytes + kSwitchbackPayloadBytes;
-
-// What ties a REATTACH to the channel it crosses (docs/protocol.md §7 "Back
-// to RDMA"), as each end saw the channel's rdma_cm set-up: the port the
-// client reached (the server's listener), the client's request nonce and
-// the server's accept nonce.  Each end drew its own nonce fresh for the
-// channel, and no two processes listen on one port at once, so a tag made
-// for one channel verifies on no other: not on a channel a relaying
-// process set up before this one (the client's nonce is new), nor after
-// it (the server's is).  Covered by the tag only: 2 + 16 + 16 bytes.
-struct ChannelBinding {
-  uint16_t cm_port = 0;
-  Nonce nonce_c{};
-  Nonce nonce_s{};
-};
 
 // IPv4 tuples only (as the upgrade): false for another family.
 bool encode_reattach(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,

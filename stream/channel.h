@@ -46,12 +46,10 @@ struct Channel {
   // the channel names it (docs/protocol.md §2), so that an exchange
   // relayed from a channel to another port does not bind.
   uint16_t cm_port = 0;
-  // The nonces of the channel's rdma_cm set-up (the client's request, the
-  // server's accept), each drawn fresh for it by its end: a REATTACH names
-  // them with cm_port, so that it binds over this channel alone
-  // (recover::ChannelBinding).
-  recover::Nonce setup_nonce_c{};
-  recover::Nonce setup_nonce_s{};
+  // What names this channel to both ends (its rdma_cm addresses and ports,
+  // the accept's nonce): every binding over it covers it (docs/protocol.md
+  // §2), so that a binding relayed from another channel does not hold.
+  recover::ChannelBinding binding{};
   // Client side: the lane of the connection it was set up for (Conn::lane,
   // modulo XPRESS_CHANNELS_PER_PEER).
   uint32_t lane = 0;

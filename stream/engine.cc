@@ -305,10 +305,10 @@ void* engine_main(void*) {
 
 // False when the kernel gives no randomness: no upgrade then (a guessable
 // nonce or key exchange secret would weaken the binding, docs/protocol.md §2).
-bool fill_random(void* b, size_t n) {
+bool fill_random(void* b, size_t n, unsigned flags = 0) {
   ssize_t r;
   do {
-    r = getrandom(b, n, 0);
+    r = getrandom(b, n, flags);
   } while (r < 0 && errno == EINTR);
   return r == static_cast<ssize_t>(n);
 }
@@ -371,8 +371,8 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
 
 } // namespace
 
-bool fresh_nonce(recover::Nonce* n) {
-  return fill_random(n->b, sizeof n->b);
+bool fresh_chan_nonce(uint8_t out[recover::kChanNonceBytes]) {
+  return fill_random(out, recover::kChanNonceBytes, GRND_NONBLOCK); // called under State::mu
 }
 
 State& g() {

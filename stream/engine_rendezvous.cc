@@ -88,7 +88,6 @@ void cm_connect(Conn* c, uint16_t port) {
   cm_addrs(c, port, &src, &dst);
   OwnedCmUser u = conn_user(CmUser::Kind::client, c, port);
   if (!u) return fail(c, Reason::resources_exhausted);
-  u->nonce_c = c->rv.nonce;
   c->rv.cm_tried = true;
   g().inflight.add(u.get());
   c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
@@ -148,9 +147,17 @@ bool server_channel_room(const recover::IpAddr& from) {
 // Accept req for c as a server channel (u names it); false when refused
 // (over a cap: rejected busy) or the accept failed.  u is the caller's to
 // free then.
-bool server_accept(verbs::CmRequest* req, const AcceptWire& a, CmUser* u) {
+bool server_accept(verbs::CmRequest* req, AcceptWire a, CmUser* u) {
   u->from = requester(req);
   u->port = g().cm->request_local_port(req);
+  // The channel's name (recover::ChannelBinding): the request's addresses
+  // and a nonce drawn for this accept alone.
+  if (!fresh_chan_nonce(a.chan) ||
+      recover::channel_binding_from(g().cm->request_peer(req), g().cm->request_local(req), a.chan,
+                                    &u->binding) != Status::ok) {
+    send_reject(req, rej_busy);
+    return false;
+  }
   if (!server_channel_room(u->from)) {
     XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: server channel cap reached");
     send_reject(req, rej_busy);
@@ -171,18 +178,16 @@ void server_accept_done(CmUser* u) {
 
 // A resumed stream's client wants a channel to us: accepted without
 // binding anything (REATTACH over it proves who asks).
-void accept_channel(Conn* c, verbs::CmRequest* req, const recover::Nonce& nonce_c) {
+void accept_channel(Conn* c, verbs::CmRequest* req) {
   std::lock_guard<std::mutex> l(c->mu);
   // One channel-only request per 4-tuple at a time (accepting).
   if (c->closed.load() || !c->resumed.load() || c->ch != nullptr || c->rv.accepting)
     return send_reject(req, rej_busy);
-  OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0, true);
-  if (!u || !fresh_nonce(&u->nonce_s)) return send_reject(req, rej_busy);
-  u->nonce_c = nonce_c;
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
-  memcpy(a.nonce, u->nonce_s.b, 16); // the REATTACH names it (recover::ChannelBinding)
+  OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0, true);
+  if (!u) return send_reject(req, rej_busy);
   c->rv.accepting = true;
   if (!server_accept(req, a, u.get())) {
     c->rv.accepting = false;
@@ -211,8 +216,6 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
   memcpy(a.nonce, c->rv.nonce.b, 16);
   OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0);
   if (!u) return send_reject(req, rej_busy);
-  u->nonce_c = nonce_c;
-  u->nonce_s = c->rv.nonce;
   c->rv.accepting = true;
   c->rv.pending_sid = sid;
   c->rv.peer_nonce = nonce_c;
@@ -252,7 +255,7 @@ bool answer_request(verbs::CmRequest* req, ListenShare* sh,
   XP_ASSERT_HELD(g().mu);
   if (Conn* c = find_by_key(key)) {
     if (reattach)
-      accept_channel(c, req, nonce);
+      accept_channel(c, req);
     else
       accept_for(c, req, sid, nonce);
     return true;
@@ -302,7 +305,7 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
   c->ch = ch;
   c->st = st;
   c->sid = sid;
-  c->sess.set_channel_port(ch->cm_port);
+  c->sess.set_channel(ch->binding);
   if (c->sess.adopt(sid, peer_nonce) != Status::ok)
     return fail(c, Reason::handshake_failed, "session cannot adopt the stream");
   advance(c);
@@ -369,15 +372,14 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
 
 bool cm_reattach(Conn* c, uint16_t port) {
   if (g().cm == nullptr) return false; // rdma_cm not running (no device, unit tests)
-  OwnedCmUser u = conn_user(CmUser::Kind::client, c, port, true);
-  if (!u || !fresh_nonce(&u->nonce_c)) return false;
   ReqWire w{};
   w.kind = kKindReattach;
   w.version = kWireVersion;
   recover::tuple_key(c->tuple, w.key);
-  memcpy(w.nonce, u->nonce_c.b, 16); // the REATTACH names it (recover::ChannelBinding)
   sockaddr_storage src, dst;
   cm_addrs(c, port, &src, &dst);
+  OwnedCmUser u = conn_user(CmUser::Kind::client, c, port, true);
+  if (!u) return false;
   g().inflight.add(u.get());
   Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                               link_params(), &w, sizeof w, u.get());
@@ -402,7 +404,7 @@ bool attach_over(Conn* c, Channel* ch, uint64_t now) {
   if (ch->failed.load()) return false;
   if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) return false;
   recover::Message m;
-  c->sess.set_channel_port(ch->cm_port);
+  c->sess.set_channel(ch->binding);
   if (c->sess.start_attach(id, &m) == Status::ok) {
     ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
                                     m.payload, m.len);
@@ -641,15 +643,24 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else {
       server_accept_done(u);
     }
-    recover::Nonce accept_nonce{}; // client: the server's, from its accept
-    const bool accepted = client && recover::parse_cm_accept(ev.priv, ev.priv_len, &accept_nonce);
-    Channel* ch = make_channel(ev.link, client);
+    // Every binding over the channel names it (docs/protocol.md §2): the
+    // server made its name at the accept; the client makes it from its own
+    // rdma_cm id and the accept, and sets up nothing from an accept it
+    // does not understand.
+    recover::ChannelBinding binding = u->binding;
+    recover::Nonce accept_nonce{};
+    uint8_t chan[recover::kChanNonceBytes];
+    const bool named =
+        !client || (recover::parse_cm_accept(ev.priv, ev.priv_len, &accept_nonce, chan) &&
+                    recover::channel_binding_from(reinterpret_cast<const sockaddr*>(&ev.local),
+                                                  reinterpret_cast<const sockaddr*>(&ev.peer), chan,
+                                                  &binding) == Status::ok);
+    Channel* ch = named ? make_channel(ev.link, client) : nullptr;
     if (ch == nullptr) {
       g().cm->destroy(ev.link);
     } else {
-      ch->cm_port = u->port; // the binding names it (docs/protocol.md §2)
-      ch->setup_nonce_c = u->nonce_c;
-      ch->setup_nonce_s = client ? accept_nonce : u->nonce_s;
+      ch->cm_port = u->port;
+      ch->binding = binding;
       if (client) {
         ch->peer_addr = recover::server_addr(c->tuple);
         ch->peer_port = c->tuple.server_port;
@@ -665,9 +676,15 @@ void on_cm_event(const verbs::CmEvent& ev) {
       if (client) reattach::over_channel(c, ch);
       return;
     }
-    if (ch == nullptr) return;
+    if (ch == nullptr) {
+      if (named) return;
+      std::lock_guard<std::mutex> l(c->mu);
+      if (!c->closed.load() && c->phase.load() == Phase::upgrading && c->ch == nullptr)
+        fail(c, Reason::handshake_failed, "the server's rdma_cm accept was not understood");
+      return;
+    }
     if (client) {
-      if (accepted) bind_new_channel(c, ch, 0, accept_nonce);
+      bind_new_channel(c, ch, 0, accept_nonce);
     } else {
       bind_new_channel(c, ch, c->rv.pending_sid, c->rv.peer_nonce);
     }

@@ -92,8 +92,8 @@ bool eligible(const Conn* c) {
 }
 
 // What ties a REATTACH and its ACK to the channel they cross.
-recover::ChannelBinding binding_of(const Channel* ch) {
-  return {ch->cm_port, ch->setup_nonce_c, ch->setup_nonce_s};
+const recover::ChannelBinding& binding_of(const Channel* ch) {
+  return ch->binding;
 }
 
 void send_reattach(Conn* c) {

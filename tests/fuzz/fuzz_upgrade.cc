@@ -82,7 +82,8 @@ void frames(Input& in) {
   // The rendezvous' rdma_cm private data.
   CmRequestWire req;
   (void)parse_cm_request(buf, len, &req);
-  (void)parse_cm_accept(buf, len, &nc);
+  uint8_t chan[kChanNonceBytes];
+  (void)parse_cm_accept(buf, len, &nc, chan);
   (void)parse_cm_reject(buf, len, true);
   MoveInfo mi;
   (void)parse_move(buf, len, &mi);

@@ -431,13 +431,16 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     q.cb = stream::engine::make_channel(&q.lb2, false);
     q.cb->peer_addr = recover::ipv4_addr(p.a.c->tuple.client_addr); // the rdma_cm requester
-    // As its rdma_cm set-up left it (recover::ChannelBinding).
-    q.cb->cm_port = 7001;
-    memset(q.cb->setup_nonce_c.b, 0xc1, recover::kNonceBytes);
-    memset(q.cb->setup_nonce_s.b, 0x5e, recover::kNonceBytes);
+    // As its rdma_cm set-up named it (recover::ChannelBinding).
+    q.cb->binding.family = 4;
+    memcpy(q.cb->binding.client_addr, p.a.c->tuple.client_addr, 4);
+    memcpy(q.cb->binding.server_addr, p.a.c->tuple.server_addr, 4);
+    q.cb->binding.client_port = 40001;
+    q.cb->binding.server_port = 7001;
+    memset(q.cb->binding.nonce, 0x5e, sizeof q.cb->binding.nonce);
   }
   flow::RecordChannel client(&q.la2); // a raw client end: we write what we like
-  const recover::ChannelBinding here{q.cb->cm_port, q.cb->setup_nonce_c, q.cb->setup_nonce_s};
+  const recover::ChannelBinding here = q.cb->binding;
   uint8_t key[recover::kNonceBytes];
   memcpy(key, p.a.c->rs->key, sizeof key);
   const recover::TcpTuple t = p.a.c->tuple;
@@ -496,20 +499,18 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
   // A process that received a REATTACH over its own channel (a squatter on
   // the server's rdma_cm port) relays it over a channel it has to the
   // server: the tag names the channel it was made for, and no other.
-  SUBCASE("a tag made for another channel: its rdma_cm port, or either set-up nonce") {
-    recover::ChannelBinding there = here;
-    there.cm_port = 7002;
+  SUBCASE("a tag made for another channel: its rdma_cm ports, family, or accept's nonce") {
     uint8_t o[recover::kReattachBytes];
-    REQUIRE(recover::encode_reattach(key, t, 3, 1, there, o));
-    CHECK(nak_for(o, sizeof o, 3, 1) == 4); // failed
-    there = here;
-    there.nonce_c.b[5] ^= 1;
-    REQUIRE(recover::encode_reattach(key, t, 3, 1, there, o));
-    CHECK(nak_for(o, sizeof o, 3, 1) == 4);
-    there = here;
-    there.nonce_s.b[15] ^= 0x80;
-    REQUIRE(recover::encode_reattach(key, t, 3, 1, there, o));
-    CHECK(nak_for(o, sizeof o, 3, 1) == 4);
+    for (int i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      recover::ChannelBinding there = here;
+      if (i == 0) there.server_port = 7002;
+      if (i == 1) there.client_port = 40002;
+      if (i == 2) there.family = 6;
+      if (i == 3) there.nonce[11] ^= 0x80;
+      REQUIRE(recover::encode_reattach(key, t, 3, 1, there, o));
+      CHECK(nak_for(o, sizeof o, 3, 1) == 4); // failed
+    }
     CHECK(p.b.c->reup.counter == 0);
   }
   SUBCASE("version 1 (a tag that names no channel) is refused") {
