@@ -1,6 +1,7 @@
 // Copies of stream payload on the RDMA data path: a send into the staging
 // mirror, a receive out of the ring.  Large ones go through a routine chosen
-// once at start-up by timing (XPRESS_COPY): glibc's memcpy, or a plain
+// once by timing, when the engine is first idle (XPRESS_COPY; memcpy until
+// then): glibc's memcpy, or a plain
 // vector loop when that is decisively faster on this CPU.
 //
 // Why: glibc picks `rep movsb` for copies from a few KiB up, which is the

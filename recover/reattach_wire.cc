@@ -9,23 +9,24 @@ namespace xp::recover {
 namespace {
 
 void bind_tag(const uint8_t key[kNonceBytes], char kind, const uint8_t tb[12], uint32_t id,
-              uint64_t counter, uint8_t out[kTagBytes]) {
-  uint8_t in[4 + 12 + 4 + 8] = {'X', 'P', 'R', static_cast<uint8_t>(kind)};
+              uint64_t counter, const ChannelBinding& b, uint8_t out[kTagBytes]) {
+  uint8_t in[4 + 12 + 4 + 8 + kChannelBindingBytes] = {'X', 'P', 'R', static_cast<uint8_t>(kind)};
   memcpy(in + 4, tb, 12);
   put_le(in + 16, id, 4);
   put_le(in + 20, counter, 8);
+  encode_channel_binding(b, in + 28);
   siphash24_128(key, in, sizeof in, out);
 }
 
 } // namespace
 
 bool encode_reattach(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
-                     uint64_t counter, uint8_t out[kReattachBytes]) {
+                     uint64_t counter, const ChannelBinding& b, uint8_t out[kReattachBytes]) {
   if (t.family != 4) return false;
   memset(out, 0, kReattachBytes);
   out[0] = kReattachVersion;
   tuple_key(t, out + 4);
-  bind_tag(key, 'A', out + 4, id, counter, out + 16);
+  bind_tag(key, 'A', out + 4, id, counter, b, out + 16);
   return true;
 }
 
@@ -48,25 +49,26 @@ Status parse_reattach_tuple(const uint8_t* p, size_t len, TcpTuple* t, NakCode* 
 }
 
 Status check_reattach(const uint8_t key[kNonceBytes], const uint8_t* p, size_t len, uint32_t id,
-                      uint64_t counter) {
+                      uint64_t counter, const ChannelBinding& b) {
   if (len != kReattachBytes) return Status::invalid;
   uint8_t want[kTagBytes];
-  bind_tag(key, 'A', p + 4, id, counter, want);
+  bind_tag(key, 'A', p + 4, id, counter, b, want);
   return same_bytes(want, p + 16, kTagBytes) ? Status::ok : Status::invalid;
 }
 
 void encode_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
-                         uint64_t counter, uint8_t out[kReattachAckBytes]) {
+                         uint64_t counter, const ChannelBinding& b,
+                         uint8_t out[kReattachAckBytes]) {
   uint8_t tb[12];
   tuple_key(t, tb);
-  bind_tag(key, 'K', tb, id, counter, out);
+  bind_tag(key, 'K', tb, id, counter, b, out);
 }
 
 Status check_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
-                          uint64_t counter, const uint8_t* p, size_t len) {
+                          uint64_t counter, const ChannelBinding& b, const uint8_t* p, size_t len) {
   if (len != kReattachAckBytes) return Status::invalid;
   uint8_t want[kTagBytes];
-  encode_reattach_ack(key, t, id, counter, want);
+  encode_reattach_ack(key, t, id, counter, b, want);
   return same_bytes(want, p, kTagBytes) ? Status::ok : Status::invalid;
 }
 

@@ -4,10 +4,10 @@
 // Pure functions over bytes: every malformed input is rejected (invalid).
 //
 // REATTACH (record type 13; header stream = proposed id, seq = attempt
-// counter), 32 bytes: version (1, = 1) | 3 zero | client addr (4) |
+// counter), 32 bytes: version (1, = 2) | 3 zero | client addr (4) |
 // server addr (4) | client port (2, network order) | server port (2) |
 // tag (16) = SipHash-2-4-128(key, "XPRA" | the 12 tuple bytes | id (4 LE) |
-// counter (8 LE)).
+// counter (8 LE) | the channel it crosses (encode_channel_binding)).
 // REATTACH_ACK (type 14; stream = id, seq = counter), 16 bytes: tag over
 // "XPRK" | the same fields: the answer proves the answering process holds
 // the session key too (a sibling on the same port cannot fake it).
@@ -30,14 +30,17 @@ namespace xp::recover {
 
 constexpr size_t kReattachBytes = 32;
 constexpr size_t kReattachAckBytes = 16;
-constexpr uint8_t kReattachVersion = 1;
+// Version 1's tag named no channel, so a process that received it could
+// relay it over its own channel (docs/protocol.md §7 "Back to RDMA"): it is
+// refused with NAK version.
+constexpr uint8_t kReattachVersion = 2;
 constexpr uint8_t kFrameSwitchback = 3;
 constexpr size_t kSwitchbackPayloadBytes = 32;
 constexpr size_t kSwitchbackFrameBytes = kFrameHeaderBytes + kSwitchbackPayloadBytes;
 
 // IPv4 tuples only (as the upgrade): false for another family.
 bool encode_reattach(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
-                     uint64_t counter, uint8_t out[kReattachBytes]);
+                     uint64_t counter, const ChannelBinding& b, uint8_t out[kReattachBytes]);
 // The tuple named (checked against what we hold by the caller), then the tag
 // with our key: invalid for a wrong length, version, reserved byte or tag;
 // *nak says what to answer (version or failed).  The tuple is decoded
@@ -45,11 +48,11 @@ bool encode_reattach(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t
 // look up which session's key to use.
 Status parse_reattach_tuple(const uint8_t* p, size_t len, TcpTuple* t, NakCode* nak);
 Status check_reattach(const uint8_t key[kNonceBytes], const uint8_t* p, size_t len, uint32_t id,
-                      uint64_t counter);
+                      uint64_t counter, const ChannelBinding& b);
 void encode_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
-                         uint64_t counter, uint8_t out[kReattachAckBytes]);
+                         uint64_t counter, const ChannelBinding& b, uint8_t out[kReattachAckBytes]);
 Status check_reattach_ack(const uint8_t key[kNonceBytes], const TcpTuple& t, uint32_t id,
-                          uint64_t counter, const uint8_t* p, size_t len);
+                          uint64_t counter, const ChannelBinding& b, const uint8_t* p, size_t len);
 
 void encode_switchback(const uint8_t key[kNonceBytes], Dir sender, uint64_t at, uint64_t counter,
                        uint8_t out[kSwitchbackFrameBytes]);

@@ -42,12 +42,13 @@ Status request_tuple(const CmRequestWire& w, const sockaddr* peer, const sockadd
   return Status::ok;
 }
 
-bool parse_cm_accept(const void* p, size_t len, Nonce* nonce_s) {
+bool parse_cm_accept(const void* p, size_t len, Nonce* nonce_s, uint8_t chan[kChanNonceBytes]) {
   CmAcceptWire a;
   if (p == nullptr || len < sizeof a) return false;
   memcpy(&a, p, sizeof a);
   if (a.kind != kCmAccept || a.version != kRendezvousVersion) return false;
   memcpy(nonce_s->b, a.nonce, kNonceBytes);
+  memcpy(chan, a.chan, kChanNonceBytes);
   return true;
 }
 

@@ -11,9 +11,12 @@
 namespace xp::recover {
 
 // 3: the binding is a key exchange over protocol-fixed counts (§2).
-constexpr uint8_t kRendezvousVersion = 3;
-// kCmReattach: a channel for a resumed stream of this 4-tuple (nonce zero);
-// the stream binds over it with an authenticated REATTACH (§7).
+// 4: the accept carries a nonce of the channel, and bindings name the
+// channel (ChannelBinding, §2).
+constexpr uint8_t kRendezvousVersion = 4;
+// kCmReattach: a channel for a resumed stream of this 4-tuple; the stream
+// binds over it with a REATTACH whose tag names the nonces of the request and
+// the accept, each drawn fresh for the channel (§7, recover::ChannelBinding).
 constexpr uint8_t kCmRequest = 1, kCmAccept = 2, kCmReattach = 3;
 enum RejectCode : uint8_t { rej_redirect = 1, rej_unknown = 2, rej_busy = 3, rej_version = 4 };
 
@@ -27,8 +30,10 @@ struct CmRequestWire {
 static_assert(sizeof(CmRequestWire) == 32);
 struct CmAcceptWire {
   uint8_t kind, version, pad[2];
-  uint8_t nonce[16];
+  uint8_t nonce[16];             // the stream's (zero for a channel-only request)
+  uint8_t chan[kChanNonceBytes]; // drawn for this accept alone (ChannelBinding)
 };
+static_assert(sizeof(CmAcceptWire) == 32);
 struct CmRejectWire {
   uint8_t code, pad;
   uint16_t port; // redirect: network order
@@ -46,8 +51,9 @@ Status parse_cm_request(const void* p, size_t len, CmRequestWire* out);
 // must be those addresses' last 4.  invalid otherwise (rej_unknown).
 Status request_tuple(const CmRequestWire& w, const sockaddr* peer, const sockaddr* local,
                      TcpTuple* out);
-// An accept of our version: true with *nonce_s; false for anything else.
-bool parse_cm_accept(const void* p, size_t len, Nonce* nonce_s);
+// An accept of our version: true with *nonce_s and the channel's nonce;
+// false for anything else.
+bool parse_cm_accept(const void* p, size_t len, Nonce* nonce_s, uint8_t chan[kChanNonceBytes]);
 // What a reject says: its code and redirect port (host order); code 0 when
 // the peer's rdma_cm rejected (no consumer data) or the data is short.
 struct CmReject {

@@ -237,7 +237,7 @@ bool UpgradeSession::make_share(const uint64_t cover[2]) {
   pake::Inputs in;
   in.password = password;
   in.password_len = binding_password(cover, prefix, password);
-  binding_channel_id(tuple_, stream_id_, channel_port_, cid);
+  binding_channel_id(tuple_, stream_id_, channel_, cid);
   in.channel_id = cid;
   in.channel_id_len = sizeof cid;
   memcpy(sid, nonce_c().b, kNonceBytes);
@@ -515,7 +515,7 @@ void UpgradeSession::restart(const Nonce& nonce, const uint8_t seed[pake::kSeedB
   reason_ = Reason::none;
   detail_ = "";
   stream_id_ = 0;
-  channel_port_ = 0;
+  channel_ = ChannelBinding{};
   share_sent_ = keyed_ = proof_sent_ = false;
   peer_share_ = PeerShare{};
   peer_share_seen_ = peer_proven_ = reformed_ = false;

@@ -77,9 +77,9 @@ public:
   // the stream id; bind directly.  From idle (or refused, client).
   Status adopt(uint32_t stream_id, const Nonce& peer_nonce);
 
-  // The rdma_cm port of the channel the binding runs over (stream/channel.h
-  // cm_port); set before start_attach, on_attach or adopt.
-  void set_channel_port(uint16_t port) { channel_port_ = port; }
+  // The channel the binding runs over (stream/channel.h binding); set
+  // before start_attach, on_attach or adopt.
+  void set_channel(const ChannelBinding& b) { channel_ = b; }
 
   // ---- Control records of this stream from the bound channel.
   // ok: accepted.  invalid: rejected, the session failed (a protocol error;
@@ -230,7 +230,7 @@ private:
   Nonce nonce_, peer_nonce_{};
   uint32_t timeout_ms_, wait_ms_;
   uint32_t stream_id_ = 0;
-  uint16_t channel_port_ = 0;
+  ChannelBinding channel_{};
 
   uint64_t count_[2] = {0, 0};            // bytes that crossed each direction (Dir index)
   uint8_t prefix_[2][kPrefixBytes]{};     // their first bytes

@@ -221,7 +221,47 @@ size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
   return n;
 }
 
-void binding_channel_id(const TcpTuple& t, uint32_t stream, uint16_t channel_port,
+void encode_channel_binding(const ChannelBinding& b, uint8_t out[kChannelBindingBytes]) {
+  out[0] = b.family;
+  memcpy(out + 1, b.client_addr, 16);
+  memcpy(out + 17, b.server_addr, 16);
+  out[33] = static_cast<uint8_t>(b.client_port >> 8);
+  out[34] = static_cast<uint8_t>(b.client_port);
+  out[35] = static_cast<uint8_t>(b.server_port >> 8);
+  out[36] = static_cast<uint8_t>(b.server_port);
+  memcpy(out + 37, b.nonce, kChanNonceBytes);
+}
+
+Status channel_binding_from(const sockaddr* client, const sockaddr* server,
+                            const uint8_t nonce[kChanNonceBytes], ChannelBinding* out) {
+  ChannelBinding b;
+  if (client == nullptr || server == nullptr || client->sa_family != server->sa_family)
+    return Status::invalid;
+  if (client->sa_family == AF_INET) {
+    const auto* c = reinterpret_cast<const sockaddr_in*>(client);
+    const auto* s = reinterpret_cast<const sockaddr_in*>(server);
+    b.family = 4;
+    memcpy(b.client_addr, &c->sin_addr, 4);
+    memcpy(b.server_addr, &s->sin_addr, 4);
+    b.client_port = ntohs(c->sin_port);
+    b.server_port = ntohs(s->sin_port);
+  } else if (client->sa_family == AF_INET6) {
+    const auto* c = reinterpret_cast<const sockaddr_in6*>(client);
+    const auto* s = reinterpret_cast<const sockaddr_in6*>(server);
+    b.family = 6;
+    memcpy(b.client_addr, &c->sin6_addr, 16);
+    memcpy(b.server_addr, &s->sin6_addr, 16);
+    b.client_port = ntohs(c->sin6_port);
+    b.server_port = ntohs(s->sin6_port);
+  } else {
+    return Status::invalid;
+  }
+  memcpy(b.nonce, nonce, kChanNonceBytes);
+  *out = b;
+  return Status::ok;
+}
+
+void binding_channel_id(const TcpTuple& t, uint32_t stream, const ChannelBinding& channel,
                         uint8_t out[kChannelIdBytes]) {
   out[0] = t.family;
   memcpy(out + 1, t.client_addr, 16);
@@ -232,8 +272,7 @@ void binding_channel_id(const TcpTuple& t, uint32_t stream, uint16_t channel_por
   out[36] = static_cast<uint8_t>(t.server_port);
   for (int i = 0; i < 4; ++i)
     out[37 + i] = static_cast<uint8_t>(stream >> (8 * i));
-  out[41] = static_cast<uint8_t>(channel_port >> 8);
-  out[42] = static_cast<uint8_t>(channel_port);
+  encode_channel_binding(channel, out + 41);
 }
 
 void confirm_tag(const uint8_t key[kTagBytes], const ConfirmInput& in, uint8_t out[kTagBytes]) {

@@ -169,11 +169,35 @@ Status parse_attach(const uint8_t* p, size_t len, TcpTuple* t, Nonce* nonce_c, N
 constexpr size_t kPasswordMax = 16 + 2 * kPrefixBytes;
 size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
                         uint8_t out[kPasswordMax]);
+
+// What names one channel to both of its ends (docs/protocol.md §2, "the
+// channel"): its rdma_cm connection's addresses and ports as each end's
+// rdma_cm reports them (the client: its own id's; the server: the request's)
+// and a nonce the server drew for this accept alone.  Two live rdma_cm ids
+// never share the four, and the nonce is newer than any channel set up
+// before the accept, so a binding made over one channel holds on no other.
+constexpr size_t kChanNonceBytes = 12;
+struct ChannelBinding {
+  uint8_t family = 0; // 4 or 6, as rdma_cm reports the addresses (not normalised)
+  uint8_t client_addr[16] = {};
+  uint8_t server_addr[16] = {};
+  uint16_t client_port = 0; // host order
+  uint16_t server_port = 0; // the listener's rdma_cm port
+  uint8_t nonce[kChanNonceBytes] = {};
+};
+// family | client address (16) | server address (16) | client port |
+// server port (network order) | nonce (12)
+constexpr size_t kChannelBindingBytes = 1 + 32 + 4 + kChanNonceBytes;
+void encode_channel_binding(const ChannelBinding& b, uint8_t out[kChannelBindingBytes]);
+// From the rdma_cm addresses (AF_INET or AF_INET6); invalid for another family.
+Status channel_binding_from(const sockaddr* client, const sockaddr* server,
+                            const uint8_t nonce[kChanNonceBytes], ChannelBinding* out);
+
 // channel id = family | client address (16) | server address (16) | client
 //   port | server port (2 bytes each, network order) | stream id (4, LE) |
-//   the rdma_cm port of the channel (2, network order)
-constexpr size_t kChannelIdBytes = 1 + 32 + 4 + 4 + 2;
-void binding_channel_id(const TcpTuple& t, uint32_t stream, uint16_t channel_port,
+//   the channel's binding (encode_channel_binding)
+constexpr size_t kChannelIdBytes = 1 + 32 + 4 + 4 + kChannelBindingBytes;
+void binding_channel_id(const TcpTuple& t, uint32_t stream, const ChannelBinding& channel,
                         uint8_t out[kChannelIdBytes]);
 
 // A key confirmation (PROOF, SWITCH) under the exchanged key.

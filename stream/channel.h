@@ -42,10 +42,13 @@ struct Channel {
   // recorded; attach_at_port matches it).  Unknown: set by neither path.
   recover::IpAddr local_addr;
   // The rdma_cm port this channel was set up on (client: the port it
-  // reached, after any redirect; server: its listener's).  A binding over
-  // the channel names it (docs/protocol.md §2), so that an exchange
-  // relayed from a channel to another port does not bind.
+  // reached, after any redirect; server: its listener's): a redirect to a
+  // port attaches over a channel to it (attach_at_port).
   uint16_t cm_port = 0;
+  // What names this channel to both ends (its rdma_cm addresses and ports,
+  // the accept's nonce): every binding over it covers it (docs/protocol.md
+  // §2), so that a binding relayed from another channel does not hold.
+  recover::ChannelBinding binding{};
   // Client side: the lane of the connection it was set up for (Conn::lane,
   // modulo XPRESS_CHANNELS_PER_PEER).
   uint32_t lane = 0;

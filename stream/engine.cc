@@ -40,6 +40,7 @@ namespace engine {
 namespace {
 
 constexpr uint32_t kShareMagic = 0x53505258; // "XRPS"
+constexpr uint64_t kCopyChoiceMs = 1000;     // engine_main: the copy choice waits at most this
 constexpr int kTickMs = 10;
 // epoll data tags: the low bit of an aligned pointer says what it is.
 constexpr uintptr_t kTagConn = 1;
@@ -245,13 +246,10 @@ namespace {
 
 void* engine_main(void*) {
   State& s = g_state;
-  // Before the first channel, off the application's threads.
-  CopyChoice cc = select_bulk_copy(s.p.copy);
-  if (cc.libc_ns)
-    XP_SLOG(XP_SLOG_INFO, "payload copies: %s (64 KiB: memcpy %lu ns, chosen %lu ns)", cc.name,
-            static_cast<unsigned long>(cc.libc_ns), static_cast<unsigned long>(cc.chosen_ns));
   epoll_event evs[64];
   uint64_t last_tick = now_ms(), last_hook = last_tick;
+  const uint64_t started = last_tick;
+  bool copy_chosen = false;
   while (true) {
     std::vector<Conn*> dead;
     {
@@ -262,6 +260,19 @@ void* engine_main(void*) {
       delete c;
     int n = static_cast<int>(syscall(SYS_epoll_wait, s.epfd, evs, 64, engine_wait_ms(wait_ms())));
     engine_waited();
+    // The payload copy is chosen off the application's threads, once the
+    // engine is first idle (or busy for kCopyChoiceMs): the engine's first
+    // work (a server's rdma_cm listener, a client's first attempt) must not
+    // wait for it, or a client's second ask may find no listener yet and
+    // stay on TCP for good (docs/protocol.md §1).  Until then the data path
+    // copies with memcpy (common/bulk_copy.h).
+    if (!copy_chosen && (n == 0 || now_ms() - started >= kCopyChoiceMs)) {
+      copy_chosen = true;
+      const CopyChoice cc = select_bulk_copy(s.p.copy);
+      if (cc.libc_ns)
+        XP_SLOG(XP_SLOG_INFO, "payload copies: %s (64 KiB: memcpy %lu ns, chosen %lu ns)", cc.name,
+                static_cast<unsigned long>(cc.libc_ns), static_cast<unsigned long>(cc.chosen_ns));
+    }
     for (int i = 0; i < n; ++i) {
       uint64_t d = evs[i].data.u64;
       if (d == 0) {
@@ -305,13 +316,17 @@ void* engine_main(void*) {
 
 // False when the kernel gives no randomness: no upgrade then (a guessable
 // nonce or key exchange secret would weaken the binding, docs/protocol.md §2).
-bool make_secrets(recover::SessionParams* p) {
-  uint8_t b[sizeof p->nonce.b + sizeof p->seed];
+bool fill_random(void* b, size_t n, unsigned flags = 0) {
   ssize_t r;
   do {
-    r = getrandom(b, sizeof b, 0);
+    r = getrandom(b, n, flags);
   } while (r < 0 && errno == EINTR);
-  if (r != static_cast<ssize_t>(sizeof b)) return false;
+  return r == static_cast<ssize_t>(n);
+}
+
+bool make_secrets(recover::SessionParams* p) {
+  uint8_t b[sizeof p->nonce.b + sizeof p->seed];
+  if (!fill_random(b, sizeof b)) return false;
   memcpy(p->nonce.b, b, sizeof p->nonce.b);
   memcpy(p->seed, b + sizeof p->nonce.b, sizeof p->seed);
   return true;
@@ -366,6 +381,10 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
 }
 
 } // namespace
+
+bool fresh_chan_nonce(uint8_t out[recover::kChanNonceBytes]) {
+  return fill_random(out, recover::kChanNonceBytes, GRND_NONBLOCK); // called under State::mu
+}
 
 State& g() {
   return state_once();

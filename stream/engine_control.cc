@@ -104,7 +104,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     return true;
   }
   recover::Message reply;
-  c->sess.set_channel_port(ch->cm_port);
+  c->sess.set_channel(ch->binding);
   Status st = c->sess.on_attach(h.stream, h.seq, r.payload, h.len, &reply);
   send_msg(ch, reply);
   if (st != Status::ok) {

@@ -127,7 +127,8 @@ struct CmUser {
   uint16_t port;          // client: the port this attempt went to; server: the listener's
   bool reattach = false;  // a channel for a resumed stream going back (stream/reattach.cc)
   recover::IpAddr from{}; // server: the requester's address
-  TableHook link{};       // client: in State::inflight; server: in State::accepting
+  recover::ChannelBinding binding{}; // server: the channel's (Channel::binding)
+  TableHook link{};                  // client: in State::inflight; server: in State::accepting
 };
 using CmUsers = PtrTable<CmUser, &CmUser::link>;
 // A connection's rdma_cm operation (a client attempt, a server accept) owns
@@ -140,6 +141,9 @@ struct CmUserDrop {
 using OwnedCmUser = std::unique_ptr<CmUser, CmUserDrop>;
 // The user of a new operation for c (a reference of c taken); null: out of memory.
 OwnedCmUser conn_user(CmUser::Kind k, Conn* c, uint16_t port, bool reattach = false);
+// A channel's nonce (recover::ChannelBinding) from the kernel's randomness;
+// false when it has none to give at once.
+bool fresh_chan_nonce(uint8_t out[recover::kChanNonceBytes]);
 
 struct State {
   std::mutex mu; // tables below; ordered before Conn::mu

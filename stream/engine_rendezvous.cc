@@ -147,9 +147,17 @@ bool server_channel_room(const recover::IpAddr& from) {
 // Accept req for c as a server channel (u names it); false when refused
 // (over a cap: rejected busy) or the accept failed.  u is the caller's to
 // free then.
-bool server_accept(verbs::CmRequest* req, const AcceptWire& a, CmUser* u) {
+bool server_accept(verbs::CmRequest* req, AcceptWire a, CmUser* u) {
   u->from = requester(req);
   u->port = g().cm->request_local_port(req);
+  // The channel's name (recover::ChannelBinding): the request's addresses
+  // and a nonce drawn for this accept alone.
+  if (!fresh_chan_nonce(a.chan) ||
+      recover::channel_binding_from(g().cm->request_peer(req), g().cm->request_local(req), a.chan,
+                                    &u->binding) != Status::ok) {
+    send_reject(req, rej_busy);
+    return false;
+  }
   if (!server_channel_room(u->from)) {
     XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: server channel cap reached");
     send_reject(req, rej_busy);
@@ -297,7 +305,7 @@ void bind_new_channel(Conn* c, Channel* ch, uint16_t sid, const recover::Nonce& 
   c->ch = ch;
   c->st = st;
   c->sid = sid;
-  c->sess.set_channel_port(ch->cm_port);
+  c->sess.set_channel(ch->binding);
   if (c->sess.adopt(sid, peer_nonce) != Status::ok)
     return fail(c, Reason::handshake_failed, "session cannot adopt the stream");
   advance(c);
@@ -396,7 +404,7 @@ bool attach_over(Conn* c, Channel* ch, uint64_t now) {
   if (ch->failed.load()) return false;
   if (!ch->mux->fresh_id(&id) || !bind_stream(c, ch, id)) return false;
   recover::Message m;
-  c->sess.set_channel_port(ch->cm_port);
+  c->sess.set_channel(ch->binding);
   if (c->sess.start_attach(id, &m) == Status::ok) {
     ch->mux->channel().send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq,
                                     m.payload, m.len);
@@ -635,11 +643,24 @@ void on_cm_event(const verbs::CmEvent& ev) {
     } else {
       server_accept_done(u);
     }
-    Channel* ch = make_channel(ev.link, client);
+    // Every binding over the channel names it (docs/protocol.md §2): the
+    // server made its name at the accept; the client makes it from its own
+    // rdma_cm id and the accept, and sets up nothing from an accept it
+    // does not understand.
+    recover::ChannelBinding binding = u->binding;
+    recover::Nonce accept_nonce{};
+    uint8_t chan[recover::kChanNonceBytes];
+    const bool named =
+        !client || (recover::parse_cm_accept(ev.priv, ev.priv_len, &accept_nonce, chan) &&
+                    recover::channel_binding_from(reinterpret_cast<const sockaddr*>(&ev.local),
+                                                  reinterpret_cast<const sockaddr*>(&ev.peer), chan,
+                                                  &binding) == Status::ok);
+    Channel* ch = named ? make_channel(ev.link, client) : nullptr;
     if (ch == nullptr) {
       g().cm->destroy(ev.link);
     } else {
-      ch->cm_port = u->port; // the binding names it (docs/protocol.md §2)
+      ch->cm_port = u->port;
+      ch->binding = binding;
       if (client) {
         ch->peer_addr = recover::server_addr(c->tuple);
         ch->peer_port = c->tuple.server_port;
@@ -655,10 +676,15 @@ void on_cm_event(const verbs::CmEvent& ev) {
       if (client) reattach::over_channel(c, ch);
       return;
     }
-    if (ch == nullptr) return;
+    if (ch == nullptr) {
+      if (named) return;
+      std::lock_guard<std::mutex> l(c->mu);
+      if (!c->closed.load() && c->phase.load() == Phase::upgrading && c->ch == nullptr)
+        fail(c, Reason::handshake_failed, "the server's rdma_cm accept was not understood");
+      return;
+    }
     if (client) {
-      recover::Nonce n;
-      if (recover::parse_cm_accept(ev.priv, ev.priv_len, &n)) bind_new_channel(c, ch, 0, n);
+      bind_new_channel(c, ch, 0, accept_nonce);
     } else {
       bind_new_channel(c, ch, c->rv.pending_sid, c->rv.peer_nonce);
     }

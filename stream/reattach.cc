@@ -91,9 +91,14 @@ bool eligible(const Conn* c) {
          !r->ahead_fin;
 }
 
+// What ties a REATTACH and its ACK to the channel they cross.
+const recover::ChannelBinding& binding_of(const Channel* ch) {
+  return ch->binding;
+}
+
 void send_reattach(Conn* c) {
   uint8_t p[recover::kReattachBytes];
-  recover::encode_reattach(c->rs->key, c->tuple, c->sid, c->reup.counter, p);
+  recover::encode_reattach(c->rs->key, c->tuple, c->sid, c->reup.counter, binding_of(c->ch), p);
   c->reup.state = waiting;
   c->reup.deadline_ms = engine::now_ms() + engine::params().handshake_timeout_ms;
   if (!send_ctl(c->ch, RecordType::reattach, c->sid, c->reup.counter, p, sizeof p)) {
@@ -363,9 +368,11 @@ void on_reattach(Channel* ch, const ControlRecord& rec) {
   Resume* r = c->rs;
   if (!c->resumed.load() || r == nullptr)
     return nak(recover::NakCode::busy); // on RDMA, or never resumed
-  // Only the two ends of the stream know the key; the counter grows with
-  // every attempt, so an old REATTACH cannot be played again.
-  if (recover::check_reattach(r->key, rec.payload, h.len, h.stream, h.seq) != Status::ok ||
+  // Only the two ends of the stream know the key; the tag names this
+  // channel, so it was made for no other; the counter grows with every
+  // attempt, so an old REATTACH cannot be played again.
+  if (recover::check_reattach(r->key, rec.payload, h.len, h.stream, h.seq, binding_of(ch)) !=
+          Status::ok ||
       h.seq <= c->reup.counter) {
     XP_SLOG(XP_SLOG_INFO, "fd %d: REATTACH refused (tag or counter %llu)", c->sock(),
             static_cast<unsigned long long>(h.seq));
@@ -382,7 +389,7 @@ void on_reattach(Channel* ch, const ControlRecord& rec) {
   c->reup.state = bound;
   c->reup.deadline_ms = engine::now_ms() + kBoundMs;
   uint8_t ack[recover::kReattachAckBytes];
-  recover::encode_reattach_ack(r->key, c->tuple, h.stream, h.seq, ack);
+  recover::encode_reattach_ack(r->key, c->tuple, h.stream, h.seq, binding_of(ch), ack);
   if (!send_ctl(ch, RecordType::reattach_ack, h.stream, h.seq, ack, sizeof ack)) {
     engine::mark_failed(ch, ResumeCause::local);
     return;
@@ -406,8 +413,8 @@ void on_record(Conn* c, Channel* ch, const ControlRecord& rec) {
     return failed_attempt(c);
   }
   if (type == RecordType::reattach_ack && c->reup.state == waiting && h.seq == c->reup.counter &&
-      recover::check_reattach_ack(r->key, c->tuple, h.stream, h.seq, rec.payload, h.len) ==
-          Status::ok) {
+      recover::check_reattach_ack(r->key, c->tuple, h.stream, h.seq, binding_of(ch), rec.payload,
+                                  h.len) == Status::ok) {
     c->reup.state = bound;
     c->reup.deadline_ms = engine::now_ms() + kBoundMs;
     return advance(c);

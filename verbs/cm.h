@@ -38,6 +38,10 @@ struct CmEvent {
   bool ring_refused;
   uint8_t priv[kAppPrivateMax];
   size_t priv_len;
+  // established, our request's: the rdma_cm addresses of the connection,
+  // ours and the peer's, as rdma_cm reports them (ports included).
+  sockaddr_storage local;
+  sockaddr_storage peer;
 };
 
 // What an rdma_cm event (an enum rdma_cm_event_type) on a connection we

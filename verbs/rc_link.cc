@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <utility>
 
 namespace xp::verbs {
 using namespace detail;
@@ -202,7 +203,7 @@ RcLink::~RcLink() {
 } // namespace detail
 
 Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p, const void* app,
-                  size_t app_len, Link** out) {
+                  size_t app_len, Link** out, RcConnected* info) {
   if (app_len > kAppPrivateMax) return Status::invalid;
   if (!rdma_loaded()) return Status::io_error; // as when rdma_cm cannot be used
   auto* link = new (std::nothrow) RcLink();
@@ -242,6 +243,18 @@ Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& 
   if (st == Status::ok) {
     link->connected_ = true;
     st = link->set_peer(ev->param.conn.private_data, ev->param.conn.private_data_len);
+    WireRing w{};
+    if (st == Status::ok && info != nullptr &&
+        parse_wire_ring(ev->param.conn.private_data, ev->param.conn.private_data_len, &w) ==
+            Status::ok) {
+      info->app_len = w.app_len;
+      memcpy(info->app, w.app, w.app_len);
+      for (auto [from, to] : {std::pair{rdma_get_local_addr(link->id_), &info->local},
+                              std::pair{rdma_get_peer_addr(link->id_), &info->peer}})
+        if (from != nullptr)
+          memcpy(to, from,
+                 from->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+    }
     rdmacm().ack_cm_event(ev);
   }
   if (st != Status::ok) {

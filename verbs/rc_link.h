@@ -25,9 +25,17 @@ struct RcLinkParams {
 
 constexpr size_t kAppPrivateMax = 32;
 
-// Client: connect from src (may be null) to dst.
+// What a client learns once connected: the peer's app bytes in its accept,
+// and the connection's rdma_cm addresses (ours, the peer's).
+struct RcConnected {
+  uint8_t app[kAppPrivateMax] = {};
+  size_t app_len = 0;
+  sockaddr_storage local{}, peer{};
+};
+
+// Client: connect from src (may be null) to dst; *info (if given) is filled.
 Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& p, const void* app,
-                  size_t app_len, Link** out);
+                  size_t app_len, Link** out, RcConnected* info = nullptr);
 
 class RcListener {
 public:

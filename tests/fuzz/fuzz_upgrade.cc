@@ -77,12 +77,13 @@ void frames(Input& in) {
   NakCode nak;
   (void)parse_attach(buf, len, &t, &nc, &nak);
   if (parse_reattach_tuple(buf, len, &t, &nak) == Status::ok)
-    (void)check_reattach(key, buf, len, 7, 1);
-  (void)check_reattach_ack(key, t, 7, 1, buf, len);
+    (void)check_reattach(key, buf, len, 7, 1, ChannelBinding{});
+  (void)check_reattach_ack(key, t, 7, 1, ChannelBinding{}, buf, len);
   // The rendezvous' rdma_cm private data.
   CmRequestWire req;
   (void)parse_cm_request(buf, len, &req);
-  (void)parse_cm_accept(buf, len, &nc);
+  uint8_t chan[kChanNonceBytes];
+  (void)parse_cm_accept(buf, len, &nc, chan);
   (void)parse_cm_reject(buf, len, true);
   MoveInfo mi;
   (void)parse_move(buf, len, &mi);

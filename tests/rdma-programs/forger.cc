@@ -347,7 +347,11 @@ int hold(const sockaddr_in& src, const sockaddr_in& dst, long n, int secs) {
 // ------------------------------------------------------------ attach flood
 // A TCP connection of the forger's own and a channel for it, set up the
 // protocol's way (its first upgrade request names its own 4-tuple).
-Status own_channel(const sockaddr_in& src, const sockaddr_in& dst, int* fd, verbs::Link** link) {
+// *named (if given): the channel's name as the server made it (§2 "The
+// channel"), so that a binding the forger runs over its own channel fails
+// only on what it guessed.
+Status own_channel(const sockaddr_in& src, const sockaddr_in& dst, int* fd, verbs::Link** link,
+                   recover::ChannelBinding* named = nullptr) {
   recover::TcpTuple own;
   *fd = own_connection(src, dst, &own);
   if (*fd < 0) return Status::io_error;
@@ -363,8 +367,19 @@ Status own_channel(const sockaddr_in& src, const sockaddr_in& dst, int* fd, verb
   lp.stream_window = 256 * 1024;
   sockaddr_in s = src;
   s.sin_port = 0;
-  return verbs::rc_connect(reinterpret_cast<sockaddr*>(&s), reinterpret_cast<const sockaddr*>(&dst),
-                           lp, &r, sizeof r, link);
+  verbs::RcConnected info;
+  Status st =
+      verbs::rc_connect(reinterpret_cast<sockaddr*>(&s), reinterpret_cast<const sockaddr*>(&dst),
+                        lp, &r, sizeof r, link, &info);
+  recover::Nonce nonce_s;
+  uint8_t chan[recover::kChanNonceBytes];
+  if (st == Status::ok && named != nullptr &&
+      (!recover::parse_cm_accept(info.app, info.app_len, &nonce_s, chan) ||
+       recover::channel_binding_from(reinterpret_cast<const sockaddr*>(&info.local),
+                                     reinterpret_cast<const sockaddr*>(&info.peer), chan,
+                                     named) != Status::ok))
+    printf("forger: the server's accept names no channel\n");
+  return st;
 }
 
 int attach_flood(const sockaddr_in& src, const sockaddr_in& dst, long n, const Namer& name) {
@@ -451,7 +466,8 @@ int guess(const sockaddr_in& src, const sockaddr_in& dst, int victim_port, const
           const std::string& guessed) {
   int fd = -1;
   verbs::Link* link = nullptr;
-  Status st = own_channel(src, dst, &fd, &link);
+  recover::ChannelBinding named;
+  Status st = own_channel(src, dst, &fd, &link, &named);
   if (st != Status::ok) {
     printf("forger guess %s: channel=refused (%s)\n", kind.c_str(), status_name(st));
     if (fd >= 0) close(fd);
@@ -467,7 +483,7 @@ int guess(const sockaddr_in& src, const sockaddr_in& dst, int victim_port, const
   random_bytes(sp.seed, sizeof sp.seed);
   sp.timeout_ms = 5000;
   recover::UpgradeSession fs(sp);
-  fs.set_channel_port(static_cast<uint16_t>(ntohs(dst.sin_port)));
+  fs.set_channel(named);
   // The echo server returns what the victim sent: the guess covers both.
   fs.on_tcp_sent(guessed.data(), guessed.size());
   fs.on_tcp_received(guessed.data(), guessed.size());

@@ -333,17 +333,48 @@ TEST_CASE("coverage: an honest pipelining client is asked for the both form and 
   CHECK((p.c.peer_proven() && p.s.peer_proven()));
 }
 
-TEST_CASE("coverage: an exchange relayed between channels to two rdma_cm ports does not bind") {
-  // The hostile review's relay: the client's channel reached a co-resident
-  // service on port 9000, which forwards every record unchanged to the real
-  // server over a channel of its own to port 8080.  The two ends name
-  // different channels in the exchange: no key, nothing switches.
+namespace {
+
+// A channel as its rdma_cm set-up named it (recover::ChannelBinding).
+ChannelBinding channel(uint16_t client_port, uint16_t server_port, uint8_t nonce) {
+  ChannelBinding b;
+  b.family = 4;
+  const uint8_t c[4] = {10, 0, 0, 1}, s[4] = {10, 0, 0, 2};
+  memcpy(b.client_addr, c, 4);
+  memcpy(b.server_addr, s, 4);
+  b.client_port = client_port;
+  b.server_port = server_port;
+  memset(b.nonce, nonce, sizeof b.nonce);
+  return b;
+}
+
+} // namespace
+
+TEST_CASE("coverage: an exchange relayed from one channel onto another does not bind") {
+  // The hostile reviews' relays: the client's channel reached another
+  // process (a co-resident service on another rdma_cm port, or one that held
+  // the server's port for a while), which forwards every record unchanged to
+  // the real server over a channel that a colluding process on the client's
+  // host set up.  That channel differs from the client's in its rdma_cm
+  // port, its client port (two live rdma_cm ids of one address never share
+  // one) or its accept's nonce (drawn by the server for that accept alone):
+  // the two ends name different channels in the exchange, so no key and
+  // nothing switches.
   const SessionParams cp = sparams(Role::client, 1), sp = sparams(Role::server, 2);
-  for (const uint16_t client_port : {uint16_t{9000}, uint16_t{8080}}) {
-    CAPTURE(client_port);
+  const ChannelBinding real = channel(40001, 8080, 0x11);
+  ChannelBinding other_port = real, other_client = real, other_nonce = real, other_family = real;
+  other_port.server_port = 9000;
+  other_client.client_port = 40002;
+  other_nonce.nonce[0] ^= 1;
+  other_family.family = 6;
+  const ChannelBinding* seen_by_client[] = {&other_port, &other_client, &other_nonce, &other_family,
+                                            &real};
+  for (const ChannelBinding* seen : seen_by_client) {
+    const bool same = seen == &real;
+    CAPTURE(same);
     UpgradeSession c(cp), s(sp);
-    c.set_channel_port(client_port);
-    s.set_channel_port(8080);
+    c.set_channel(*seen);
+    s.set_channel(real);
     REQUIRE(c.adopt(0, sp.nonce) == Status::ok);
     REQUIRE(s.adopt(0, cp.nonce) == Status::ok);
     c.on_tcp_sent(kRequest.data(), kRequest.size());
@@ -351,7 +382,6 @@ TEST_CASE("coverage: an exchange relayed between channels to two rdma_cm ports d
     s.on_tcp_sent(kReply.data(), kReply.size());
     c.on_tcp_received(kReply.data(), kReply.size());
     exchange(c, s);
-    const bool same = client_port == 8080;
     CHECK(c.peer_proven() == same);
     CHECK(s.peer_proven() == same);
     CHECK((c.try_switch_tx() == Status::ok) == same);

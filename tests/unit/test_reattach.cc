@@ -431,8 +431,16 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     q.cb = stream::engine::make_channel(&q.lb2, false);
     q.cb->peer_addr = recover::ipv4_addr(p.a.c->tuple.client_addr); // the rdma_cm requester
+    // As its rdma_cm set-up named it (recover::ChannelBinding).
+    q.cb->binding.family = 4;
+    memcpy(q.cb->binding.client_addr, p.a.c->tuple.client_addr, 4);
+    memcpy(q.cb->binding.server_addr, p.a.c->tuple.server_addr, 4);
+    q.cb->binding.client_port = 40001;
+    q.cb->binding.server_port = 7001;
+    memset(q.cb->binding.nonce, 0x5e, sizeof q.cb->binding.nonce);
   }
   flow::RecordChannel client(&q.la2); // a raw client end: we write what we like
+  const recover::ChannelBinding here = q.cb->binding;
   uint8_t key[recover::kNonceBytes];
   memcpy(key, p.a.c->rs->key, sizeof key);
   const recover::TcpTuple t = p.a.c->tuple;
@@ -455,7 +463,7 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     return code;
   };
   uint8_t good[recover::kReattachBytes];
-  REQUIRE(recover::encode_reattach(key, t, 3, 1, good));
+  REQUIRE(recover::encode_reattach(key, t, 3, 1, here, good));
   SUBCASE("wrong tag") {
     uint8_t bad[recover::kReattachBytes];
     memcpy(bad, good, sizeof bad);
@@ -468,25 +476,48 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
   }
   SUBCASE("a counter that does not grow") {
     uint8_t zero[recover::kReattachBytes];
-    REQUIRE(recover::encode_reattach(key, t, 3, 0, zero));
+    REQUIRE(recover::encode_reattach(key, t, 3, 0, here, zero));
     CHECK(nak_for(zero, sizeof zero, 3, 0) == 4);
   }
   SUBCASE("unknown 4-tuple") {
     recover::TcpTuple other = t;
     other.client_port ^= 1;
     uint8_t o[recover::kReattachBytes];
-    REQUIRE(recover::encode_reattach(key, other, 3, 1, o));
+    REQUIRE(recover::encode_reattach(key, other, 3, 1, here, o));
     CHECK(nak_for(o, sizeof o, 3, 1) == 1); // unknown_stream
   }
   SUBCASE("wrong version, reserved byte, length") {
     uint8_t v[recover::kReattachBytes];
     memcpy(v, good, sizeof v);
-    v[0] = 2;
+    v[0] = 3;
     CHECK(nak_for(v, sizeof v, 3, 1) == 3); // version
     memcpy(v, good, sizeof v);
     v[2] = 1;
     CHECK(nak_for(v, sizeof v, 3, 1) == 4);
     CHECK(nak_for(good, sizeof good - 1, 3, 1) == 4);
+  }
+  // A process that received a REATTACH over its own channel (a squatter on
+  // the server's rdma_cm port) relays it over a channel it has to the
+  // server: the tag names the channel it was made for, and no other.
+  SUBCASE("a tag made for another channel: its rdma_cm ports, family, or accept's nonce") {
+    uint8_t o[recover::kReattachBytes];
+    for (int i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      recover::ChannelBinding there = here;
+      if (i == 0) there.server_port = 7002;
+      if (i == 1) there.client_port = 40002;
+      if (i == 2) there.family = 6;
+      if (i == 3) there.nonce[11] ^= 0x80;
+      REQUIRE(recover::encode_reattach(key, t, 3, 1, there, o));
+      CHECK(nak_for(o, sizeof o, 3, 1) == 4); // failed
+    }
+    CHECK(p.b.c->reup.counter == 0);
+  }
+  SUBCASE("version 1 (a tag that names no channel) is refused") {
+    uint8_t v[recover::kReattachBytes];
+    memcpy(v, good, sizeof v);
+    v[0] = 1;
+    CHECK(nak_for(v, sizeof v, 3, 1) == 3); // version
   }
   SUBCASE("a good one over a channel from another address") {
     const uint8_t other[4] = {10, 0, 0, 9};

@@ -30,12 +30,20 @@ TEST_CASE("rendezvous wire: requests, accepts and rejects") {
   a.kind = kCmAccept;
   a.version = kRendezvousVersion;
   a.nonce[0] = 42;
+  a.chan[11] = 7;
   Nonce n{};
-  CHECK(parse_cm_accept(&a, sizeof a, &n));
+  uint8_t chan[kChanNonceBytes] = {};
+  CHECK(parse_cm_accept(&a, sizeof a, &n, chan));
   CHECK(n.b[0] == 42);
-  CHECK_FALSE(parse_cm_accept(&a, sizeof a - 1, &n));
+  CHECK(chan[11] == 7);
+  // Version 3's accept (20 bytes, no channel nonce) is refused.
+  CHECK_FALSE(parse_cm_accept(&a, sizeof a - kChanNonceBytes, &n, chan));
+  CHECK_FALSE(parse_cm_accept(&a, sizeof a - 1, &n, chan));
+  a.version = 3;
+  CHECK_FALSE(parse_cm_accept(&a, sizeof a, &n, chan));
+  a.version = kRendezvousVersion;
   a.kind = kCmRequest;
-  CHECK_FALSE(parse_cm_accept(&a, sizeof a, &n));
+  CHECK_FALSE(parse_cm_accept(&a, sizeof a, &n, chan));
 
   CmRejectWire r{rej_redirect, 0, htons(8081)};
   CHECK(parse_cm_reject(&r, sizeof r, true).code == rej_redirect);
