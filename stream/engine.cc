@@ -41,7 +41,6 @@ namespace {
 
 constexpr uint32_t kShareMagic = 0x53505258; // "XRPS"
 constexpr uint64_t kCopyChoiceMs = 1000;     // engine_main: the copy choice waits at most this
-constexpr int kTickMs = 10;
 // epoll data tags: the low bit of an aligned pointer says what it is.
 constexpr uintptr_t kTagConn = 1;
 
@@ -228,12 +227,9 @@ int wait_ms() {
   std::lock_guard<std::mutex> l(s.mu);
   if (polls_owed()) return kOwedPollMs;
   if (maybe_unarmed()) return unarmed_in_use() ? kBusyUnarmedTickMs : kUnarmedTickMs;
-  if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty() || fork_judgements_pending())
+  if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty() || fork_judgements_pending() ||
+      s.maybe_timed.load())
     return kTickMs;
-  for (Conn* c : s.conns)
-    if (c->phase.load(std::memory_order_relaxed) == Phase::upgrading &&
-        !c->untimed.load(std::memory_order_relaxed))
-      return kTickMs;
   if (!s.channels.empty() || !s.dying.empty() || !s.conns.empty()) {
     // Keepalives every third of their timeout (engine_control.cc).
     uint32_t ka = s.p.keepalive_ms / 3;
@@ -374,8 +370,9 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
   }
   c->ref(); // the table's
   g_state.conns.add(c);
-  index_server(c);      // its pending requests and ATTACHes are answered
-  c->note_ready(false); // edges are counted from here
+  g_state.maybe_timed.store(true); // a new upgrade is timed until advance() says otherwise
+  index_server(c);                 // its pending requests and ATTACHes are answered
+  c->note_ready(false);            // edges are counted from here
   watch_tcp(c);
   return c;
 }

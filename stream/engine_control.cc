@@ -289,7 +289,9 @@ void flush(Conn* c) {
 void advance(Conn* c) {
   XP_ASSERT_HELD(c->mu);
   flush(c);
-  c->untimed.store(c->sess.untimed(), std::memory_order_relaxed);
+  const bool untimed = c->sess.untimed();
+  c->untimed.store(untimed); // seq_cst: pairs with tick_conns (State::maybe_timed)
+  if (!untimed && c->phase.load() == Phase::upgrading) g().maybe_timed.store(true);
   mark_unproven(c);
   if (c->sess.state() == recover::State::failed) return fail(c, c->sess.fallback_reason());
   if (c->st == nullptr) return;

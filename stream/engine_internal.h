@@ -158,6 +158,12 @@ struct State {
   int epfd = -1, cmdfd = -1;
   verbs::Cm* cm = nullptr;
   AllConns conns; // live connections (one ref each)
+  // Whether an upgrade that times something (Phase::upgrading, not
+  // untimed) may be under way: wait_ms() ticks for it without walking
+  // conns.  Set by whoever makes one (register_conn, advance); tick_conns
+  // clears it before its walk and sets it again if the walk finds one, so
+  // a change during the walk is never lost (both sides seq_cst).
+  std::atomic<bool> maybe_timed{false};
   std::vector<Channel*> channels;
   std::vector<Channel*> dying;      // torn down, freed once no caller can still hold them
   std::vector<ListenShare*> shares; // listening sockets this process accepted from
@@ -469,6 +475,8 @@ void post_idle_held();
 bool unarmed_in_use();
 // How long the engine thread may sleep now (engine.cc).
 int wait_ms();
+// The engine's tick while something is timed (wait_ms, tick_conns).
+constexpr int kTickMs = 10;
 
 // g().mu held, in a fork child (stream/fork_handover.h): the engine
 // started for a connection it may claim, whose socket it now watches.

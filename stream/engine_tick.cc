@@ -78,6 +78,15 @@ struct BusyHosts {
   }
 };
 
+// A stream settled on RDMA with its TCP socket quiet has nothing to tick:
+// leave its lock to the program's calls (this tick runs every 10 ms while
+// a request/response loop spins, and the loop's thread waited for the
+// lock, or the engine for the loop's, in the futex).
+bool quiet(const Conn* c) {
+  return !c->resumed.load() && c->phase.load() != Phase::upgrading &&
+         !(c->rx_rdma.load() && (c->ready.tcp_bits.load() & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
+}
+
 } // namespace
 
 void tick_conns(uint64_t now) {
@@ -85,7 +94,8 @@ void tick_conns(uint64_t now) {
   BusyHosts hosts;
   {
     std::lock_guard<std::mutex> gl(g().mu);
-    bool any_waiting = false;
+    bool any_waiting = false, timed = false;
+    g().maybe_timed.store(false); // before the walk: see State::maybe_timed
     for (Conn* c : g().conns) {
       const Phase ph = c->phase.load();
       if (ph == Phase::tcp) continue;
@@ -93,23 +103,19 @@ void tick_conns(uint64_t now) {
       // for a program's bytes) has nothing to tick: its session cannot
       // time out and no direction can switch before the peer proved
       // itself.  A burst of thousands of connections waits here at once.
-      if (ph == Phase::upgrading && c->untimed.load(std::memory_order_relaxed)) continue;
+      if (ph == Phase::upgrading && c->untimed.load()) continue;
+      timed |= ph == Phase::upgrading;
+      if (quiet(c)) continue; // no reference taken for a stream that needs nothing
       c->ref();
       cs.push_back(c);
       any_waiting |=
           ph == Phase::upgrading && (waits_for_client(c) || c->role == recover::Role::client);
     }
+    if (timed) g().maybe_timed.store(true);
     if (any_waiting) hosts.collect();
   }
   for (Conn* c : cs) {
-    // A stream settled on RDMA with its TCP socket quiet has nothing to
-    // tick: leave its lock to the program's calls (this tick runs every
-    // 10 ms while a request/response loop spins, and the loop's thread
-    // waited for the lock, or the engine for the loop's, in the futex).
-    bool quiet =
-        !c->resumed.load() && c->phase.load() != Phase::upgrading &&
-        !(c->rx_rdma.load() && (c->ready.tcp_bits.load() & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)));
-    if (quiet) {
+    if (quiet(c)) { // settled since the walk
       c->unref();
       continue;
     }

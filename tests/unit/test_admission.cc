@@ -161,3 +161,38 @@ TEST_CASE("admission: an attempt whose connection closed still holds the next on
   delete u;
   first->unref();
 }
+
+// The engine's wait (wait_ms) ticks while an upgrade times something, read
+// from State::maybe_timed instead of a walk over every connection; the
+// tick's walk clears it once none is timed, and whoever makes one sets it.
+TEST_CASE("engine wait: it ticks while an upgrade is timed, and no longer once none is") {
+  Conn* c = new Conn(-1, test::rparams(recover::Role::client, 7));
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::g().conns.add(c);
+    engine::g().maybe_timed.store(true); // as register_conn
+  }
+  CHECK(engine::wait_ms() == engine::kTickMs);
+  // Waiting for the program's bytes: nothing to time.
+  c->untimed.store(true);
+  engine::tick_conns(engine::now_ms());
+  CHECK_FALSE(engine::g().maybe_timed.load());
+  CHECK(engine::wait_ms() != engine::kTickMs);
+  // The session times something again (its step says so).
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    engine::advance(c);
+  }
+  CHECK_FALSE(c->untimed.load());
+  CHECK(engine::g().maybe_timed.load());
+  CHECK(engine::wait_ms() == engine::kTickMs);
+  // Settled (here: on TCP): the next tick finds nothing timed.
+  c->phase.store(Phase::tcp);
+  engine::tick_conns(engine::now_ms());
+  CHECK_FALSE(engine::g().maybe_timed.load());
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::g().conns.remove(c);
+  }
+  c->unref();
+}
