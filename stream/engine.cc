@@ -210,7 +210,7 @@ void run_commands() {
   }
   std::lock_guard<std::mutex> l(s.mu);
   for (ListenShare* sh : serve)
-    serve_share(sh);
+    serve_share(sh, nullptr);
   for (Conn* c : start) {
     start_client(c);
     c->unref();
@@ -496,6 +496,7 @@ ListenShare* engine::on_listen(int fd) {
       mmap(nullptr, sizeof(ListenShare), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return nullptr;
   auto* s = static_cast<ListenShare*>(m); // zero-filled: every slot free, no owner
+  share_init(s);
   s->magic = kShareMagic;
   s->addr = la;
   s->af_only = af_only;
@@ -550,7 +551,7 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
   c->rv.share = share;
   // At once, not from the engine thread: the client's request may already
   // be on its way, and an rdma_cm port nobody listens on means "no xpress".
-  serve_share(share);
+  serve_share(share, c);
   return c;
 }
 
@@ -590,13 +591,7 @@ void engine::on_close(Conn* c) {
     if (c->rv.share) {
       uint8_t key[recover::kTupleIdBytes];
       recover::tuple_id(c->tuple, key);
-      for (auto& sl : c->rv.share->slots) {
-        if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, sizeof key) == 0) {
-          sl.state.store(0);
-          c->rv.share->slots_gen.fetch_add(1, std::memory_order_release);
-          break;
-        }
-      }
+      (void)share_remove(c->rv.share, key, getpid());
     }
   }
   unindex_server(c);

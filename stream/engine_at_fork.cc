@@ -207,6 +207,7 @@ void engine::on_fork_child() {
   s.listeners.clear();
   s.start_queue.clear();
   s.serve_queue.clear();
+  s.publish_backlog = false; // what the parent could not publish is the parent's
   s.private_l = nullptr;
   // Never start again in this process if the parent had, except for the
   // connections it may claim (a fresh engine: its own rdma_cm channel,

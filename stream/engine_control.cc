@@ -77,9 +77,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
     for (ListenShare* sh : g().shares) {
       if (listen_port(sh->addr) != t.server_port) continue;
       ours = true;
-      for (auto& sl : sh->slots)
-        sibling |= sl.state.load(std::memory_order_acquire) == 2 &&
-                   memcmp(sl.tuple, key, sizeof key) == 0 && sl.pid != getpid();
+      sibling |= share_find(sh, key, getpid(), nullptr);
     }
     if (!last_chance && ours && !sibling) return false;
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::unknown_stream));

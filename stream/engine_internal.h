@@ -20,34 +20,11 @@
 #include "stream/channel.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
+#include "stream/listen_share.h"
 #include "stream/negative_cache.h"
 #include "verbs/cm.h"
 
 namespace xp::stream {
-
-// Rendezvous state of one listening socket, in MAP_SHARED memory created at
-// listen(): fork children that inherit the socket share it.  The process
-// that holds the rdma_cm listener on the TCP port (owner) redirects
-// requests for connections another process accepted to that process's own
-// rdma_cm port (docs/protocol.md §1).
-struct ListenShare {
-  static constexpr int kSlots = 4096;
-  struct Slot {
-    std::atomic<uint32_t> state; // 0 free, 1 being written, 2 valid
-    int32_t pid;
-    uint16_t port;                         // that process's private rdma_cm port
-    uint8_t tuple[recover::kTupleIdBytes]; // recover::tuple_id of the connection
-  };
-  uint32_t magic;
-  std::atomic<int32_t> owner_pid;
-  std::atomic<int32_t> owner_state; // 0 none, 1 listening, 2 could not listen
-  sockaddr_storage addr;            // where the rendezvous listens (port P, listen_addr.h)
-  bool af_only;                     // addr is IPv6 and takes no IPv4 requests
-  // Bumped by whoever changes a slot: a process whose pending requests may
-  // be for a sibling's connection looks at the slots only when it moved.
-  std::atomic<uint32_t> slots_gen;
-  Slot slots[kSlots];
-};
 
 namespace engine {
 
@@ -191,6 +168,9 @@ struct State {
   std::mutex qmu;                 // the two queues (a leaf lock: taken under any other)
   std::vector<Conn*> start_queue; // client connections to start (ref'd)
   std::vector<ListenShare*> serve_queue;
+  // Connections left unpublished because our private rdma_cm listener
+  // could not be made: the next serve_share that makes it publishes them.
+  bool publish_backlog = false;
   std::vector<Conn*> graveyard; // freed by the engine thread before its next wait
   // Client rdma_cm attempts under way, and connections waiting for one to
   // the same host to finish (they then attach over its channel instead of
@@ -484,7 +464,10 @@ bool start_for_claim(Conn* c);
 
 // ---- engine_rendezvous.cc (engine thread, g().mu held)
 void start_client(Conn* c);
-void serve_share(ListenShare* s);
+// Rendezvous of the listening socket s (owner election, our private
+// listener) and publication of c, the connection just accepted or claimed
+// from it (null: none); O(1) in the number of connections.
+void serve_share(ListenShare* s, Conn* c);
 void on_cm_event(const verbs::CmEvent& ev);
 void retry_pending(uint64_t now);
 // Listeners whose device went away listen again once it is back (a

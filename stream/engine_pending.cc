@@ -89,9 +89,21 @@ void answer_key(const TupleKey& k) {
     if (it->ch->failed.load() || handle_attach(it->ch, it->rec, false)) erase_attach(it, k);
 }
 
+// The keys something waits for that a sibling published in sh (each once:
+// a multimap's equal keys are adjacent).
+template <typename Map> void published_keys(ListenShare* sh, const Map& m) {
+  const TupleKey* last = nullptr;
+  for (const auto& e : m) {
+    if (last && *last == e.first) continue;
+    last = &e.first;
+    if (share_find(sh, e.first.b.data(), getpid(), nullptr)) key_ready(e.first);
+  }
+}
+
 // Sibling processes publish the connections they accepted in the shared
-// slots; when a share's slots changed, the keys there that something waits
-// for are answered (a redirect, or a NAK: not ours).
+// table; when a share's table changed, the keys that something waits for
+// and a sibling published there are answered (a redirect, or a NAK: not
+// ours), each looked up (listen_share.h), not the table scanned.
 void look_at_shares() {
   auto& seen = g().shares_seen;
   for (ListenShare* sh : g().shares) {
@@ -103,9 +115,8 @@ void look_at_shares() {
       if (e.second == gen) break;
       e.second = gen;
       if (g().reqs.empty() && g().attaches.empty()) break;
-      for (auto& sl : sh->slots)
-        if (sl.state.load(std::memory_order_acquire) == 2 && sl.pid != getpid())
-          key_ready(tkey(sl.tuple));
+      published_keys(sh, g().reqs_by_key);
+      published_keys(sh, g().attaches_by_key);
       break;
     }
     if (!found) seen.emplace_back(sh, gen);

@@ -226,18 +226,6 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
   u.release(); // rdma_cm's until its last event (on_cm_event)
 }
 
-// Where a sibling process published a connection with this key.
-bool lookup_slot(ListenShare* sh, const uint8_t key[recover::kTupleIdBytes], uint16_t* port) {
-  for (auto& sl : sh->slots) {
-    if (sl.state.load(std::memory_order_acquire) == 2 &&
-        memcmp(sl.tuple, key, recover::kTupleIdBytes) == 0 && sl.pid != getpid()) {
-      *port = sl.port;
-      return true;
-    }
-  }
-  return false;
-}
-
 } // namespace
 
 void send_reject_unknown(verbs::CmRequest* req) {
@@ -269,7 +257,7 @@ bool answer_request(verbs::CmRequest* req, ListenShare* sh,
     return true;
   }
   uint16_t port = 0;
-  if (sh && lookup_slot(sh, key, &port)) {
+  if (sh && share_find(sh, key, getpid(), &port)) { // a sibling published it
     send_reject(req, rej_redirect, port);
     return true;
   }
@@ -528,7 +516,31 @@ void start_client(Conn* c) {
   cm_connect(c, c->tuple.server_port);
 }
 
-void serve_share(ListenShare* sh) {
+namespace {
+
+// Publish c in its listening socket's table as ours, at our private port.
+void publish(ListenShare* sh, Conn* c) {
+  if (c->rv.share != sh || c->rv.slot_written || c->closed.load()) return;
+  uint8_t key[recover::kTupleIdBytes];
+  recover::tuple_id(c->tuple, key);
+  if (share_publish(sh, key, getpid(), g().private_port)) {
+    c->rv.slot_written = true;
+    return;
+  }
+  // Its rdma_cm request then waits at the owner for its deadline, and the
+  // connection stays on TCP.
+  static bool said = false;
+  if (!said)
+    XP_SLOG(XP_SLOG_INFO,
+            "fd %d: the listening socket's table of published connections is full here: "
+            "not redirected (later ones not logged)",
+            c->sock());
+  said = true;
+}
+
+} // namespace
+
+void serve_share(ListenShare* sh, Conn* c) {
   XP_ASSERT_HELD(g().mu);
   const int32_t me = getpid();
   bool known = false;
@@ -552,35 +564,29 @@ void serve_share(ListenShare* sh) {
     }
     owner = sh->owner_pid.load();
   }
-  // Publish our connections: the owner redirects requests to us, and a
-  // sibling that gets an ATTACH for one of them refuses it at once.
+  // Publish the connection: the owner redirects requests to us, and a
+  // sibling that gets an ATTACH for it refuses it at once.
   if (owner != me && g().private_l == nullptr) {
     // The share's address at an ephemeral port (a dual-stack `::` takes
     // both families here too).
     sockaddr_storage a = sh->addr;
     set_port(&a, 0);
     if (g().cm->listen(reinterpret_cast<sockaddr*>(&a), &g().private_user, &g().private_l,
-                       &g().private_port, sh->af_only) != Status::ok)
+                       &g().private_port, sh->af_only) != Status::ok) {
+      g().publish_backlog |= c != nullptr;
       return;
+    }
     set_port(&a, g().private_port);
     g().private_addr = a;
     g().private_af_only = sh->af_only;
   }
-  for (Conn* c : g().conns) {
-    if (c->rv.share != sh || c->rv.slot_written || c->closed.load()) continue;
-    for (auto& sl : sh->slots) {
-      uint32_t free_state = 0;
-      if (sl.state.compare_exchange_strong(free_state, 1)) {
-        sl.pid = me;
-        sl.port = g().private_port;
-        recover::tuple_id(c->tuple, sl.tuple);
-        sl.state.store(2, std::memory_order_release);
-        sh->slots_gen.fetch_add(1, std::memory_order_release);
-        c->rv.slot_written = true;
-        break;
-      }
-    }
+  if (g().publish_backlog) {
+    // Once, after a failed listen: those connections wait for this.
+    g().publish_backlog = false;
+    for (Conn* k : g().conns)
+      if (k->rv.share != nullptr) serve_share(k->rv.share, k);
   }
+  if (c) publish(sh, c);
 }
 
 void on_cm_event(const verbs::CmEvent& ev) {

@@ -105,12 +105,7 @@ bool hand_over(Conn* c) {
   if (c->rv.slot_written) {
     uint8_t key[recover::kTupleIdBytes];
     recover::tuple_id(c->tuple, key);
-    for (auto& sl : c->rv.share->slots)
-      if (sl.state.load() == 2 && sl.pid == getpid() && memcmp(sl.tuple, key, sizeof key) == 0) {
-        sl.state.store(0);
-        c->rv.share->slots_gen.fetch_add(1, std::memory_order_release);
-        break;
-      }
+    (void)share_remove(c->rv.share, key, getpid());
     c->rv.slot_written = false;
   }
   to_tcp(c, Reason::shared_by_fork);
@@ -239,7 +234,7 @@ void tick_claims(uint64_t now) {
                   c->sock());
           c->rv.slot_written = false;
           index_server(c);
-          serve_share(c->rv.share); // published: the parent's rendezvous redirects here
+          serve_share(c->rv.share, c); // published: the parent's rendezvous redirects here
         }
       } else if (now >= c->deadline_ms) {
         drop_claim(at);

@@ -398,3 +398,34 @@ TEST_CASE("engine: every ATTACH of a burst is answered, however large the burst"
   CHECK(answered == kBurst);
   CHECK(s.ch->mux->channel().deferred() == 0);
 }
+
+// A sibling process that publishes a connection (docs/protocol.md §1) makes
+// a pending ATTACH for it hear unknown_stream at the next tick: the tick
+// looks the waiting keys up in the shared table when it changed
+// (slots_gen), no longer scanning the table; the others keep waiting.
+TEST_CASE("engine: a pending ATTACH for a connection a sibling published is refused") {
+  Timeout t(5000);
+  Listening l(7000);
+  ServerChannel s;
+  REQUIRE(s.attach(1, 40001) == Status::ok);
+  REQUIRE(s.attach(2, 40002) == Status::ok);
+  REQUIRE(pending_attaches(s.ch) == 2);
+  const uint64_t now = engine::now_ms();
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::retry_pending(now); // the share's generation, seen
+  }
+  CHECK(naks(s).empty());
+  uint8_t key[recover::kTupleIdBytes];
+  recover::tuple_id(tuple(40001), key);
+  REQUIRE(share_publish(l.sh.get(), key, getpid() + 1, 4444)); // the sibling
+  {
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::retry_pending(now);
+  }
+  engine::progress(s.ch);
+  const auto codes = naks(s);
+  REQUIRE(codes.size() == 1);
+  CHECK(codes[0] == static_cast<uint64_t>(recover::NakCode::unknown_stream));
+  CHECK(pending_attaches(s.ch) == 1); // 40002: nobody published it
+}
