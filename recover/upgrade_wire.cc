@@ -222,14 +222,8 @@ size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
 }
 
 void encode_channel_binding(const ChannelBinding& b, uint8_t out[kChannelBindingBytes]) {
-  out[0] = b.family;
-  memcpy(out + 1, b.client_addr, 16);
-  memcpy(out + 17, b.server_addr, 16);
-  out[33] = static_cast<uint8_t>(b.client_port >> 8);
-  out[34] = static_cast<uint8_t>(b.client_port);
-  out[35] = static_cast<uint8_t>(b.server_port >> 8);
-  out[36] = static_cast<uint8_t>(b.server_port);
-  memcpy(out + 37, b.nonce, kChanNonceBytes);
+  tuple_id(b.cm, out);
+  memcpy(out + kTupleIdBytes, b.nonce, kChanNonceBytes);
 }
 
 Status channel_binding_from(const sockaddr* client, const sockaddr* server,
@@ -240,19 +234,19 @@ Status channel_binding_from(const sockaddr* client, const sockaddr* server,
   if (client->sa_family == AF_INET) {
     const auto* c = reinterpret_cast<const sockaddr_in*>(client);
     const auto* s = reinterpret_cast<const sockaddr_in*>(server);
-    b.family = 4;
-    memcpy(b.client_addr, &c->sin_addr, 4);
-    memcpy(b.server_addr, &s->sin_addr, 4);
-    b.client_port = ntohs(c->sin_port);
-    b.server_port = ntohs(s->sin_port);
+    b.cm.family = 4;
+    memcpy(b.cm.client_addr, &c->sin_addr, 4);
+    memcpy(b.cm.server_addr, &s->sin_addr, 4);
+    b.cm.client_port = ntohs(c->sin_port);
+    b.cm.server_port = ntohs(s->sin_port);
   } else if (client->sa_family == AF_INET6) {
     const auto* c = reinterpret_cast<const sockaddr_in6*>(client);
     const auto* s = reinterpret_cast<const sockaddr_in6*>(server);
-    b.family = 6;
-    memcpy(b.client_addr, &c->sin6_addr, 16);
-    memcpy(b.server_addr, &s->sin6_addr, 16);
-    b.client_port = ntohs(c->sin6_port);
-    b.server_port = ntohs(s->sin6_port);
+    b.cm.family = 6;
+    memcpy(b.cm.client_addr, &c->sin6_addr, 16);
+    memcpy(b.cm.server_addr, &s->sin6_addr, 16);
+    b.cm.client_port = ntohs(c->sin6_port);
+    b.cm.server_port = ntohs(s->sin6_port);
   } else {
     return Status::invalid;
   }

@@ -178,16 +178,14 @@ size_t binding_password(const uint64_t count[2], const uint8_t* const prefix[2],
 // before the accept, so a binding made over one channel holds on no other.
 constexpr size_t kChanNonceBytes = 12;
 struct ChannelBinding {
-  uint8_t family = 0; // 4 or 6, as rdma_cm reports the addresses (not normalised)
-  uint8_t client_addr[16] = {};
-  uint8_t server_addr[16] = {};
-  uint16_t client_port = 0; // host order
-  uint16_t server_port = 0; // the listener's rdma_cm port
+  // The rdma_cm connection as a 4-tuple: family 4 or 6 as rdma_cm reports
+  // the addresses (an IPv4-mapped one is not folded: such an id may share
+  // a port number with an IPv4 one), the server port the listener's.
+  TcpTuple cm{};
   uint8_t nonce[kChanNonceBytes] = {};
 };
-// family | client address (16) | server address (16) | client port |
-// server port (network order) | nonce (12)
-constexpr size_t kChannelBindingBytes = 1 + 32 + 4 + kChanNonceBytes;
+// tuple_id(cm) | nonce (12)
+constexpr size_t kChannelBindingBytes = kTupleIdBytes + kChanNonceBytes;
 void encode_channel_binding(const ChannelBinding& b, uint8_t out[kChannelBindingBytes]);
 // From the rdma_cm addresses (AF_INET or AF_INET6); invalid for another family.
 Status channel_binding_from(const sockaddr* client, const sockaddr* server,

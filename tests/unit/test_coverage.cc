@@ -338,12 +338,12 @@ namespace {
 // A channel as its rdma_cm set-up named it (recover::ChannelBinding).
 ChannelBinding channel(uint16_t client_port, uint16_t server_port, uint8_t nonce) {
   ChannelBinding b;
-  b.family = 4;
+  b.cm.family = 4;
   const uint8_t c[4] = {10, 0, 0, 1}, s[4] = {10, 0, 0, 2};
-  memcpy(b.client_addr, c, 4);
-  memcpy(b.server_addr, s, 4);
-  b.client_port = client_port;
-  b.server_port = server_port;
+  memcpy(b.cm.client_addr, c, 4);
+  memcpy(b.cm.server_addr, s, 4);
+  b.cm.client_port = client_port;
+  b.cm.server_port = server_port;
   memset(b.nonce, nonce, sizeof b.nonce);
   return b;
 }
@@ -363,10 +363,10 @@ TEST_CASE("coverage: an exchange relayed from one channel onto another does not 
   const SessionParams cp = sparams(Role::client, 1), sp = sparams(Role::server, 2);
   const ChannelBinding real = channel(40001, 8080, 0x11);
   ChannelBinding other_port = real, other_client = real, other_nonce = real, other_family = real;
-  other_port.server_port = 9000;
-  other_client.client_port = 40002;
+  other_port.cm.server_port = 9000;
+  other_client.cm.client_port = 40002;
   other_nonce.nonce[0] ^= 1;
-  other_family.family = 6;
+  other_family.cm.family = 6;
   const ChannelBinding* seen_by_client[] = {&other_port, &other_client, &other_nonce, &other_family,
                                             &real};
   for (const ChannelBinding* seen : seen_by_client) {

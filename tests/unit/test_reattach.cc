@@ -432,11 +432,11 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     q.cb = stream::engine::make_channel(&q.lb2, false);
     q.cb->peer_addr = recover::ipv4_addr(p.a.c->tuple.client_addr); // the rdma_cm requester
     // As its rdma_cm set-up named it (recover::ChannelBinding).
-    q.cb->binding.family = 4;
-    memcpy(q.cb->binding.client_addr, p.a.c->tuple.client_addr, 4);
-    memcpy(q.cb->binding.server_addr, p.a.c->tuple.server_addr, 4);
-    q.cb->binding.client_port = 40001;
-    q.cb->binding.server_port = 7001;
+    q.cb->binding.cm.family = 4;
+    memcpy(q.cb->binding.cm.client_addr, p.a.c->tuple.client_addr, 4);
+    memcpy(q.cb->binding.cm.server_addr, p.a.c->tuple.server_addr, 4);
+    q.cb->binding.cm.client_port = 40001;
+    q.cb->binding.cm.server_port = 7001;
     memset(q.cb->binding.nonce, 0x5e, sizeof q.cb->binding.nonce);
   }
   flow::RecordChannel client(&q.la2); // a raw client end: we write what we like
@@ -504,9 +504,9 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
     for (int i = 0; i < 4; ++i) {
       CAPTURE(i);
       recover::ChannelBinding there = here;
-      if (i == 0) there.server_port = 7002;
-      if (i == 1) there.client_port = 40002;
-      if (i == 2) there.family = 6;
+      if (i == 0) there.cm.server_port = 7002;
+      if (i == 1) there.cm.client_port = 40002;
+      if (i == 2) there.cm.family = 6;
       if (i == 3) there.nonce[11] ^= 0x80;
       REQUIRE(recover::encode_reattach(key, t, 3, 1, there, o));
       CHECK(nak_for(o, sizeof o, 3, 1) == 4); // failed
