@@ -30,7 +30,9 @@ bool is_v4_mapped(const uint8_t* a) {
 
 // One end of the tuple; IPv4-mapped IPv6 becomes IPv4 so both ends of a
 // dual-stack connection agree.
-Status endpoint(const sockaddr* sa, uint8_t* family, uint8_t addr[16], uint16_t* port) {
+// fold_mapped: an IPv4-mapped IPv6 address reads as IPv4.
+Status endpoint(const sockaddr* sa, uint8_t* family, uint8_t addr[16], uint16_t* port,
+                bool fold_mapped = true) {
   if (sa == nullptr) return Status::invalid;
   memset(addr, 0, 16);
   if (sa->sa_family == AF_INET) {
@@ -45,7 +47,7 @@ Status endpoint(const sockaddr* sa, uint8_t* family, uint8_t addr[16], uint16_t*
     sockaddr_in6 in6;
     memcpy(&in6, sa, sizeof in6);
     *port = ntohs(in6.sin6_port);
-    if (is_v4_mapped(in6.sin6_addr.s6_addr)) {
+    if (fold_mapped && is_v4_mapped(in6.sin6_addr.s6_addr)) {
       memcpy(addr, in6.sin6_addr.s6_addr + 12, 4);
       *family = 4;
     } else {
@@ -229,27 +231,11 @@ void encode_channel_binding(const ChannelBinding& b, uint8_t out[kChannelBinding
 Status channel_binding_from(const sockaddr* client, const sockaddr* server,
                             const uint8_t nonce[kChanNonceBytes], ChannelBinding* out) {
   ChannelBinding b;
-  if (client == nullptr || server == nullptr || client->sa_family != server->sa_family)
+  uint8_t fs = 0;
+  if (endpoint(client, &b.cm.family, b.cm.client_addr, &b.cm.client_port, false) != Status::ok ||
+      endpoint(server, &fs, b.cm.server_addr, &b.cm.server_port, false) != Status::ok ||
+      fs != b.cm.family)
     return Status::invalid;
-  if (client->sa_family == AF_INET) {
-    const auto* c = reinterpret_cast<const sockaddr_in*>(client);
-    const auto* s = reinterpret_cast<const sockaddr_in*>(server);
-    b.cm.family = 4;
-    memcpy(b.cm.client_addr, &c->sin_addr, 4);
-    memcpy(b.cm.server_addr, &s->sin_addr, 4);
-    b.cm.client_port = ntohs(c->sin_port);
-    b.cm.server_port = ntohs(s->sin_port);
-  } else if (client->sa_family == AF_INET6) {
-    const auto* c = reinterpret_cast<const sockaddr_in6*>(client);
-    const auto* s = reinterpret_cast<const sockaddr_in6*>(server);
-    b.cm.family = 6;
-    memcpy(b.cm.client_addr, &c->sin6_addr, 16);
-    memcpy(b.cm.server_addr, &s->sin6_addr, 16);
-    b.cm.client_port = ntohs(c->sin6_port);
-    b.cm.server_port = ntohs(s->sin6_port);
-  } else {
-    return Status::invalid;
-  }
   memcpy(b.nonce, nonce, kChanNonceBytes);
   *out = b;
   return Status::ok;

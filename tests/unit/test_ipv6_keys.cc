@@ -131,3 +131,35 @@ TEST_CASE("IPv6 negative cache and failed bindings: per address (per /64 for fai
   CHECK_FALSE(f.blocked(other64, 1000));
   CHECK_FALSE(f.blocked(s4, 1000));
 }
+
+// A channel's name (docs/protocol.md §2 "The channel") keeps the family
+// rdma_cm reports: an IPv4-mapped IPv6 id may hold the same port number as
+// an IPv4 id of the same address, so folding it would give the two one name.
+TEST_CASE("channel names: an IPv4-mapped address is not folded, and the families must agree") {
+  const uint8_t nonce[recover::kChanNonceBytes] = {1};
+  sockaddr_in c4{}, s4{};
+  c4.sin_family = s4.sin_family = AF_INET;
+  inet_pton(AF_INET, "10.0.0.1", &c4.sin_addr);
+  inet_pton(AF_INET, "10.0.0.2", &s4.sin_addr);
+  c4.sin_port = htons(40001);
+  s4.sin_port = htons(7001);
+  sockaddr_in6 c6 = v6("::ffff:10.0.0.1", 40001), s6 = v6("::ffff:10.0.0.2", 7001);
+  recover::ChannelBinding b4, b6, mixed;
+  REQUIRE(recover::channel_binding_from(reinterpret_cast<sockaddr*>(&c4),
+                                        reinterpret_cast<sockaddr*>(&s4), nonce,
+                                        &b4) == Status::ok);
+  REQUIRE(recover::channel_binding_from(reinterpret_cast<sockaddr*>(&c6),
+                                        reinterpret_cast<sockaddr*>(&s6), nonce,
+                                        &b6) == Status::ok);
+  CHECK(b4.cm.family == 4);
+  CHECK(b6.cm.family == 6);
+  CHECK(b4.cm.client_port == 40001);
+  CHECK(b4.cm.server_port == 7001);
+  uint8_t e4[recover::kChannelBindingBytes], e6[recover::kChannelBindingBytes];
+  recover::encode_channel_binding(b4, e4);
+  recover::encode_channel_binding(b6, e6);
+  CHECK(memcmp(e4, e6, sizeof e4) != 0);
+  CHECK(recover::channel_binding_from(reinterpret_cast<sockaddr*>(&c4),
+                                      reinterpret_cast<sockaddr*>(&s6), nonce,
+                                      &mixed) == Status::invalid);
+}
