@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/ptr_table.h"
 #include "flow/record_channel.h"
 #include "recover/upgrade_wire.h"
 #include "stream/conn.h"
@@ -122,6 +123,7 @@ struct Channel {
   // post_idle_held): a writer retrying on EAGAIN does not count.
   std::atomic<bool> held{false};
   std::atomic<uint64_t> last_write_ns{0};
+  TableHook in_table{}; // in ChannelTable's live or dying list (stream/channel_table.h)
 };
 
 } // namespace xp::stream

@@ -149,7 +149,7 @@ void note_unarmed() {
 
 std::vector<Channel*> channels_snapshot() {
   std::lock_guard<std::mutex> l(g().mu);
-  return g().channels;
+  return g().chans.snapshot();
 }
 
 } // namespace
@@ -394,7 +394,6 @@ uint32_t wait_avg(uint32_t avg, uint64_t waited_ns) {
 
 bool spin_poll_channels() {
   constexpr int kMax = 16;
-  static std::atomic<uint32_t> g_turn{0};
   Channel* chs[kMax];
   int n = 0;
   if (!g().started) return false;
@@ -404,12 +403,23 @@ bool spin_poll_channels() {
     // that read its connection's channel.
     std::unique_lock<std::mutex> l(g().mu, std::try_to_lock);
     if (!l.owns_lock()) return true; // the engine's, for a moment: spin on
-    auto& all = g().channels;
-    size_t cnt = all.size(), start = cnt > kMax ? g_turn.fetch_add(kMax) % cnt : 0;
-    for (size_t i = 0; i < cnt && n < kMax; ++i) {
-      Channel* ch = all[(start + i) % cnt];
+    // The first kMax live channels, which then go to the back of the list:
+    // the next round takes the next ones.
+    auto& all = g().chans.live();
+    const bool rotate = all.size() > kMax;
+    Channel* seen[kMax];
+    int k = 0;
+    for (auto it = all.begin(); it != all.end() && k < kMax; ++k) {
+      Channel* ch = seen[k] = *it;
+      if (rotate)
+        it = all.erase(it);
+      else
+        ++it;
       if (!ch->failed.load(std::memory_order_relaxed)) chs[n++] = ch;
     }
+    if (rotate)
+      for (int i = 0; i < k; ++i)
+        all.add(seen[i]);
   }
   uint64_t now = mono_ns();
   for (int i = 0; i < n; ++i) {

@@ -230,10 +230,10 @@ int wait_ms() {
   if (!s.reqs.empty() || !s.attaches.empty() || !s.parked.empty() || fork_judgements_pending() ||
       s.maybe_timed.load())
     return kTickMs;
-  if (!s.channels.empty() || !s.dying.empty() || !s.conns.empty()) {
+  if (!s.chans.empty() || !s.conns.empty()) {
     // Keepalives every third of their timeout (engine_control.cc).
     uint32_t ka = s.p.keepalive_ms / 3;
-    return ka > 0 && ka < 1000 && !s.channels.empty() ? static_cast<int>(ka) : 1000;
+    return ka > 0 && ka < 1000 && !s.chans.live().empty() ? static_cast<int>(ka) : 1000;
   }
   return -1;
 }

@@ -202,7 +202,7 @@ void engine::on_fork_child() {
   while (s.conns.size() > kept)
     s.conns.erase(s.conns.begin()); // their references: forgotten
   claims_after_fork_child();
-  s.channels.clear();
+  s.chans.forget_all();
   clear_pending();
   s.listeners.clear();
   s.start_queue.clear();

@@ -18,6 +18,7 @@
 
 #include "stream/bind_failures.h"
 #include "stream/channel.h"
+#include "stream/channel_table.h"
 #include "stream/conn.h"
 #include "stream/engine.h"
 #include "stream/listen_share.h"
@@ -141,8 +142,7 @@ struct State {
   // clears it before its walk and sets it again if the walk finds one, so
   // a change during the walk is never lost (both sides seq_cst).
   std::atomic<bool> maybe_timed{false};
-  std::vector<Channel*> channels;
-  std::vector<Channel*> dying;      // torn down, freed once no caller can still hold them
+  ChannelTable chans;               // live and dying channels (stream/channel_table.h)
   std::vector<ListenShare*> shares; // listening sockets this process accepted from
   // Requests and ATTACHes waiting for the application's accept, oldest
   // first (deadline order), indexed by 4-tuple: they are answered when

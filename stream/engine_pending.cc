@@ -186,7 +186,7 @@ bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover
 
 bool unproven_room(const recover::IpAddr& from) {
   uint64_t n = 0;
-  for (const Channel* ch : g().channels)
+  for (const Channel* ch : g().chans.live())
     if (!ch->client_side && !ch->failed.load() && ch->peer_addr == from)
       n += ch->mux->marked_count();
   return n < g().p.server_unproven_per_peer;

@@ -131,7 +131,7 @@ recover::IpAddr requester(verbs::CmRequest* req) {
 // XPRESS_SERVER_CHANNELS_PER_PEER.
 bool server_channel_room(const recover::IpAddr& from) {
   uint32_t all = 0, peer = 0;
-  for (const auto* v : {&g().channels, &g().dying})
+  for (auto* v : {&g().chans.live(), &g().chans.dying()})
     for (const Channel* ch : *v) {
       if (ch->client_side) continue;
       ++all;
@@ -339,7 +339,7 @@ void forget_attempts(Conn* c) {
 }
 
 Channel* make_channel(verbs::Link* link, bool client_side) {
-  auto* ch = new (std::nothrow) Channel();
+  std::unique_ptr<Channel> ch(new (std::nothrow) Channel());
   if (ch == nullptr) return nullptr;
   ch->link = link;
   ch->client_side = client_side;
@@ -348,14 +348,11 @@ Channel* make_channel(verbs::Link* link, bool client_side) {
   mp.stream_window = g().p.stream_window;
   mp.cork_max = g().p.autocork_max;
   ch->mux.reset(new (std::nothrow) Mux(link, mp));
-  if (ch->mux == nullptr) {
-    delete ch;
-    return nullptr;
-  }
-  ch->mux->set_control_handler(on_control_record, ch);
-  g().channels.push_back(ch);
-  watch_channel(ch);
-  return ch;
+  if (ch->mux == nullptr) return nullptr;
+  ch->mux->set_control_handler(on_control_record, ch.get());
+  Channel* c = g().chans.adopt(std::move(ch));
+  watch_channel(c);
+  return c;
 }
 
 bool cm_reattach(Conn* c, uint16_t port) {
@@ -418,7 +415,7 @@ bool attach_at_port(Conn* c, uint16_t port) {
     return false;
   const recover::IpAddr server = recover::server_addr(c->tuple);
   const recover::IpAddr client = recover::client_addr(c->tuple);
-  for (Channel* ch : g().channels)
+  for (Channel* ch : g().chans.live())
     if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 && ch->cm_port == port &&
         ch->peer_addr == server && ch->local_addr == client && attach_over(c, ch, now_ms())) {
       c->rv.redirect_attach = true;
@@ -454,7 +451,7 @@ void start_client(Conn* c) {
   std::vector<Channel*> order;
   bool have_lane = false;
   for (int pass = 0; pass < 2; ++pass)
-    for (Channel* ch : g().channels)
+    for (Channel* ch : g().chans.live())
       if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 &&
           ch->peer_addr == recover::server_addr(c->tuple) &&
           (ch->peer_port == c->tuple.server_port) == (pass == 0)) {
@@ -778,7 +775,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     return;
   }
   case K::disconnected: {
-    for (Channel* ch : g().channels) {
+    for (Channel* ch : g().chans.live()) {
       if (ch->link == ev.link) {
         // What the peer sent before it left is in our ring already (RC
         // delivers in order, before the disconnect): take it first, its
@@ -797,7 +794,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
     // A channel already torn down (failed and emptied, e.g. its streams
     // resumed on TCP) is destroyed when its grace period ends; its user
     // pointer is long gone.
-    for (Channel* ch : g().dying)
+    for (Channel* ch : g().chans.dying())
       if (ch->link == ev.link) return;
     g().cm->destroy(ev.link); // never established here
     if (u == nullptr || (u->kind != CmUser::Kind::server && u->kind != CmUser::Kind::client))

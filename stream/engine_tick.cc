@@ -62,7 +62,7 @@ struct BusyHosts {
   std::vector<std::pair<recover::IpAddr, const Conn*>> servers;
   void collect() {
     XP_ASSERT_HELD(g().mu);
-    for (const Channel* ch : g().channels)
+    for (const Channel* ch : g().chans.live())
       if (!ch->client_side && !ch->failed.load()) clients.push_back(ch->peer_addr);
     for (const CmUser* u : g().inflight)
       if (!u->conn->closed.load())
@@ -174,7 +174,7 @@ void tick_conns(uint64_t now) {
   std::vector<Channel*> chs;
   {
     std::lock_guard<std::mutex> gl(g().mu);
-    chs = g().channels;
+    chs = g().chans.snapshot();
   }
   for (Channel* ch : chs) {
     if (!ch->failed.load()) {
@@ -198,9 +198,9 @@ void tick_conns(uint64_t now) {
 // went away listen again.
 void reap_channels(uint64_t now) {
   XP_ASSERT_HELD(g().mu);
-  auto& chs = g().channels;
-  for (size_t i = 0; i < chs.size();) {
-    Channel* ch = chs[i];
+  auto& chs = g().chans.live();
+  for (auto it = chs.begin(); it != chs.end();) {
+    Channel* ch = *it;
     // A channel whose lock is taken is in use: not idle this tick (a
     // request/response loop's thread would otherwise wait for this tick,
     // which comes every 10 ms while it spins, in the futex).
@@ -220,28 +220,14 @@ void reap_channels(uint64_t now) {
       // just before the connection left it may still poll it briefly.
       syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, ch->link->wait_fd(), nullptr);
       drop_attaches(ch); // nothing pending may name it once it is freed
-      ch->dying_since_ms = now;
-      g().dying.push_back(ch);
-      chs[i] = chs.back();
-      chs.pop_back();
+      ++it;
+      g().chans.retire(ch, now);
       continue;
     }
-    ++i;
+    ++it;
   }
-  auto& dy = g().dying;
-  for (size_t i = 0; i < dy.size();) {
-    if (now - dy[i]->dying_since_ms < 2000 || dy[i]->zc_users.load() > 0 ||
-        dy[i]->sleep_refs.load() > 0) {
-      ++i;
-      continue;
-    }
-    Channel* ch = dy[i];
-    ch->mux.reset();           // before its link
-    g().cm->destroy(ch->link); // disconnects: the peer tears its side down
-    delete ch;
-    dy[i] = dy.back();
-    dy.pop_back();
-  }
+  // Destroying the link disconnects: the peer tears its side down.
+  g().chans.free_quiet(now, [](Channel* ch) { g().cm->destroy(ch->link); });
 }
 
 void relisten(uint64_t now) {
@@ -343,7 +329,7 @@ void keepalive(uint64_t now) {
   std::vector<Channel*> chs;
   {
     std::lock_guard<std::mutex> gl(g().mu);
-    chs = g().channels;
+    chs = g().chans.snapshot();
   }
   for (Channel* ch : chs) {
     if (ch->failed.load()) continue;

@@ -293,7 +293,7 @@ void start(Conn* c) {
   // A channel to the peer's address and port (most likely the process
   // holding the connection; a sibling refuses and rdma_cm redirects).
   if (!c->reup.use_cm) {
-    for (Channel* ch : engine::g().channels) {
+    for (Channel* ch : engine::g().chans.live()) {
       if (!ch->client_side || ch->failed.load() || ch->dying_since_ms != 0 ||
           !(ch->peer_addr == recover::server_addr(c->tuple)) ||
           ch->peer_port != c->tuple.server_port)

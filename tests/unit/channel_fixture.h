@@ -62,10 +62,7 @@ inline stream::Channel* client_channel(EventLink& a, EventLink& b) {
 
 inline void drop(stream::Channel* ch) {
   std::lock_guard<std::mutex> g(stream::engine::g().mu);
-  auto& v = stream::engine::g().channels;
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-  delete ch;
+  stream::engine::g().chans.free_now(ch);
 }
 
 } // namespace xp::test

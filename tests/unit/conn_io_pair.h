@@ -119,12 +119,8 @@ struct Pair {
     close(fds[0]);
     close(fds[1]);
     std::lock_guard<std::mutex> g(engine::g().mu);
-    auto& v = engine::g().channels;
-    for (Channel* ch : {a.ch, b.ch}) {
-      for (size_t i = 0; i < v.size(); ++i)
-        if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-      delete ch;
-    }
+    for (Channel* ch : {a.ch, b.ch})
+      engine::g().chans.free_now(ch);
   }
 };
 

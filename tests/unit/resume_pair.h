@@ -147,12 +147,8 @@ struct RPair {
     close(fds[0]);
     close(fds[1]);
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    auto& v = stream::engine::g().channels;
-    for (stream::Channel* ch : {a.ch, b.ch}) {
-      for (size_t i = 0; i < v.size(); ++i)
-        if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-      delete ch;
-    }
+    for (stream::Channel* ch : {a.ch, b.ch})
+      stream::engine::g().chans.free_now(ch);
   }
 };
 

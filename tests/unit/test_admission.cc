@@ -125,11 +125,8 @@ TEST_CASE("admission: a burst of connects waits behind the attempts under way") 
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
     CHECK(ch->conns.empty());
-    auto& v = engine::g().channels;
-    for (size_t i = 0; i < v.size(); ++i)
-      if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
+    engine::g().chans.free_now(ch);
   }
-  delete ch;
   first->unref();
 }
 

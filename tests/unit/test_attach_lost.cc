@@ -39,12 +39,8 @@ struct ClientChannel {
     ch->local_addr = recover::client_addr(c->tuple);
   }
   ~ClientChannel() {
-    {
-      std::lock_guard<std::mutex> g(engine::g().mu);
-      auto& v = engine::g().channels;
-      v.erase(std::remove(v.begin(), v.end(), ch), v.end());
-    }
-    delete ch;
+    std::lock_guard<std::mutex> g(engine::g().mu);
+    engine::g().chans.free_now(ch);
   }
 };
 
@@ -258,9 +254,7 @@ TEST_CASE("server wait: a client host that sets up channels here is waited for l
       CHECK(srv.c->reason == Reason::peer_not_accelerated);
     }
     std::lock_guard<std::mutex> g(engine::g().mu);
-    auto& v = engine::g().channels;
-    v.erase(std::remove(v.begin(), v.end(), ch), v.end());
-    delete ch;
+    engine::g().chans.free_now(ch);
   }
 }
 

@@ -41,10 +41,7 @@ struct Served : AcceptedConn {
   ~Served() {
     forget(); // before the channel it may be bound to goes
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    auto& v = stream::engine::g().channels;
-    for (size_t i = 0; i < v.size(); ++i)
-      if (v[i] == cb) v.erase(v.begin() + static_cast<long>(i));
-    delete cb;
+    stream::engine::g().chans.free_now(cb);
   }
   // Send one control record from the raw client end; the types of the
   // records the server answered with.

@@ -77,23 +77,17 @@ struct ServerChannel {
   void free_unlinked() {
     {
       std::lock_guard<std::mutex> g(engine::g().mu);
-      auto& dy = engine::g().dying;
-      for (size_t i = 0; i < dy.size(); ++i)
-        if (dy[i] == ch) dy.erase(dy.begin() + static_cast<long>(i));
+      engine::g().chans.free_now(ch);
     }
-    delete ch;
     ch = nullptr;
   }
   ~ServerChannel() {
     if (ch == nullptr) return;
     {
       std::lock_guard<std::mutex> g(engine::g().mu);
-      for (auto* v : {&engine::g().channels, &engine::g().dying})
-        for (size_t i = 0; i < v->size(); ++i)
-          if ((*v)[i] == ch) v->erase(v->begin() + static_cast<long>(i));
       engine::drop_attaches(ch);
+      engine::g().chans.free_now(ch);
     }
-    delete ch;
   }
 };
 
@@ -347,12 +341,9 @@ TEST_CASE("engine: an idle client channel lingers for the next connection, then 
     REQUIRE(ch->dying_since_ms == 0);
     engine::reap_channels(now + engine::kClientIdleMs + 1);
     CHECK(ch->dying_since_ms != 0);
-    for (auto* v : {&engine::g().channels, &engine::g().dying})
-      for (size_t i = 0; i < v->size(); ++i)
-        if ((*v)[i] == ch) v->erase(v->begin() + static_cast<long>(i));
+    engine::g().chans.free_now(ch);
   }
   static_assert(engine::kClientIdleMs < engine::kServerIdleMs);
-  delete ch;
 }
 
 // Found by the VM forger (tests/rdma-programs/cases/forger.sh): a peer that

@@ -74,13 +74,8 @@ struct Back {
       stream::engine::unindex_server(p.b.c);
       p.b.c->unref();
     }
-    auto& v = stream::engine::g().channels;
-    for (stream::Channel* ch : {ca, cb}) {
-      if (ch == nullptr) continue;
-      for (size_t i = 0; i < v.size(); ++i)
-        if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-      delete ch;
-    }
+    for (stream::Channel* ch : {ca, cb})
+      if (ch != nullptr) stream::engine::g().chans.free_now(ch);
   }
 };
 

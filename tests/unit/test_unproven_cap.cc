@@ -67,10 +67,7 @@ struct FromHost {
   }
   ~FromHost() {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    auto& v = stream::engine::g().channels;
-    for (size_t i = 0; i < v.size(); ++i)
-      if (v[i] == ch) v.erase(v.begin() + static_cast<long>(i));
-    delete ch;
+    stream::engine::g().chans.free_now(ch);
   }
   void send(const recover::Message& m) {
     REQUIRE(client->send_control(static_cast<flow::RecordType>(m.type), m.stream, m.seq, m.payload,
