@@ -40,6 +40,7 @@ public:
   void retire(Channel* ch, uint64_t now_ms) {
     live_.remove(ch);
     ch->dying_since_ms = now_ms;
+    ch->retired = true;
     dying_.add(ch);
   }
   // Frees the dying channels past their grace period that nobody uses;
@@ -60,8 +61,10 @@ public:
   }
   // Unlinked from either list and freed at once: only where no other thread
   // can hold it (make_channel's failure path; unit tests' teardown).
+  // (A hook does not say which list holds it, and each list counts its
+  // members: remove from the right one.)
   void free_now(Channel* ch) {
-    if (!live_.remove(ch)) dying_.remove(ch);
+    (ch->retired ? dying_ : live_).remove(ch);
     delete ch;
   }
   // A fork child: the channels are the parent's (its queue pairs), never

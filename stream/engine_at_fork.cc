@@ -203,7 +203,7 @@ void engine::on_fork_child() {
     s.conns.erase(s.conns.begin()); // their references: forgotten
   claims_after_fork_child();
   s.chans.forget_all();
-  clear_pending();
+  clear_pending(g());
   s.listeners.clear();
   s.start_queue.clear();
   s.serve_queue.clear();

@@ -69,7 +69,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
   }
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(t, key);
-  Conn* c = find_by_key(key);
+  Conn* c = find_by_key(g(), key);
   if (c == nullptr) {
     // Wait for the application to accept it only when it can still come
     // here: one of our listening sockets, and no sibling process took it.
@@ -96,7 +96,7 @@ bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance) {
   }
   // Its address holds as many streams waiting for their clients' first
   // proof as we allow (docs/protocol.md §8): this one stays on TCP.
-  if (c->sess.state() == recover::State::idle && !unproven_room(ch->peer_addr)) {
+  if (c->sess.state() == recover::State::idle && !unproven_room(g(), ch->peer_addr)) {
     send_msg(ch, recover::make_nak(h.stream, recover::NakCode::limit));
     fail(c, Reason::resources_exhausted, "streams waiting for their client's proof at the cap");
     return true;
@@ -187,7 +187,7 @@ void handle_record(Channel* ch, const ControlRecord& r) {
       uint8_t key[recover::kTupleIdBytes] = {};
       if (recover::parse_attach(r.payload, r.h.len, &t, &n, &nak) == Status::ok)
         recover::tuple_id(t, key);
-      if (!queue_attach(ch, r, key)) {
+      if (!queue_attach(g(), ch, r, key)) {
         XP_SLOG(XP_SLOG_DEBUG, "channel: ATTACH for stream %u refused: too many waiting",
                 r.h.stream);
         send_msg(ch, recover::make_nak(r.h.stream, recover::NakCode::busy));

@@ -278,7 +278,7 @@ void channel_failed(Channel* ch, ResumeCause why = ResumeCause::completion_error
 // Record why a channel failed (first cause wins) and mark it failed.
 void mark_failed(Channel* ch, ResumeCause why);
 // Keepalives and their timeout (engine tick, no lock held).
-void keepalive(uint64_t now);
+void keepalive(State& eng, uint64_t now);
 // c's TCP socket became readable after every raw byte below the peer's S
 // was read: when a frame waits there the peer resumed on TCP (its side of
 // the channel failed), and c's channel is failed too.  true then.  No lock.
@@ -287,7 +287,7 @@ Status on_control_record(void* ctx, const flow::RecordHeader& h, const uint8_t* 
 // c->mu held: the upgrade's handshake timer (recover/upgrade.h tick), which
 // does not fire while the peer's SWITCH is in (docs/protocol.md §3).
 void tick_handshake(Conn* c, uint64_t now);
-void tick_conns(uint64_t now);
+void tick_conns(State& eng, uint64_t now);
 // before_fork: the time the fork starts (a bound on the child's start).
 void fork_prepare();
 // before_fork, g().mu and c->mu held, last: a moved stream's byte counts, to tell
@@ -312,9 +312,9 @@ void fork_closed(uint64_t ino);
 bool handle_attach(Channel* ch, const ControlRecord& r, bool last_chance); // g().mu held
 // g().mu held: ch is unlinked (freed after a grace period): the ATTACHes
 // waiting on it go, so that no pending entry outlives the channel it names.
-void drop_attaches(Channel* ch);
-void watch_channel(Channel* ch);  // g().mu held
-void reap_channels(uint64_t now); // g().mu held: idle and failed channels go
+void drop_attaches(State& eng, Channel* ch);
+void watch_channel(Channel* ch);              // g().mu held
+void reap_channels(State& eng, uint64_t now); // eng.mu held: idle and failed channels go
 void report(Conn* c, Mode m, Reason why);
 // A direction switched at byte `at` (the preload layer's statistics).
 void report_switch(Conn* c, bool tx, uint64_t at);
@@ -462,54 +462,56 @@ constexpr int kTickMs = 10;
 // started for a connection it may claim, whose socket it now watches.
 bool start_for_claim(Conn* c);
 
-// ---- engine_rendezvous.cc (engine thread, g().mu held)
-void start_client(Conn* c);
+// ---- engine_rendezvous.cc (engine thread, eng.mu held; eng: the engine state, passed down)
+void start_client(State& eng, Conn* c);
 // Rendezvous of the listening socket s (owner election, our private
 // listener) and publication of c, the connection just accepted or claimed
 // from it (null: none); O(1) in the number of connections.
-void serve_share(ListenShare* s, Conn* c);
-void on_cm_event(const verbs::CmEvent& ev);
-void retry_pending(uint64_t now);
+void serve_share(State& eng, ListenShare* s, Conn* c);
+void on_cm_event(State& eng, const verbs::CmEvent& ev);
+void retry_pending(State& eng, uint64_t now);
 // Listeners whose device went away listen again once it is back (a
 // resumed stream's client then finds us for its return to RDMA).
-void relisten(uint64_t now);
-Channel* make_channel(verbs::Link* link, bool client_side);
-Conn* find_by_key(const uint8_t key[recover::kTupleIdBytes]);
+void relisten(State& eng, uint64_t now);
+Channel* make_channel(State& eng, verbs::Link* link, bool client_side);
+Conn* find_by_key(State& eng, const uint8_t key[recover::kTupleIdBytes]);
 // A server channel may carry a stream only when the channel's requester is
 // the stream's TCP client (the address check of every binding path).
 bool channel_serves(const Channel* ch, const Conn* c);
 // The rdma_cm request req answered for c (false: it waits, or was refused).
-bool answer_request(verbs::CmRequest* req, ListenShare* sh,
+bool answer_request(State& eng, verbs::CmRequest* req, ListenShare* sh,
                     const uint8_t key[recover::kTupleIdBytes], uint16_t sid,
                     const recover::Nonce& nonce, bool reattach);
-void send_reject_unknown(verbs::CmRequest* req);
-void send_reject_busy(verbs::CmRequest* req);
+void send_reject_unknown(State& eng, verbs::CmRequest* req);
+void send_reject_busy(State& eng, verbs::CmRequest* req);
 
-// ---- engine_pending.cc (g().mu held): the pending tables and their caps
+// ---- engine_pending.cc (eng.mu held): the pending tables and their caps
 // A server connection enters / leaves the table find_by_key reads; its
 // key's pending requests and ATTACHes are answered at the next tick.
-void index_server(Conn* c);
-void unindex_server(Conn* c);
+void index_server(State& eng, Conn* c);
+void unindex_server(State& eng, Conn* c);
 // Queue a request / an ATTACH; false when a cap is reached (the caller
 // refuses it: reject / NAK busy).
-bool queue_request(const PendingReq& p);
-bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover::kTupleIdBytes]);
-size_t pending_attaches_of(Channel* ch);
+bool queue_request(State& eng, const PendingReq& p);
+bool queue_attach(State& eng, Channel* ch, const ControlRecord& r,
+                  const uint8_t key[recover::kTupleIdBytes]);
+size_t pending_attaches_of(State& eng, Channel* ch);
 // Room for one more server stream from `from` waiting for its client's
 // first proof (XPRESS_SERVER_UNPROVEN_PER_PEER, docs/protocol.md §8): the
 // marked streams (Mux::marked_count) of the live server channels from
 // that address, an IPv6 one counted per full address.
-bool unproven_room(const recover::IpAddr& from);
+bool unproven_room(State& eng, const recover::IpAddr& from);
 // c->mu held: mark or unmark c's stream as one such (advance()).
 void mark_unproven(Conn* c);
 // Forget every pending entry (fork child).
-void clear_pending();
-bool recently_closed(const uint8_t key[recover::kTupleIdBytes]);
-void forget_attempts(Conn* c); // a client connection closed: stop waiting behind its attempt
+void clear_pending(State& eng);
+bool recently_closed(State& eng, const uint8_t key[recover::kTupleIdBytes]);
+void forget_attempts(State& eng,
+                     Conn* c); // a client connection closed: stop waiting behind its attempt
 // A channel for a resumed stream going back (stream/reattach.cc): rdma_cm to
 // the server at port, the request naming the stream's 4-tuple only so that
 // the right process answers; false when it could not even start.
-bool cm_reattach(Conn* c, uint16_t port);
+bool cm_reattach(State& eng, Conn* c, uint16_t port);
 
 } // namespace engine
 } // namespace xp::stream

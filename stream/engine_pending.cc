@@ -31,8 +31,8 @@ size_t TupleKeyHash::operator()(const TupleKey& k) const {
 
 namespace {
 
-void key_ready(const TupleKey& k) {
-  if (g().reqs_by_key.count(k) || g().attaches_by_key.count(k)) g().ready_keys.push_back(k);
+void key_ready(State& eng, const TupleKey& k) {
+  if (eng.reqs_by_key.count(k) || eng.attaches_by_key.count(k)) eng.ready_keys.push_back(k);
 }
 
 template <typename Map, typename It> void unindex(Map& m, const TupleKey& k, It it) {
@@ -45,11 +45,11 @@ template <typename Map, typename It> void unindex(Map& m, const TupleKey& k, It 
   }
 }
 
-void erase_req(std::list<PendingReq>::iterator it) {
-  unindex(g().reqs_by_key, tkey(it->key), it);
-  auto a = g().reqs_per_addr.find(it->from);
-  if (a != g().reqs_per_addr.end() && --a->second == 0) g().reqs_per_addr.erase(a);
-  g().reqs.erase(it);
+void erase_req(State& eng, std::list<PendingReq>::iterator it) {
+  unindex(eng.reqs_by_key, tkey(it->key), it);
+  auto a = eng.reqs_per_addr.find(it->from);
+  if (a != eng.reqs_per_addr.end() && --a->second == 0) eng.reqs_per_addr.erase(a);
+  eng.reqs.erase(it);
 }
 
 TupleKey attach_key(const PendingAttach& p) {
@@ -63,30 +63,30 @@ TupleKey attach_key(const PendingAttach& p) {
   return tkey(key);
 }
 
-void erase_attach(std::list<PendingAttach>::iterator it, const TupleKey& k) {
-  unindex(g().attaches_by_key, k, it);
-  auto a = g().attaches_per_ch.find(it->ch);
-  if (a != g().attaches_per_ch.end() && --a->second == 0) g().attaches_per_ch.erase(a);
-  auto f = g().attaches_per_addr.find(it->from);
-  if (f != g().attaches_per_addr.end() && --f->second == 0) g().attaches_per_addr.erase(f);
-  g().attaches.erase(it);
+void erase_attach(State& eng, std::list<PendingAttach>::iterator it, const TupleKey& k) {
+  unindex(eng.attaches_by_key, k, it);
+  auto a = eng.attaches_per_ch.find(it->ch);
+  if (a != eng.attaches_per_ch.end() && --a->second == 0) eng.attaches_per_ch.erase(a);
+  auto f = eng.attaches_per_addr.find(it->from);
+  if (f != eng.attaches_per_addr.end() && --f->second == 0) eng.attaches_per_addr.erase(f);
+  eng.attaches.erase(it);
 }
 
 // Answer what waits for key k, if it can be now.
-void answer_key(const TupleKey& k) {
+void answer_key(State& eng, const TupleKey& k) {
   std::vector<std::list<PendingReq>::iterator> rs;
-  auto rr = g().reqs_by_key.equal_range(k);
+  auto rr = eng.reqs_by_key.equal_range(k);
   for (auto i = rr.first; i != rr.second; ++i)
     rs.push_back(i->second);
   for (auto it : rs)
-    if (answer_request(it->req, it->share, it->key, it->sid, it->nonce_c, it->reattach))
-      erase_req(it);
+    if (answer_request(eng, it->req, it->share, it->key, it->sid, it->nonce_c, it->reattach))
+      erase_req(eng, it);
   std::vector<std::list<PendingAttach>::iterator> as;
-  auto ar = g().attaches_by_key.equal_range(k);
+  auto ar = eng.attaches_by_key.equal_range(k);
   for (auto i = ar.first; i != ar.second; ++i)
     as.push_back(i->second);
   for (auto it : as)
-    if (it->ch->failed.load() || handle_attach(it->ch, it->rec, false)) erase_attach(it, k);
+    if (it->ch->failed.load() || handle_attach(it->ch, it->rec, false)) erase_attach(eng, it, k);
 }
 
 // The keys something waits for that a sibling published in sh (each once:
@@ -96,7 +96,7 @@ template <typename Map> void published_keys(ListenShare* sh, const Map& m) {
   for (const auto& e : m) {
     if (last && *last == e.first) continue;
     last = &e.first;
-    if (share_find(sh, e.first.b.data(), getpid(), nullptr)) key_ready(e.first);
+    if (share_find(sh, e.first.b.data(), getpid(), nullptr)) key_ready(g(), e.first);
   }
 }
 
@@ -104,9 +104,9 @@ template <typename Map> void published_keys(ListenShare* sh, const Map& m) {
 // table; when a share's table changed, the keys that something waits for
 // and a sibling published there are answered (a redirect, or a NAK: not
 // ours), each looked up (listen_share.h), not the table scanned.
-void look_at_shares() {
-  auto& seen = g().shares_seen;
-  for (ListenShare* sh : g().shares) {
+void look_at_shares(State& eng) {
+  auto& seen = eng.shares_seen;
+  for (ListenShare* sh : eng.shares) {
     uint32_t gen = sh->slots_gen.load(std::memory_order_acquire);
     bool found = false;
     for (auto& e : seen) {
@@ -114,9 +114,9 @@ void look_at_shares() {
       found = true;
       if (e.second == gen) break;
       e.second = gen;
-      if (g().reqs.empty() && g().attaches.empty()) break;
-      published_keys(sh, g().reqs_by_key);
-      published_keys(sh, g().attaches_by_key);
+      if (eng.reqs.empty() && eng.attaches.empty()) break;
+      published_keys(sh, eng.reqs_by_key);
+      published_keys(sh, eng.attaches_by_key);
       break;
     }
     if (!found) seen.emplace_back(sh, gen);
@@ -125,53 +125,54 @@ void look_at_shares() {
 
 } // namespace
 
-void index_server(Conn* c) {
-  XP_ASSERT_HELD(g().mu);
+void index_server(State& eng, Conn* c) {
+  XP_ASSERT_HELD(eng.mu);
   if (c->role != recover::Role::server) return;
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(c->tuple, key);
-  g().servers[tkey(key)] = c;
-  key_ready(tkey(key));
+  eng.servers[tkey(key)] = c;
+  key_ready(eng, tkey(key));
 }
 
-void unindex_server(Conn* c) {
-  XP_ASSERT_HELD(g().mu);
+void unindex_server(State& eng, Conn* c) {
+  XP_ASSERT_HELD(eng.mu);
   if (c->role != recover::Role::server) return;
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(c->tuple, key);
-  auto it = g().servers.find(tkey(key));
-  if (it != g().servers.end() && it->second == c) g().servers.erase(it);
-  key_ready(tkey(key)); // recently closed: refused at once
+  auto it = eng.servers.find(tkey(key));
+  if (it != eng.servers.end() && it->second == c) eng.servers.erase(it);
+  key_ready(eng, tkey(key)); // recently closed: refused at once
 }
 
-Conn* find_by_key(const uint8_t key[recover::kTupleIdBytes]) {
-  XP_ASSERT_HELD(g().mu);
-  auto it = g().servers.find(tkey(key));
-  return it != g().servers.end() && !it->second->closed.load() ? it->second : nullptr;
+Conn* find_by_key(State& eng, const uint8_t key[recover::kTupleIdBytes]) {
+  XP_ASSERT_HELD(eng.mu);
+  auto it = eng.servers.find(tkey(key));
+  return it != eng.servers.end() && !it->second->closed.load() ? it->second : nullptr;
 }
 
-bool queue_request(const PendingReq& p) {
-  XP_ASSERT_HELD(g().mu);
-  uint32_t& n = g().reqs_per_addr[p.from];
-  if (g().reqs.size() >= kMaxPendingReqs || n >= kMaxPendingReqsPerPeer) {
-    if (n == 0) g().reqs_per_addr.erase(p.from);
+bool queue_request(State& eng, const PendingReq& p) {
+  XP_ASSERT_HELD(eng.mu);
+  uint32_t& n = eng.reqs_per_addr[p.from];
+  if (eng.reqs.size() >= kMaxPendingReqs || n >= kMaxPendingReqsPerPeer) {
+    if (n == 0) eng.reqs_per_addr.erase(p.from);
     return false;
   }
   ++n;
-  g().reqs.push_back(p);
-  g().reqs_by_key.emplace(tkey(p.key), std::prev(g().reqs.end()));
+  eng.reqs.push_back(p);
+  eng.reqs_by_key.emplace(tkey(p.key), std::prev(eng.reqs.end()));
   return true;
 }
 
-bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover::kTupleIdBytes]) {
-  XP_ASSERT_HELD(g().mu);
+bool queue_attach(State& eng, Channel* ch, const ControlRecord& r,
+                  const uint8_t key[recover::kTupleIdBytes]) {
+  XP_ASSERT_HELD(eng.mu);
   const recover::IpAddr from = ch->peer_addr;
-  uint32_t& n = g().attaches_per_ch[ch];
-  uint32_t& m = g().attaches_per_addr[from];
-  if (g().attaches.size() >= kMaxPendingAttaches || n >= g().p.streams_per_channel ||
+  uint32_t& n = eng.attaches_per_ch[ch];
+  uint32_t& m = eng.attaches_per_addr[from];
+  if (eng.attaches.size() >= kMaxPendingAttaches || n >= eng.p.streams_per_channel ||
       m >= kMaxPendingAttachesPerPeer) {
-    if (n == 0) g().attaches_per_ch.erase(ch);
-    if (m == 0) g().attaches_per_addr.erase(from);
+    if (n == 0) eng.attaches_per_ch.erase(ch);
+    if (m == 0) eng.attaches_per_addr.erase(from);
     return false;
   }
   ++n;
@@ -179,17 +180,17 @@ bool queue_attach(Channel* ch, const ControlRecord& r, const uint8_t key[recover
   // At most the handshake timeout: an ATTACH naming a 4-tuple the program
   // never accepts (a forger's random tuple, docs/protocol.md §8) holds a
   // slot of the caps no longer than that.
-  g().attaches.push_back(PendingAttach{ch, from, r, now_ms() + g().p.handshake_timeout_ms});
-  g().attaches_by_key.emplace(tkey(key), std::prev(g().attaches.end()));
+  eng.attaches.push_back(PendingAttach{ch, from, r, now_ms() + eng.p.handshake_timeout_ms});
+  eng.attaches_by_key.emplace(tkey(key), std::prev(eng.attaches.end()));
   return true;
 }
 
-bool unproven_room(const recover::IpAddr& from) {
+bool unproven_room(State& eng, const recover::IpAddr& from) {
   uint64_t n = 0;
-  for (const Channel* ch : g().chans.live())
+  for (const Channel* ch : eng.chans.live())
     if (!ch->client_side && !ch->failed.load() && ch->peer_addr == from)
       n += ch->mux->marked_count();
-  return n < g().p.server_unproven_per_peer;
+  return n < eng.p.server_unproven_per_peer;
 }
 
 void mark_unproven(Conn* c) {
@@ -202,56 +203,56 @@ void mark_unproven(Conn* c) {
   c->ch->mux->set_marked(c->st, on);
 }
 
-size_t pending_attaches_of(Channel* ch) {
-  XP_ASSERT_HELD(g().mu);
-  auto it = g().attaches_per_ch.find(ch);
-  return it == g().attaches_per_ch.end() ? 0 : it->second;
+size_t pending_attaches_of(State& eng, Channel* ch) {
+  XP_ASSERT_HELD(eng.mu);
+  auto it = eng.attaches_per_ch.find(ch);
+  return it == eng.attaches_per_ch.end() ? 0 : it->second;
 }
 
-void drop_attaches(Channel* ch) {
-  XP_ASSERT_HELD(g().mu);
-  if (pending_attaches_of(ch) == 0) return;
-  for (auto it = g().attaches.begin(); it != g().attaches.end();) {
+void drop_attaches(State& eng, Channel* ch) {
+  XP_ASSERT_HELD(eng.mu);
+  if (pending_attaches_of(eng, ch) == 0) return;
+  for (auto it = eng.attaches.begin(); it != eng.attaches.end();) {
     auto next = std::next(it);
-    if (it->ch == ch) erase_attach(it, attach_key(*it));
+    if (it->ch == ch) erase_attach(eng, it, attach_key(*it));
     it = next;
   }
 }
 
-void clear_pending() {
-  g().reqs.clear();
-  g().attaches.clear();
-  g().reqs_by_key.clear();
-  g().attaches_by_key.clear();
-  g().reqs_per_addr.clear();
-  g().attaches_per_ch.clear();
-  g().attaches_per_addr.clear();
-  g().ready_keys.clear();
-  g().shares_seen.clear();
-  g().servers.clear();
-  g().accepting.clear();
+void clear_pending(State& eng) {
+  eng.reqs.clear();
+  eng.attaches.clear();
+  eng.reqs_by_key.clear();
+  eng.attaches_by_key.clear();
+  eng.reqs_per_addr.clear();
+  eng.attaches_per_ch.clear();
+  eng.attaches_per_addr.clear();
+  eng.ready_keys.clear();
+  eng.shares_seen.clear();
+  eng.servers.clear();
+  eng.accepting.clear();
 }
 
-void retry_pending(uint64_t now) {
-  XP_ASSERT_HELD(g().mu);
-  look_at_shares();
+void retry_pending(State& eng, uint64_t now) {
+  XP_ASSERT_HELD(eng.mu);
+  look_at_shares(eng);
   std::vector<TupleKey> ready;
-  ready.swap(g().ready_keys);
+  ready.swap(eng.ready_keys);
   for (const TupleKey& k : ready)
-    answer_key(k);
+    answer_key(eng, k);
   // Deadlines, oldest first (each list is in arrival order, and every
   // entry waits the same handshake timeout).
-  while (!g().reqs.empty() && now >= g().reqs.front().deadline_ms) {
-    PendingReq& p = g().reqs.front();
-    if (!answer_request(p.req, p.share, p.key, p.sid, p.nonce_c, p.reattach))
-      send_reject_unknown(p.req);
-    erase_req(g().reqs.begin());
+  while (!eng.reqs.empty() && now >= eng.reqs.front().deadline_ms) {
+    PendingReq& p = eng.reqs.front();
+    if (!answer_request(eng, p.req, p.share, p.key, p.sid, p.nonce_c, p.reattach))
+      send_reject_unknown(eng, p.req);
+    erase_req(eng, eng.reqs.begin());
   }
-  while (!g().attaches.empty() && now >= g().attaches.front().deadline_ms) {
-    PendingAttach& a = g().attaches.front();
+  while (!eng.attaches.empty() && now >= eng.attaches.front().deadline_ms) {
+    PendingAttach& a = eng.attaches.front();
     const TupleKey k = attach_key(a);
     if (!a.ch->failed.load()) (void)handle_attach(a.ch, a.rec, true); // NAK unknown at the latest
-    erase_attach(g().attaches.begin(), k);
+    erase_attach(eng, eng.attaches.begin(), k);
   }
 }
 

@@ -52,13 +52,13 @@ constexpr uint8_t kKindRequest = recover::kCmRequest, kKindAccept = recover::kCm
                   kKindReattach = recover::kCmReattach;
 static_assert(sizeof(ReqWire) == verbs::kAppPrivateMax);
 
-verbs::RcLinkParams link_params() {
+verbs::RcLinkParams link_params(State& eng) {
   verbs::RcLinkParams lp;
-  lp.ring_bytes = g().p.ring_bytes;
+  lp.ring_bytes = eng.p.ring_bytes;
   lp.sq_depth = 256;
   lp.max_inline = 64;
-  lp.timeout_ms = static_cast<int>(g().p.handshake_timeout_ms);
-  lp.stream_window = g().p.stream_window;
+  lp.timeout_ms = static_cast<int>(eng.p.handshake_timeout_ms);
+  lp.stream_window = eng.p.stream_window;
   return lp;
 }
 
@@ -76,8 +76,8 @@ void cm_addrs(const Conn* c, uint16_t port, sockaddr_storage* src, sockaddr_stor
   recover::to_sockaddr(recover::server_addr(c->tuple), port, dst);
 }
 
-void cm_connect(Conn* c, uint16_t port) {
-  if (g().cm == nullptr) return fail(c, Reason::handshake_failed, "rdma_cm not running");
+void cm_connect(State& eng, Conn* c, uint16_t port) {
+  if (eng.cm == nullptr) return fail(c, Reason::handshake_failed, "rdma_cm not running");
   ReqWire w{};
   w.kind = kKindRequest;
   w.version = kWireVersion;
@@ -89,10 +89,10 @@ void cm_connect(Conn* c, uint16_t port) {
   OwnedCmUser u = conn_user(CmUser::Kind::client, c, port);
   if (!u) return fail(c, Reason::resources_exhausted);
   c->rv.cm_tried = true;
-  g().inflight.add(u.get());
-  c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
-  Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                              link_params(), &w, sizeof w, u.get());
+  eng.inflight.add(u.get());
+  c->deadline_ms = now_ms() + eng.p.handshake_timeout_ms;
+  Status st = eng.cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                              link_params(eng), &w, sizeof w, u.get());
   if (st != Status::ok) {
     u.reset(); // out of inflight too
     return fail(c, Reason::handshake_failed, "rdma_cm connect failed");
@@ -102,111 +102,112 @@ void cm_connect(Conn* c, uint16_t port) {
 
 // An rdma_cm attempt ended (g().mu held): the connections that waited for
 // it try again (attach over its channel, or their own attempt).
-void attempt_done(CmUser* u, bool release = true) {
-  g().inflight.remove(u);
-  auto& pk = g().parked;
+void attempt_done(State& eng, CmUser* u, bool release = true) {
+  eng.inflight.remove(u);
+  auto& pk = eng.parked;
   if (pk.empty() || !release) return;
   {
-    std::lock_guard<std::mutex> q(g().qmu);
+    std::lock_guard<std::mutex> q(eng.qmu);
     for (Conn* c : pk)
-      g().start_queue.push_back(c); // the parked reference moves to the queue
+      eng.start_queue.push_back(c); // the parked reference moves to the queue
   }
   pk.clear();
   kick();
 }
 
-void send_reject(verbs::CmRequest* req, RejectCode code, uint16_t port = 0) {
+void send_reject(State& eng, verbs::CmRequest* req, RejectCode code, uint16_t port = 0) {
   RejectWire r{code, 0, htons(port)};
-  g().cm->reject(req, &r, sizeof r);
+  eng.cm->reject(req, &r, sizeof r);
 }
 
 // The requester's address (IPv4-mapped is IPv4).
-recover::IpAddr requester(verbs::CmRequest* req) {
-  return recover::ip_addr(g().cm->request_peer(req));
+recover::IpAddr requester(State& eng, verbs::CmRequest* req) {
+  return recover::ip_addr(eng.cm->request_peer(req));
 }
 
 // Room for one more server channel from `from` (docs/protocol.md §8): the
 // live and dying ones (their memory is still pinned) and the accepts under
 // way count against XPRESS_SERVER_CHANNELS and, per requester address,
 // XPRESS_SERVER_CHANNELS_PER_PEER.
-bool server_channel_room(const recover::IpAddr& from) {
+bool server_channel_room(State& eng, const recover::IpAddr& from) {
   uint32_t all = 0, peer = 0;
-  for (auto* v : {&g().chans.live(), &g().chans.dying()})
+  for (auto* v : {&eng.chans.live(), &eng.chans.dying()})
     for (const Channel* ch : *v) {
       if (ch->client_side) continue;
       ++all;
       peer += ch->peer_addr == from;
     }
-  for (const CmUser* u : g().accepting) {
+  for (const CmUser* u : eng.accepting) {
     ++all;
     peer += u->from == from;
   }
-  return all < g().p.server_channels && peer < g().p.server_channels_per_peer;
+  return all < eng.p.server_channels && peer < eng.p.server_channels_per_peer;
 }
 
 // Accept req for c as a server channel (u names it); false when refused
 // (over a cap: rejected busy) or the accept failed.  u is the caller's to
 // free then.
-bool server_accept(verbs::CmRequest* req, AcceptWire a, CmUser* u) {
-  u->from = requester(req);
-  u->port = g().cm->request_local_port(req);
+bool server_accept(State& eng, verbs::CmRequest* req, AcceptWire a, CmUser* u) {
+  u->from = requester(eng, req);
+  u->port = eng.cm->request_local_port(req);
   // The channel's name (recover::ChannelBinding): the request's addresses
   // and a nonce drawn for this accept alone.
   if (!fresh_chan_nonce(a.chan) ||
-      recover::channel_binding_from(g().cm->request_peer(req), g().cm->request_local(req), a.chan,
+      recover::channel_binding_from(eng.cm->request_peer(req), eng.cm->request_local(req), a.chan,
                                     &u->binding) != Status::ok) {
-    send_reject(req, rej_busy);
+    send_reject(eng, req, rej_busy);
     return false;
   }
-  if (!server_channel_room(u->from)) {
+  if (!server_channel_room(eng, u->from)) {
     XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: server channel cap reached");
-    send_reject(req, rej_busy);
+    send_reject(eng, req, rej_busy);
     return false;
   }
-  if (g().cm->accept(req, link_params(), &a, sizeof a, u) != Status::ok) return false;
-  g().accepting.add(u);
+  if (eng.cm->accept(req, link_params(eng), &a, sizeof a, u) != Status::ok) return false;
+  eng.accepting.add(u);
   return true;
 }
 
 // A server accept ended (established or not): out of the table, and its
 // connection may take the next request (a channel-only one, a retry).
-void server_accept_done(CmUser* u) {
-  g().accepting.remove(u);
+void server_accept_done(State& eng, CmUser* u) {
+  eng.accepting.remove(u);
   std::lock_guard<std::mutex> l(u->conn->mu);
   u->conn->rv.accepting = false;
 }
 
 // A resumed stream's client wants a channel to us: accepted without
 // binding anything (REATTACH over it proves who asks).
-void accept_channel(Conn* c, verbs::CmRequest* req) {
+void accept_channel(State& eng, Conn* c, verbs::CmRequest* req) {
   std::lock_guard<std::mutex> l(c->mu);
   // One channel-only request per 4-tuple at a time (accepting).
   if (c->closed.load() || !c->resumed.load() || c->ch != nullptr || c->rv.accepting)
-    return send_reject(req, rej_busy);
+    return send_reject(eng, req, rej_busy);
   AcceptWire a{};
   a.kind = kKindAccept;
   a.version = kWireVersion;
   OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0, true);
-  if (!u) return send_reject(req, rej_busy);
+  if (!u) return send_reject(eng, req, rej_busy);
   c->rv.accepting = true;
-  if (!server_accept(req, a, u.get())) {
+  if (!server_accept(eng, req, a, u.get())) {
     c->rv.accepting = false;
     return;
   }
   u.release(); // rdma_cm's until its last event (on_cm_event)
 }
 
-void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Nonce& nonce_c) {
+void accept_for(State& eng, Conn* c, verbs::CmRequest* req, uint16_t sid,
+                const recover::Nonce& nonce_c) {
   c->rv.heard_from_peer.store(true);
   std::lock_guard<std::mutex> l(c->mu);
   if (c->closed.load() || c->rv.accepting || c->sess.state() != recover::State::idle) {
-    send_reject(req, rej_busy);
+    send_reject(eng, req, rej_busy);
     return;
   }
   // As an ATTACH over the cap of streams waiting for their client's first
   // proof (handle_attach): this one stays on TCP.
-  if (!unproven_room(requester(req))) {
-    send_reject(req, rej_busy);
+  if (!unproven_room(eng, requester(eng, req))) {
+    send_reject(eng, req, rej_busy);
     fail(c, Reason::resources_exhausted, "streams waiting for their client's proof at the cap");
     return;
   }
@@ -215,11 +216,11 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
   a.version = kWireVersion;
   memcpy(a.nonce, c->rv.nonce.b, 16);
   OwnedCmUser u = conn_user(CmUser::Kind::server, c, 0);
-  if (!u) return send_reject(req, rej_busy);
+  if (!u) return send_reject(eng, req, rej_busy);
   c->rv.accepting = true;
   c->rv.pending_sid = sid;
   c->rv.peer_nonce = nonce_c;
-  if (!server_accept(req, a, u.get())) {
+  if (!server_accept(eng, req, a, u.get())) {
     c->rv.accepting = false;
     return;
   }
@@ -228,37 +229,37 @@ void accept_for(Conn* c, verbs::CmRequest* req, uint16_t sid, const recover::Non
 
 } // namespace
 
-void send_reject_unknown(verbs::CmRequest* req) {
-  send_reject(req, rej_unknown);
+void send_reject_unknown(State& eng, verbs::CmRequest* req) {
+  send_reject(eng, req, rej_unknown);
 }
 
-void send_reject_busy(verbs::CmRequest* req) {
-  send_reject(req, rej_busy);
+void send_reject_busy(State& eng, verbs::CmRequest* req) {
+  send_reject(eng, req, rej_busy);
 }
 
 // A request we cannot answer yet waits; true when it was answered.
-bool answer_request(verbs::CmRequest* req, ListenShare* sh,
+bool answer_request(State& eng, verbs::CmRequest* req, ListenShare* sh,
                     const uint8_t key[recover::kTupleIdBytes], uint16_t sid,
                     const recover::Nonce& nonce, bool reattach) {
-  XP_ASSERT_HELD(g().mu);
-  if (Conn* c = find_by_key(key)) {
+  XP_ASSERT_HELD(eng.mu);
+  if (Conn* c = find_by_key(eng, key)) {
     if (reattach)
-      accept_channel(c, req);
+      accept_channel(eng, c, req);
     else
-      accept_for(c, req, sid, nonce);
+      accept_for(eng, c, req, sid, nonce);
     return true;
   }
   if (reattach && !sh) { // our private port: nobody else to ask
-    send_reject(req, rej_unknown);
+    send_reject(eng, req, rej_unknown);
     return true;
   }
-  if (recently_closed(key)) {
-    send_reject(req, rej_unknown);
+  if (recently_closed(eng, key)) {
+    send_reject(eng, req, rej_unknown);
     return true;
   }
   uint16_t port = 0;
   if (sh && share_find(sh, key, getpid(), &port)) { // a sibling published it
-    send_reject(req, rej_redirect, port);
+    send_reject(eng, req, rej_redirect, port);
     return true;
   }
   return false;
@@ -306,20 +307,20 @@ bool channel_serves(const Channel* ch, const Conn* c) {
          ch->peer_addr == recover::client_addr(c->tuple);
 }
 
-bool recently_closed(const uint8_t key[recover::kTupleIdBytes]) {
-  XP_ASSERT_HELD(g().mu);
-  for (const auto& k : g().closed_keys)
+bool recently_closed(State& eng, const uint8_t key[recover::kTupleIdBytes]) {
+  XP_ASSERT_HELD(eng.mu);
+  for (const auto& k : eng.closed_keys)
     if (memcmp(k.data(), key, k.size()) == 0) return true;
   return false;
 }
 
-void forget_attempts(Conn* c) {
-  XP_ASSERT_HELD(g().mu);
+void forget_attempts(State& eng, Conn* c) {
+  XP_ASSERT_HELD(eng.mu);
   // An attempt under way stays in inflight until its rdma_cm event (which
   // releases the connections parked behind it): its answer is what the
   // next connection to that host waits for (the negative cache learns
   // from a refusal; a channel it builds serves them).
-  for (CmUser* u : g().inflight)
+  for (CmUser* u : eng.inflight)
     if (u->conn == c) return;
   // Closed between its first attempt and the retry: nothing will release
   // the connections parked behind it.  (retry_at_ms: the tick writes it
@@ -329,34 +330,34 @@ void forget_attempts(Conn* c) {
     std::lock_guard<std::mutex> l(c->mu);
     retrying = c->rv.retry_at_ms != 0;
   }
-  if (retrying && !g().parked.empty()) {
-    std::lock_guard<std::mutex> q(g().qmu);
-    for (Conn* p : g().parked)
-      g().start_queue.push_back(p);
-    g().parked.clear();
+  if (retrying && !eng.parked.empty()) {
+    std::lock_guard<std::mutex> q(eng.qmu);
+    for (Conn* p : eng.parked)
+      eng.start_queue.push_back(p);
+    eng.parked.clear();
     kick();
   }
 }
 
-Channel* make_channel(verbs::Link* link, bool client_side) {
+Channel* make_channel(State& eng, verbs::Link* link, bool client_side) {
   std::unique_ptr<Channel> ch(new (std::nothrow) Channel());
   if (ch == nullptr) return nullptr;
   ch->link = link;
   ch->client_side = client_side;
   MuxParams mp;
-  mp.max_streams = g().p.streams_per_channel;
-  mp.stream_window = g().p.stream_window;
-  mp.cork_max = g().p.autocork_max;
+  mp.max_streams = eng.p.streams_per_channel;
+  mp.stream_window = eng.p.stream_window;
+  mp.cork_max = eng.p.autocork_max;
   ch->mux.reset(new (std::nothrow) Mux(link, mp));
   if (ch->mux == nullptr) return nullptr;
   ch->mux->set_control_handler(on_control_record, ch.get());
-  Channel* c = g().chans.adopt(std::move(ch));
+  Channel* c = eng.chans.adopt(std::move(ch));
   watch_channel(c);
   return c;
 }
 
-bool cm_reattach(Conn* c, uint16_t port) {
-  if (g().cm == nullptr) return false; // rdma_cm not running (no device, unit tests)
+bool cm_reattach(State& eng, Conn* c, uint16_t port) {
+  if (eng.cm == nullptr) return false; // rdma_cm not running (no device, unit tests)
   ReqWire w{};
   w.kind = kKindReattach;
   w.version = kWireVersion;
@@ -365,11 +366,11 @@ bool cm_reattach(Conn* c, uint16_t port) {
   cm_addrs(c, port, &src, &dst);
   OwnedCmUser u = conn_user(CmUser::Kind::client, c, port, true);
   if (!u) return false;
-  g().inflight.add(u.get());
-  Status st = g().cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                              link_params(), &w, sizeof w, u.get());
+  eng.inflight.add(u.get());
+  Status st = eng.cm->connect(reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                              link_params(eng), &w, sizeof w, u.get());
   if (st != Status::ok) {
-    attempt_done(u.get());
+    attempt_done(eng, u.get());
     return false;
   }
   u.release(); // rdma_cm's until its last event (on_cm_event)
@@ -380,7 +381,7 @@ namespace {
 
 // c's ATTACH over its client's channel ch (c->mu held); false when ch has
 // no room for another stream.
-bool attach_over(Conn* c, Channel* ch, uint64_t now) {
+bool attach_over(State& eng, Conn* c, Channel* ch, uint64_t now) {
   XP_ASSERT_HELD(c->mu);
   std::lock_guard<std::mutex> chl(ch->mu);
   uint32_t id = 0;
@@ -395,7 +396,7 @@ bool attach_over(Conn* c, Channel* ch, uint64_t now) {
                                     m.payload, m.len);
     XP_SLOG(XP_SLOG_TRACE, "fd %d: ATTACH as stream %u", c->sock(), id);
   }
-  c->deadline_ms = now + g().p.handshake_timeout_ms;
+  c->deadline_ms = now + eng.p.handshake_timeout_ms;
   return true;
 }
 
@@ -407,17 +408,17 @@ bool attach_over(Conn* c, Channel* ch, uint64_t now) {
 // server binds no stream whose client is another requester, §2).  If it is
 // refused or lost, c connects to the port after all (Conn::redirect_attach).
 // False: no such channel with room.
-bool attach_at_port(Conn* c, uint16_t port) {
-  XP_ASSERT_HELD(g().mu);
+bool attach_at_port(State& eng, Conn* c, uint16_t port) {
+  XP_ASSERT_HELD(eng.mu);
   XP_ASSERT_HELD(c->mu);
   const recover::State st = c->sess.state();
   if (c->ch != nullptr || (st != recover::State::idle && st != recover::State::refused))
     return false;
   const recover::IpAddr server = recover::server_addr(c->tuple);
   const recover::IpAddr client = recover::client_addr(c->tuple);
-  for (Channel* ch : g().chans.live())
+  for (Channel* ch : eng.chans.live())
     if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 && ch->cm_port == port &&
-        ch->peer_addr == server && ch->local_addr == client && attach_over(c, ch, now_ms())) {
+        ch->peer_addr == server && ch->local_addr == client && attach_over(eng, c, ch, now_ms())) {
       c->rv.redirect_attach = true;
       return true;
     }
@@ -426,15 +427,15 @@ bool attach_at_port(Conn* c, uint16_t port) {
 
 } // namespace
 
-void start_client(Conn* c) {
-  XP_ASSERT_HELD(g().mu);
+void start_client(State& eng, Conn* c) {
+  XP_ASSERT_HELD(eng.mu);
   if (c->resumed.load()) return reattach::start(c); // back to RDMA (stream/reattach.cc)
   std::lock_guard<std::mutex> l(c->mu);
   if (c->closed.load() || c->phase.load() != Phase::upgrading ||
       c->sess.state() == recover::State::failed)
     return;
   uint64_t now = now_ms();
-  if (g().negative.cached(recover::server_addr(c->tuple), c->tuple.server_port, now))
+  if (eng.negative.cached(recover::server_addr(c->tuple), c->tuple.server_port, now))
     return fail(c, Reason::peer_not_accelerated);
   // A channel to the same server address: attach over it, first one to the
   // same port (most likely the same process), then any (one process often
@@ -445,13 +446,13 @@ void start_client(Conn* c) {
   // With XPRESS_SLEEP_ON_CHANNEL, each thread's streams go to its lane's
   // channel (Conn::lane): a new channel while the peer has fewer than
   // XPRESS_CHANNELS_PER_PEER, then any, its own lane's first.
-  const uint32_t lanes = g().p.channels_per_peer;
-  const bool by_lane = g().p.sleep_on_channel; // else: any channel, a new one when none
+  const uint32_t lanes = eng.p.channels_per_peer;
+  const bool by_lane = eng.p.sleep_on_channel; // else: any channel, a new one when none
   const uint32_t lane = by_lane ? c->rv.lane % lanes : 0;
   std::vector<Channel*> order;
   bool have_lane = false;
   for (int pass = 0; pass < 2; ++pass)
-    for (Channel* ch : g().chans.live())
+    for (Channel* ch : eng.chans.live())
       if (ch->client_side && !ch->failed.load() && ch->dying_since_ms == 0 &&
           ch->peer_addr == recover::server_addr(c->tuple) &&
           (ch->peer_port == c->tuple.server_port) == (pass == 0)) {
@@ -464,7 +465,7 @@ void start_client(Conn* c) {
                           [&](const Channel* ch) { return ch->lane == lane; });
     for (Channel* ch : order) {
       if (c->rv.attach_refused) break;
-      if (attach_over(c, ch, now)) return;
+      if (attach_over(eng, c, ch, now)) return;
     }
   }
   // Admission: attempts under way to this host count against
@@ -473,22 +474,22 @@ void start_client(Conn* c) {
   // end (then attaches over the channel it built), and stays on TCP only
   // when the channels are full and nothing is under way.
   int attempts = 0;
-  for (const CmUser* u : g().inflight) // (a closed connection's too: forget_attempts)
+  for (const CmUser* u : eng.inflight) // (a closed connection's too: forget_attempts)
     attempts += recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple);
   const size_t chans = c->rv.attach_refused ? 0 : order.size(); // refused: rdma_cm, its own
   if (chans + static_cast<size_t>(attempts) >= lanes) {
     if (attempts == 0) return fail(c, Reason::resources_exhausted);
-    c->deadline_ms = now + g().p.handshake_timeout_ms;
+    c->deadline_ms = now + eng.p.handshake_timeout_ms;
     c->ref();
-    g().parked.push_back(c);
+    eng.parked.push_back(c);
     return;
   }
   // Another connection found nobody listening there a moment ago: this
   // one's first attempt waits for that retry's time and counts as the retry
   // (stream/negative_cache.h).  It may wait behind an attempt once more then.
   if (c->rv.no_listener_tries == 0) {
-    uint64_t at = g().negative.hold_until(recover::server_addr(c->tuple), c->tuple.server_port, now,
-                                          g().p.negative_cache_ms);
+    uint64_t at = eng.negative.hold_until(recover::server_addr(c->tuple), c->tuple.server_port, now,
+                                          eng.p.negative_cache_ms);
     if (at != 0) {
       ++c->rv.no_listener_tries;
       c->rv.retry_at_ms = at;
@@ -499,28 +500,28 @@ void start_client(Conn* c) {
   // Another connection to this host is setting a channel up: wait for it
   // (once), then attach over it.
   if (!c->rv.parked_once && !c->rv.attach_refused) {
-    for (CmUser* u : g().inflight) {
+    for (CmUser* u : eng.inflight) {
       if ((!by_lane || u->conn->rv.lane % lanes == lane) &&
           recover::server_addr(u->conn->tuple) == recover::server_addr(c->tuple)) {
         c->rv.parked_once = true;
-        c->deadline_ms = now_ms() + g().p.handshake_timeout_ms;
+        c->deadline_ms = now_ms() + eng.p.handshake_timeout_ms;
         c->ref();
-        g().parked.push_back(c);
+        eng.parked.push_back(c);
         return;
       }
     }
   }
-  cm_connect(c, c->tuple.server_port);
+  cm_connect(eng, c, c->tuple.server_port);
 }
 
 namespace {
 
 // Publish c in its listening socket's table as ours, at our private port.
-void publish(ListenShare* sh, Conn* c) {
+void publish(State& eng, ListenShare* sh, Conn* c) {
   if (c->rv.share != sh || c->rv.slot_written || c->closed.load()) return;
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(c->tuple, key);
-  if (share_publish(sh, key, getpid(), g().private_port)) {
+  if (share_publish(sh, key, getpid(), eng.private_port)) {
     c->rv.slot_written = true;
     return;
   }
@@ -537,13 +538,13 @@ void publish(ListenShare* sh, Conn* c) {
 
 } // namespace
 
-void serve_share(ListenShare* sh, Conn* c) {
-  XP_ASSERT_HELD(g().mu);
+void serve_share(State& eng, ListenShare* sh, Conn* c) {
+  XP_ASSERT_HELD(eng.mu);
   const int32_t me = getpid();
   bool known = false;
-  for (ListenShare* k : g().shares)
+  for (ListenShare* k : eng.shares)
     known |= k == sh;
-  if (!known) g().shares.push_back(sh);
+  if (!known) eng.shares.push_back(sh);
   int32_t owner = sh->owner_pid.load();
   if (owner != me && (owner == 0 || (kill(owner, 0) != 0 && errno == ESRCH))) {
     if (sh->owner_pid.compare_exchange_strong(owner, me)) {
@@ -551,9 +552,9 @@ void serve_share(ListenShare* sh, Conn* c) {
                                     CmUser{CmUser::Kind::listener_share, nullptr, sh, 0});
       verbs::CmListener* l = nullptr;
       uint16_t port = 0;
-      if (u && g().cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u.get(), &l, &port,
+      if (u && eng.cm->listen(reinterpret_cast<sockaddr*>(&sh->addr), u.get(), &l, &port,
                               sh->af_only) == Status::ok) {
-        g().listeners.push_back(OwnedListener{sh, l, u.release()});
+        eng.listeners.push_back(OwnedListener{sh, l, u.release()});
         sh->owner_state.store(1);
       } else {
         sh->owner_state.store(2);
@@ -563,64 +564,64 @@ void serve_share(ListenShare* sh, Conn* c) {
   }
   // Publish the connection: the owner redirects requests to us, and a
   // sibling that gets an ATTACH for it refuses it at once.
-  if (owner != me && g().private_l == nullptr) {
+  if (owner != me && eng.private_l == nullptr) {
     // The share's address at an ephemeral port (a dual-stack `::` takes
     // both families here too).
     sockaddr_storage a = sh->addr;
     set_port(&a, 0);
-    if (g().cm->listen(reinterpret_cast<sockaddr*>(&a), &g().private_user, &g().private_l,
-                       &g().private_port, sh->af_only) != Status::ok) {
-      g().publish_backlog |= c != nullptr;
+    if (eng.cm->listen(reinterpret_cast<sockaddr*>(&a), &eng.private_user, &eng.private_l,
+                       &eng.private_port, sh->af_only) != Status::ok) {
+      eng.publish_backlog |= c != nullptr;
       return;
     }
-    set_port(&a, g().private_port);
-    g().private_addr = a;
-    g().private_af_only = sh->af_only;
+    set_port(&a, eng.private_port);
+    eng.private_addr = a;
+    eng.private_af_only = sh->af_only;
   }
-  if (g().publish_backlog) {
+  if (eng.publish_backlog) {
     // Once, after a failed listen: those connections wait for this.
-    g().publish_backlog = false;
-    for (Conn* k : g().conns)
-      if (k->rv.share != nullptr) serve_share(k->rv.share, k);
+    eng.publish_backlog = false;
+    for (Conn* k : eng.conns)
+      if (k->rv.share != nullptr) serve_share(eng, k->rv.share, k);
   }
-  if (c) publish(sh, c);
+  if (c) publish(eng, sh, c);
 }
 
-void on_cm_event(const verbs::CmEvent& ev) {
-  XP_ASSERT_HELD(g().mu);
+void on_cm_event(State& eng, const verbs::CmEvent& ev) {
+  XP_ASSERT_HELD(eng.mu);
   using K = verbs::CmEvent::Kind;
   auto* u = static_cast<CmUser*>(ev.user);
   switch (ev.kind) {
   case K::request: {
     if (ev.ring_refused) { // verbs/wire_ring.h: e.g. a ring beyond our maximum
       XP_SLOG(XP_SLOG_INFO, "rdma_cm request refused: its ring descriptor is out of bounds");
-      return send_reject(ev.req, rej_version);
+      return send_reject(eng, ev.req, rej_version);
     }
     ReqWire w{};
     if (recover::parse_cm_request(ev.priv, ev.priv_len, &w) != Status::ok)
-      return send_reject(ev.req, rej_version);
+      return send_reject(eng, ev.req, rej_version);
     // The requester must be the TCP client it names (docs/protocol.md §2):
     // anyone else is refused before anything is looked up.
-    const recover::IpAddr from = requester(ev.req);
+    const recover::IpAddr from = requester(eng, ev.req);
     recover::TcpTuple t;
-    if (recover::request_tuple(w, g().cm->request_peer(ev.req), g().cm->request_local(ev.req),
+    if (recover::request_tuple(w, eng.cm->request_peer(ev.req), eng.cm->request_local(ev.req),
                                &t) != Status::ok) {
       char a[INET6_ADDRSTRLEN] = "?";
       if (from.known()) inet_ntop(from.family == 6 ? AF_INET6 : AF_INET, from.b, a, sizeof a);
       XP_SLOG(XP_SLOG_INFO, "rdma_cm request from %s names another client address: refused", a);
-      return send_reject(ev.req, rej_unknown);
+      return send_reject(eng, ev.req, rej_unknown);
     }
     uint8_t key[recover::kTupleIdBytes];
     recover::tuple_id(t, key);
-    if (g().bind_failures.blocked(from, now_ms())) { // stream/bind_failures.h
+    if (eng.bind_failures.blocked(from, now_ms())) { // stream/bind_failures.h
       XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: too many failed bindings from its address");
-      return send_reject(ev.req, rej_busy);
+      return send_reject(eng, ev.req, rej_busy);
     }
     recover::Nonce n;
     memcpy(n.b, w.nonce, 16);
     const bool re = w.kind == kKindReattach;
     ListenShare* sh = u && u->kind == CmUser::Kind::listener_share ? u->share : nullptr;
-    if (answer_request(ev.req, sh, key, w.sid, n, re)) return;
+    if (answer_request(eng, ev.req, sh, key, w.sid, n, re)) return;
     PendingReq p{};
     p.reattach = re;
     p.req = ev.req;
@@ -628,11 +629,11 @@ void on_cm_event(const verbs::CmEvent& ev) {
     memcpy(p.key, key, sizeof key);
     p.sid = w.sid;
     p.nonce_c = n;
-    p.deadline_ms = now_ms() + g().p.handshake_timeout_ms;
+    p.deadline_ms = now_ms() + eng.p.handshake_timeout_ms;
     p.from = from;
-    if (!queue_request(p)) {
+    if (!queue_request(eng, p)) {
       XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: too many waiting");
-      send_reject(ev.req, rej_busy);
+      send_reject(eng, ev.req, rej_busy);
     }
     return;
   }
@@ -641,10 +642,10 @@ void on_cm_event(const verbs::CmEvent& ev) {
     const bool client = u->kind == CmUser::Kind::client;
     Conn* c = u->conn;
     if (client) {
-      attempt_done(u);
-      g().negative.forget_refused(recover::server_addr(c->tuple), c->tuple.server_port);
+      attempt_done(eng, u);
+      eng.negative.forget_refused(recover::server_addr(c->tuple), c->tuple.server_port);
     } else {
-      server_accept_done(u);
+      server_accept_done(eng, u);
     }
     // Every binding over the channel names it (docs/protocol.md §2): the
     // server made its name at the accept; the client makes it from its own
@@ -658,9 +659,9 @@ void on_cm_event(const verbs::CmEvent& ev) {
                     recover::channel_binding_from(reinterpret_cast<const sockaddr*>(&ev.local),
                                                   reinterpret_cast<const sockaddr*>(&ev.peer), chan,
                                                   &binding) == Status::ok);
-    Channel* ch = named ? make_channel(ev.link, client) : nullptr;
+    Channel* ch = named ? make_channel(eng, ev.link, client) : nullptr;
     if (ch == nullptr) {
-      g().cm->destroy(ev.link);
+      eng.cm->destroy(ev.link);
     } else {
       ch->cm_port = u->port;
       ch->binding = binding;
@@ -668,7 +669,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
         ch->peer_addr = recover::server_addr(c->tuple);
         ch->peer_port = c->tuple.server_port;
         ch->local_addr = recover::client_addr(c->tuple);
-        ch->lane = c->rv.lane % g().p.channels_per_peer;
+        ch->lane = c->rv.lane % eng.p.channels_per_peer;
       } else {
         ch->peer_addr = u->from; // the per-peer cap counts it
       }
@@ -695,13 +696,13 @@ void on_cm_event(const verbs::CmEvent& ev) {
   }
   case K::rejected:
   case K::failed: {
-    OwnedCmUser own(u);                                                // the operation ends here
-    if (u->kind == CmUser::Kind::server) return server_accept_done(u); // nothing more to do
+    OwnedCmUser own(u); // the operation ends here
+    if (u->kind == CmUser::Kind::server) return server_accept_done(eng, u); // nothing more to do
     Conn* c = u->conn;
     const recover::CmReject r = recover::parse_cm_reject(
         ev.priv, ev.priv_len, ev.kind == K::rejected && ev.consumer_reject);
     if (u->reattach) {
-      attempt_done(u);
+      attempt_done(eng, u);
       bool again = false;
       XP_SLOG(XP_SLOG_DEBUG, "back to RDMA: rdma_cm %s (status %d, %s, code %u)",
               ev.kind == K::rejected ? "rejected" : "failed", ev.status,
@@ -712,7 +713,7 @@ void on_cm_event(const verbs::CmEvent& ev) {
         if (r.code == rej_redirect && !c->reup.redirected && !c->closed.load() &&
             c->reup.state == reattach::connecting) {
           c->reup.redirected = true;
-          again = cm_reattach(c, r.port);
+          again = cm_reattach(eng, c, r.port);
         }
       }
       if (!again) reattach::over_channel(c, nullptr);
@@ -723,16 +724,16 @@ void on_cm_event(const verbs::CmEvent& ev) {
     bool will_retry = ev.kind == K::rejected && !ev.consumer_reject && !c->closed.load() &&
                       c->rv.no_listener_tries < 1 && u->port == c->tuple.server_port;
     const bool refused_twice =
-        will_retry && g().negative.refused(recover::server_addr(c->tuple), c->tuple.server_port,
-                                           now_ms(), g().p.negative_cache_ms);
+        will_retry && eng.negative.refused(recover::server_addr(c->tuple), c->tuple.server_port,
+                                           now_ms(), eng.p.negative_cache_ms);
     will_retry = will_retry && !refused_twice;
-    attempt_done(u, !will_retry);
+    attempt_done(eng, u, !will_retry);
     {
       std::lock_guard<std::mutex> l(c->mu);
       if (r.code == rej_redirect && !c->rv.redirected && !c->closed.load()) {
         c->rv.redirected = true;
         // A redirected ATTACH refused or lost before (attach_refused): connect.
-        if (c->rv.attach_refused || !attach_at_port(c, r.port)) cm_connect(c, r.port);
+        if (c->rv.attach_refused || !attach_at_port(eng, c, r.port)) cm_connect(eng, c, r.port);
       } else if (ev.ring_refused) {
         // The server's ring descriptor is out of our bounds: it runs
         // xpress, but not one we can talk to.
@@ -746,8 +747,8 @@ void on_cm_event(const verbs::CmEvent& ev) {
         c->rv.retry_at_ms = now_ms() + kNoListenerRetryMs;
       } else if (r.code == 0) {
         // Nobody answers rdma_cm there: not an xpress peer (or no RDMA).
-        g().negative.remember(recover::server_addr(c->tuple), c->tuple.server_port, now_ms(),
-                              g().p.negative_cache_ms);
+        eng.negative.remember(recover::server_addr(c->tuple), c->tuple.server_port, now_ms(),
+                              eng.p.negative_cache_ms);
         fail(c, Reason::peer_not_accelerated);
       } else {
         XP_SLOG(XP_SLOG_DEBUG, "fd %d: rendezvous answer: code %u, event %d", c->sock(),
@@ -761,26 +762,26 @@ void on_cm_event(const verbs::CmEvent& ev) {
   }
   case K::listener_lost: {
     // Its device went away: listen again once one has the address.
-    for (OwnedListener& o : g().listeners)
+    for (OwnedListener& o : eng.listeners)
       if (o.user == ev.user && o.l) {
-        g().cm->close_listener(o.l);
+        eng.cm->close_listener(o.l);
         o.l = nullptr;
       }
-    if (ev.user == &g().private_user && g().private_l) {
-      g().cm->close_listener(g().private_l);
-      g().private_l = nullptr;
-      g().private_lost = true;
+    if (ev.user == &eng.private_user && eng.private_l) {
+      eng.cm->close_listener(eng.private_l);
+      eng.private_l = nullptr;
+      eng.private_lost = true;
     }
     XP_SLOG(XP_SLOG_INFO, "rdma_cm listener lost its device: listening again when it is back");
     return;
   }
   case K::disconnected: {
-    for (Channel* ch : g().chans.live()) {
+    for (Channel* ch : eng.chans.live()) {
       if (ch->link == ev.link) {
         // What the peer sent before it left is in our ring already (RC
         // delivers in order, before the disconnect): take it first, its
         // streams' last bytes and FINs (a peer that exited, stream/exit.cc).
-        // Control records wait in the inbox (their handling takes g().mu).
+        // Control records wait in the inbox (their handling takes eng.mu).
         Changes changed;
         {
           std::lock_guard<std::mutex> l(ch->mu);
@@ -794,14 +795,14 @@ void on_cm_event(const verbs::CmEvent& ev) {
     // A channel already torn down (failed and emptied, e.g. its streams
     // resumed on TCP) is destroyed when its grace period ends; its user
     // pointer is long gone.
-    for (Channel* ch : g().chans.dying())
+    for (Channel* ch : eng.chans.dying())
       if (ch->link == ev.link) return;
-    g().cm->destroy(ev.link); // never established here
+    eng.cm->destroy(ev.link); // never established here
     if (u == nullptr || (u->kind != CmUser::Kind::server && u->kind != CmUser::Kind::client))
       return;
-    OwnedCmUser own(u);                                   // the operation ends here
-    if (u->kind == CmUser::Kind::client) attempt_done(u); // those parked behind it go on
-    if (u->kind == CmUser::Kind::server) server_accept_done(u);
+    OwnedCmUser own(u);                                        // the operation ends here
+    if (u->kind == CmUser::Kind::client) attempt_done(eng, u); // those parked behind it go on
+    if (u->kind == CmUser::Kind::server) server_accept_done(eng, u);
     return;
   }
   }

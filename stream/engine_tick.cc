@@ -89,14 +89,14 @@ bool quiet(const Conn* c) {
 
 } // namespace
 
-void tick_conns(uint64_t now) {
+void tick_conns(State& eng, uint64_t now) {
   std::vector<Conn*> cs;
   BusyHosts hosts;
   {
-    std::lock_guard<std::mutex> gl(g().mu);
+    std::lock_guard<std::mutex> gl(eng.mu);
     bool any_waiting = false, timed = false;
-    g().maybe_timed.store(false); // before the walk: see State::maybe_timed
-    for (Conn* c : g().conns) {
+    eng.maybe_timed.store(false); // before the walk: see State::maybe_timed
+    for (Conn* c : eng.conns) {
       const Phase ph = c->phase.load();
       if (ph == Phase::tcp) continue;
       // An upgrade that times nothing (recover/upgrade.h untimed: it waits
@@ -111,7 +111,7 @@ void tick_conns(uint64_t now) {
       any_waiting |=
           ph == Phase::upgrading && (waits_for_client(c) || c->role == recover::Role::client);
     }
-    if (timed) g().maybe_timed.store(true);
+    if (timed) eng.maybe_timed.store(true);
     if (any_waiting) hosts.collect();
   }
   for (Conn* c : cs) {
@@ -132,8 +132,8 @@ void tick_conns(uint64_t now) {
             c->rv.retry_at_ms = 0;
             c->rv.cm_tried = false;
             c->ref();
-            std::lock_guard<std::mutex> ql(g().qmu);
-            g().start_queue.push_back(c);
+            std::lock_guard<std::mutex> ql(eng.qmu);
+            eng.start_queue.push_back(c);
             kick();
           } else if (c->deadline_ms && now > c->deadline_ms && c->ch == nullptr) {
             const bool waiting = waits_for_client(c);
@@ -142,7 +142,7 @@ void tick_conns(uint64_t now) {
               if (c->waits_extended++ == 0)
                 XP_SLOG(XP_SLOG_DEBUG, "fd %d: the peer's host is still setting up: waiting longer",
                         c->sock());
-              c->deadline_ms = now + g().p.handshake_timeout_ms;
+              c->deadline_ms = now + eng.p.handshake_timeout_ms;
             } else {
               // A server nobody asked for: the client does not run xpress.
               fail(c, waiting ? Reason::peer_not_accelerated : Reason::handshake_timeout);
@@ -158,7 +158,7 @@ void tick_conns(uint64_t now) {
           if ((tb & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !fin) {
             if (c->hup_since_ms == 0)
               c->hup_since_ms = now;
-            else if (now - c->hup_since_ms > g().p.hangup_grace_ms && !c->dead.load()) {
+            else if (now - c->hup_since_ms > eng.p.hangup_grace_ms && !c->dead.load()) {
               c->dead.store(true);
               c->err_pending.store(true);
               c->ready.gen.fetch_add(1);
@@ -173,8 +173,8 @@ void tick_conns(uint64_t now) {
   // Channels whose completions nobody polled lately (no event armed?): poll.
   std::vector<Channel*> chs;
   {
-    std::lock_guard<std::mutex> gl(g().mu);
-    chs = g().chans.snapshot();
+    std::lock_guard<std::mutex> gl(eng.mu);
+    chs = eng.chans.snapshot();
   }
   for (Channel* ch : chs) {
     if (!ch->failed.load()) {
@@ -190,15 +190,15 @@ void tick_conns(uint64_t now) {
       if (streams) channel_failed(ch); // failed by one stream: the others follow
     }
   }
-  keepalive(now);
+  keepalive(eng, now);
 }
 
 // Channels nobody uses for a while, and failed ones, go (client channels
 // after kClientIdleMs idle, server ones after kServerIdleMs); listeners whose device
 // went away listen again.
-void reap_channels(uint64_t now) {
-  XP_ASSERT_HELD(g().mu);
-  auto& chs = g().chans.live();
+void reap_channels(State& eng, uint64_t now) {
+  XP_ASSERT_HELD(eng.mu);
+  auto& chs = eng.chans.live();
   for (auto it = chs.begin(); it != chs.end();) {
     Channel* ch = *it;
     // A channel whose lock is taken is in use: not idle this tick (a
@@ -212,40 +212,40 @@ void reap_channels(uint64_t now) {
     if (empty && !ch->failed.load() && ch->idle_since_ms == 0) ch->idle_since_ms = now;
     // A server channel's streams come by ATTACH (no link_stream): any
     // stream, or an ATTACH waiting for the application, makes it busy.
-    if (!ch->client_side && (!empty || pending_attaches_of(ch) > 0)) ch->idle_since_ms = 0;
+    if (!ch->client_side && (!empty || pending_attaches_of(eng, ch) > 0)) ch->idle_since_ms = 0;
     const uint64_t idle_ms = ch->client_side ? kClientIdleMs : kServerIdleMs;
     bool idle_long = empty && ch->idle_since_ms != 0 && now - ch->idle_since_ms > idle_ms;
     if ((ch->failed.load() && empty) || idle_long) {
       // Unlink now; free later: a caller that read a connection's channel
       // just before the connection left it may still poll it briefly.
-      syscall(SYS_epoll_ctl, g().epfd, EPOLL_CTL_DEL, ch->link->wait_fd(), nullptr);
-      drop_attaches(ch); // nothing pending may name it once it is freed
+      syscall(SYS_epoll_ctl, eng.epfd, EPOLL_CTL_DEL, ch->link->wait_fd(), nullptr);
+      drop_attaches(eng, ch); // nothing pending may name it once it is freed
       ++it;
-      g().chans.retire(ch, now);
+      eng.chans.retire(ch, now);
       continue;
     }
     ++it;
   }
   // Destroying the link disconnects: the peer tears its side down.
-  g().chans.free_quiet(now, [](Channel* ch) { g().cm->destroy(ch->link); });
+  eng.chans.free_quiet(now, [&eng](Channel* ch) { eng.cm->destroy(ch->link); });
 }
 
-void relisten(uint64_t now) {
-  XP_ASSERT_HELD(g().mu);
-  if (now < g().relisten_ms) return;
-  g().relisten_ms = now + 500; // a device comes back in seconds: no hurry
-  for (OwnedListener& o : g().listeners) {
+void relisten(State& eng, uint64_t now) {
+  XP_ASSERT_HELD(eng.mu);
+  if (now < eng.relisten_ms) return;
+  eng.relisten_ms = now + 500; // a device comes back in seconds: no hurry
+  for (OwnedListener& o : eng.listeners) {
     if (o.l) continue;
     uint16_t port = 0;
-    if (g().cm->listen(reinterpret_cast<sockaddr*>(&o.share->addr), o.user, &o.l, &port,
+    if (eng.cm->listen(reinterpret_cast<sockaddr*>(&o.share->addr), o.user, &o.l, &port,
                        o.share->af_only) == Status::ok)
       XP_SLOG(XP_SLOG_INFO, "rdma_cm listener back on port %u", port);
   }
-  if (g().private_lost) {
+  if (eng.private_lost) {
     uint16_t port = 0;
-    if (g().cm->listen(reinterpret_cast<sockaddr*>(&g().private_addr), &g().private_user,
-                       &g().private_l, &port, g().private_af_only) == Status::ok)
-      g().private_lost = false;
+    if (eng.cm->listen(reinterpret_cast<sockaddr*>(&eng.private_addr), &eng.private_user,
+                       &eng.private_l, &port, eng.private_af_only) == Status::ok)
+      eng.private_lost = false;
   }
 }
 
@@ -323,13 +323,13 @@ bool silent_after_poll(Channel* ch, uint64_t now) {
 }
 } // namespace
 
-void keepalive(uint64_t now) {
-  const uint32_t ka = g().p.keepalive_ms;
+void keepalive(State& eng, uint64_t now) {
+  const uint32_t ka = eng.p.keepalive_ms;
   if (ka == 0) return;
   std::vector<Channel*> chs;
   {
-    std::lock_guard<std::mutex> gl(g().mu);
-    chs = g().chans.snapshot();
+    std::lock_guard<std::mutex> gl(eng.mu);
+    chs = eng.chans.snapshot();
   }
   for (Channel* ch : chs) {
     if (ch->failed.load()) continue;

@@ -101,7 +101,7 @@ bool hand_over(Conn* c) {
   // Requests for it wait for the child's publication (or their deadline);
   // an rdma_cm accept still under way gets the NAK when it completes
   // (engine_rendezvous.cc bind_new_channel).
-  unindex_server(c);
+  unindex_server(g(), c);
   if (c->rv.slot_written) {
     uint8_t key[recover::kTupleIdBytes];
     recover::tuple_id(c->tuple, key);
@@ -233,8 +233,8 @@ void tick_claims(uint64_t now) {
                   "upgrading it here",
                   c->sock());
           c->rv.slot_written = false;
-          index_server(c);
-          serve_share(c->rv.share, c); // published: the parent's rendezvous redirects here
+          index_server(g(), c);
+          serve_share(g(), c->rv.share, c); // published: the parent's rendezvous redirects here
         }
       } else if (now >= c->deadline_ms) {
         drop_claim(at);

@@ -330,7 +330,7 @@ void start(Conn* c) {
   // and rdma_cm retries it only after its CM response timeout (about 4 s):
   // a bound near that would abandon every such attempt.
   c->reup.deadline_ms = now + kConnectMs;
-  if (!engine::cm_reattach(c, c->tuple.server_port)) failed_attempt(c);
+  if (!engine::cm_reattach(engine::g(), c, c->tuple.server_port)) failed_attempt(c);
 }
 
 void over_channel(Conn* c, Channel* ch) {
@@ -360,7 +360,7 @@ void on_reattach(Channel* ch, const ControlRecord& rec) {
   if (recover::parse_reattach_tuple(rec.payload, h.len, &t, &code) != Status::ok) return nak(code);
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(t, key);
-  Conn* c = engine::find_by_key(key);
+  Conn* c = engine::find_by_key(engine::g(), key);
   // A channel whose rdma_cm requester is not the stream's TCP client binds
   // nothing of it (docs/protocol.md §2).
   if (c == nullptr || !engine::channel_serves(ch, c)) return nak(recover::NakCode::unknown_stream);

@@ -57,7 +57,7 @@ struct EngineEpoll {
 inline stream::Channel* client_channel(EventLink& a, EventLink& b) {
   FakeLink::connect(a, b);
   std::lock_guard<std::mutex> g(stream::engine::g().mu);
-  return stream::engine::make_channel(&a, true);
+  return stream::engine::make_channel(stream::engine::g(), &a, true);
 }
 
 inline void drop(stream::Channel* ch) {

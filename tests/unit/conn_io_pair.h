@@ -101,8 +101,8 @@ struct Pair {
     b.dir = 1;
     {
       std::lock_guard<std::mutex> g(engine::g().mu);
-      a.ch = engine::make_channel(&la, true);
-      b.ch = engine::make_channel(&lb, false);
+      a.ch = engine::make_channel(engine::g(), &la, true);
+      b.ch = engine::make_channel(engine::g(), &lb, false);
     }
     REQUIRE(a.ch != nullptr);
     REQUIRE(b.ch != nullptr);

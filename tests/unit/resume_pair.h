@@ -132,8 +132,8 @@ struct RPair {
     b.dir = 1;
     {
       std::lock_guard<std::mutex> g(stream::engine::g().mu);
-      a.ch = stream::engine::make_channel(&la, true);
-      b.ch = stream::engine::make_channel(&lb, false);
+      a.ch = stream::engine::make_channel(stream::engine::g(), &la, true);
+      b.ch = stream::engine::make_channel(stream::engine::g(), &lb, false);
     }
     bind(a, ps.nonce);
     bind(b, pc.nonce);
@@ -194,7 +194,7 @@ inline void check_delivered(const RPair& p, uint64_t total) {
 // What the engine thread does: poll channels (failed ones resume their
 // streams), notice the peer's frames on TCP, pump resumed connections.
 inline void engine_step(RPair& p) {
-  stream::engine::keepalive(stream::engine::now_ms());
+  stream::engine::keepalive(stream::engine::g(), stream::engine::now_ms());
   for (REnd* e : {&p.a, &p.b}) {
     stream::engine::progress(e->ch);
     if (e->c->rx_rdma.load()) stream::engine::tcp_after_switch(e->c);
@@ -296,7 +296,7 @@ struct AcceptedConn {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     c->ref();
     stream::engine::g().conns.add(c);
-    stream::engine::index_server(c);
+    stream::engine::index_server(stream::engine::g(), c);
   }
   AcceptedConn(const AcceptedConn&) = delete;
   AcceptedConn& operator=(const AcceptedConn&) = delete;

@@ -58,7 +58,7 @@ struct Burst {
   }
   void start(Conn* c) {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::start_client(c);
+    engine::start_client(engine::g(), c);
   }
 };
 
@@ -99,7 +99,7 @@ TEST_CASE("admission: a burst of connects waits behind the attempts under way") 
   Channel* ch = nullptr;
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    ch = engine::make_channel(&links.la, true);
+    ch = engine::make_channel(engine::g(), &links.la, true);
     REQUIRE(ch != nullptr);
     ch->peer_addr = recover::server_addr(b.conns[0]->tuple);
     ch->peer_port = b.conns[0]->tuple.server_port;
@@ -172,7 +172,7 @@ TEST_CASE("engine wait: it ticks while an upgrade is timed, and no longer once n
   CHECK(engine::wait_ms() == engine::kTickMs);
   // Waiting for the program's bytes: nothing to time.
   c->untimed.store(true);
-  engine::tick_conns(engine::now_ms());
+  engine::tick_conns(engine::g(), engine::now_ms());
   CHECK_FALSE(engine::g().maybe_timed.load());
   CHECK(engine::wait_ms() != engine::kTickMs);
   // The session times something again (its step says so).
@@ -185,7 +185,7 @@ TEST_CASE("engine wait: it ticks while an upgrade is timed, and no longer once n
   CHECK(engine::wait_ms() == engine::kTickMs);
   // Settled (here: on TCP): the next tick finds nothing timed.
   c->phase.store(Phase::tcp);
-  engine::tick_conns(engine::now_ms());
+  engine::tick_conns(engine::g(), engine::now_ms());
   CHECK_FALSE(engine::g().maybe_timed.load());
   {
     std::lock_guard<std::mutex> g(engine::g().mu);

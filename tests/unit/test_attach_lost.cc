@@ -32,7 +32,7 @@ struct ClientChannel {
   Channel* ch = nullptr;
   explicit ClientChannel(const Conn* c) {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    ch = engine::make_channel(&links.la, true);
+    ch = engine::make_channel(engine::g(), &links.la, true);
     REQUIRE(ch != nullptr);
     ch->peer_addr = recover::server_addr(c->tuple);
     ch->peer_port = c->tuple.server_port;
@@ -58,7 +58,7 @@ bool take_queued(Conn* c) {
 void attach(Conn* c, Channel* ch) {
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::start_client(c);
+    engine::start_client(engine::g(), c);
   }
   REQUIRE(c->ch == ch);
   REQUIRE(c->sess.state() == recover::State::attaching);
@@ -227,7 +227,7 @@ TEST_CASE("server wait: a client host that sets up channels here is waited for l
     test::AcceptedConn srv(ps);
     REQUIRE(srv.c->phase.load() == Phase::upgrading);
     past_deadline(srv.c);
-    engine::tick_conns(engine::now_ms());
+    engine::tick_conns(engine::g(), engine::now_ms());
     CHECK(srv.c->phase.load() == Phase::tcp);
     CHECK(srv.c->reason == Reason::peer_not_accelerated);
   }
@@ -236,7 +236,7 @@ TEST_CASE("server wait: a client host that sets up channels here is waited for l
     Channel* ch = nullptr;
     {
       std::lock_guard<std::mutex> g(engine::g().mu);
-      ch = engine::make_channel(&links.lb, false);
+      ch = engine::make_channel(engine::g(), &links.lb, false);
       REQUIRE(ch != nullptr);
       ch->peer_addr = recover::client_addr(ps.tuple);
     }
@@ -244,12 +244,12 @@ TEST_CASE("server wait: a client host that sets up channels here is waited for l
       test::AcceptedConn srv(ps);
       for (int i = 0; i < 3; ++i) {
         past_deadline(srv.c);
-        engine::tick_conns(engine::now_ms());
+        engine::tick_conns(engine::g(), engine::now_ms());
         CHECK(srv.c->phase.load() == Phase::upgrading);
         CHECK(srv.c->deadline_ms > engine::now_ms());
       }
       past_deadline(srv.c);
-      engine::tick_conns(engine::now_ms());
+      engine::tick_conns(engine::g(), engine::now_ms());
       CHECK(srv.c->phase.load() == Phase::tcp);
       CHECK(srv.c->reason == Reason::peer_not_accelerated);
     }
@@ -281,7 +281,7 @@ void redirect_to(Conn* c, uint16_t port) {
   memcpy(ev.priv, &w, sizeof w);
   ev.priv_len = sizeof w;
   std::lock_guard<std::mutex> g(engine::g().mu);
-  engine::on_cm_event(ev); // frees u
+  engine::on_cm_event(engine::g(), ev); // frees u
 }
 
 } // namespace
@@ -355,11 +355,11 @@ TEST_CASE("client wait: a connection behind its host's rdma_cm attempt is waited
   engine::CmUser* u = attempt(other, other->tuple.server_port);
   for (int i = 0; i < 3; ++i) {
     past_deadline();
-    engine::tick_conns(engine::now_ms());
+    engine::tick_conns(engine::g(), engine::now_ms());
     CHECK(c->phase.load() == Phase::upgrading);
   }
   past_deadline();
-  engine::tick_conns(engine::now_ms());
+  engine::tick_conns(engine::g(), engine::now_ms());
   CHECK(c->phase.load() == Phase::tcp);
   CHECK(c->reason == Reason::handshake_timeout);
   {
@@ -390,7 +390,7 @@ TEST_CASE("client wait: its own rdma_cm attempt does not extend the handshake") 
     std::lock_guard<std::mutex> l(c->mu);
     c->deadline_ms = 1;
   }
-  engine::tick_conns(engine::now_ms());
+  engine::tick_conns(engine::g(), engine::now_ms());
   CHECK(c->phase.load() == Phase::tcp);
   CHECK(c->reason == Reason::handshake_timeout);
   {

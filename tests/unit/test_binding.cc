@@ -35,7 +35,7 @@ struct Served : AcceptedConn {
       : AcceptedConn(v6 ? rparams6(recover::Role::server, 6) : rparams(recover::Role::server, 6)) {
     FakeLink::connect(la, lb);
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    cb = stream::engine::make_channel(&lb, false);
+    cb = stream::engine::make_channel(stream::engine::g(), &lb, false);
     cb->peer_addr = requester;
   }
   ~Served() {

@@ -298,13 +298,13 @@ TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
     engine::g().conns.add(p.a.c);
   }
   uint64_t now = engine::now_ms();
-  engine::tick_conns(now); // the keepalive's look for this period
+  engine::tick_conns(engine::g(), now); // the keepalive's look for this period
   engine::spin_enter(p.a.ch);
   engine::spin_enter(p.b.ch);
   {
     // The loop's thread at work on both ends.
     std::unique_lock<std::mutex> lc(p.a.c->mu), la(p.a.ch->mu), lb(p.b.ch->mu);
-    CHECK(returns_while_held([&] { engine::tick_conns(now + 10); }, lb, la, lc));
+    CHECK(returns_while_held([&] { engine::tick_conns(engine::g(), now + 10); }, lb, la, lc));
   }
   {
     // The keepalive's next look is due, and the locks are still held: it
@@ -312,9 +312,9 @@ TEST_CASE("conn io: the engine's tick leaves a busy stream's locks alone") {
     const uint64_t due = now + 3000 / 6 + 1;
     const uint64_t checked_a = p.a.ch->ka_checked_ms;
     std::unique_lock<std::mutex> lc(p.a.c->mu), la(p.a.ch->mu), lb(p.b.ch->mu);
-    CHECK(returns_while_held([&] { engine::tick_conns(due); }, lb, la, lc));
+    CHECK(returns_while_held([&] { engine::tick_conns(engine::g(), due); }, lb, la, lc));
     CHECK(p.a.ch->ka_checked_ms == checked_a); // not looked at yet
-    engine::tick_conns(due + 10);              // free now: the look happens
+    engine::tick_conns(engine::g(), due + 10); // free now: the look happens
     CHECK(p.a.ch->ka_checked_ms == due + 10);
     CHECK_FALSE(p.a.ch->failed.load());
   }

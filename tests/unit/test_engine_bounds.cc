@@ -62,7 +62,7 @@ struct ServerChannel {
   explicit ServerChannel(uint8_t h = 1, uint32_t sq_depth = 128)
       : links(64 * 1024, sq_depth), host(h) {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    ch = engine::make_channel(&links.lb, false);
+    ch = engine::make_channel(engine::g(), &links.lb, false);
     ch->peer_addr = recover::client_addr(tuple(0, host));
   }
   Status attach(uint32_t id, uint16_t client_port) {
@@ -85,7 +85,7 @@ struct ServerChannel {
     if (ch == nullptr) return;
     {
       std::lock_guard<std::mutex> g(engine::g().mu);
-      engine::drop_attaches(ch);
+      engine::drop_attaches(engine::g(), ch);
       engine::g().chans.free_now(ch);
     }
   }
@@ -123,14 +123,14 @@ TEST_CASE("engine: a pending ATTACH does not outlive its channel") {
   const uint64_t now = engine::now_ms();
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::reap_channels(now);
+    engine::reap_channels(engine::g(), now);
   }
   REQUIRE(s.ch->dying_since_ms != 0);
   REQUIRE(pending_attaches(s.ch) == 0);
   // 2 s later it is freed; the engine's next retries find nothing of it.
   s.free_unlinked();
   std::lock_guard<std::mutex> g(engine::g().mu);
-  engine::retry_pending(now + 2500);
+  engine::retry_pending(engine::g(), now + 2500);
   CHECK(engine::g().attaches.empty());
 }
 
@@ -200,7 +200,7 @@ TEST_CASE("engine: pending ATTACHes are capped per channel, the rest refused bus
     CHECK(c == static_cast<uint64_t>(recover::NakCode::busy));
   engine::mark_failed(s.ch, ResumeCause::protocol_error);
   std::lock_guard<std::mutex> g(engine::g().mu);
-  engine::reap_channels(engine::now_ms());
+  engine::reap_channels(engine::g(), engine::now_ms());
   CHECK(engine::g().attaches.empty());
 }
 
@@ -237,12 +237,12 @@ TEST_CASE("engine: a tick with many ATTACHes pending does no work per entry") {
   std::lock_guard<std::mutex> g(engine::g().mu);
   const uint64_t t0 = engine::mono_ns();
   for (int i = 0; i < 10; ++i)
-    engine::retry_pending(engine::now_ms());
+    engine::retry_pending(engine::g(), engine::now_ms());
   const uint64_t per_tick_us = (engine::mono_ns() - t0) / 10 / 1000;
   MESSAGE("retry_pending with 2000 ATTACHes pending: " << per_tick_us << " us per tick");
   CHECK(per_tick_us < 1000); // about 3.4 ms per tick when every entry was looked at
   for (auto& s : chs)
-    CHECK(engine::pending_attaches_of(s->ch) == 200); // nothing answered, nothing lost
+    CHECK(engine::pending_attaches_of(engine::g(), s->ch) == 200); // nothing answered, nothing lost
 }
 
 // One requester address could queue the process's 4096 pending ATTACHes
@@ -277,7 +277,7 @@ TEST_CASE("engine: pending ATTACHes are capped per requester address") {
   // A refused or answered ATTACH frees its address's room.
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::drop_attaches(a1.ch);
+    engine::drop_attaches(engine::g(), a1.ch);
   }
   flood(a2, 23000, 10);
   CHECK(pending_attaches(a2.ch) == engine::kMaxPendingAttachesPerPeer - 200 + 10);
@@ -287,7 +287,7 @@ TEST_CASE("engine: pending ATTACHes are capped per requester address") {
 // is not queued (the caller rejects it busy).
 TEST_CASE("engine: pending rdma_cm requests are capped per address and in all") {
   std::lock_guard<std::mutex> g(engine::g().mu);
-  engine::clear_pending();
+  engine::clear_pending(engine::g());
   engine::PendingReq p{};
   p.deadline_ms = ~uint64_t{0};
   size_t queued = 0;
@@ -297,13 +297,13 @@ TEST_CASE("engine: pending rdma_cm requests are capped per address and in all") 
     memcpy(p.from.b, &addr, 4);
     for (uint32_t i = 0; i < 100; ++i) {
       p.key[0] = static_cast<uint8_t>(i);
-      queued += engine::queue_request(p);
+      queued += engine::queue_request(engine::g(), p);
     }
     if (addr == 1) CHECK(queued == engine::kMaxPendingReqsPerPeer);
   }
   CHECK(queued == engine::kMaxPendingReqs);
   CHECK(engine::g().reqs.size() == engine::kMaxPendingReqs);
-  engine::clear_pending();
+  engine::clear_pending(engine::g());
 }
 
 // Finding 6: server channels were never reaped when idle (a peer could set
@@ -312,11 +312,11 @@ TEST_CASE("engine: an idle server channel is torn down") {
   ServerChannel s;
   const uint64_t now = engine::now_ms();
   std::lock_guard<std::mutex> g(engine::g().mu);
-  engine::reap_channels(now);
+  engine::reap_channels(engine::g(), now);
   CHECK(s.ch->dying_since_ms == 0);
-  engine::reap_channels(now + engine::kServerIdleMs / 2);
+  engine::reap_channels(engine::g(), now + engine::kServerIdleMs / 2);
   CHECK(s.ch->dying_since_ms == 0);
-  engine::reap_channels(now + engine::kServerIdleMs + 1);
+  engine::reap_channels(engine::g(), now + engine::kServerIdleMs + 1);
   CHECK(s.ch->dying_since_ms != 0);
 }
 
@@ -330,16 +330,16 @@ TEST_CASE("engine: an idle client channel lingers for the next connection, then 
   Channel* ch;
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    ch = engine::make_channel(&links.la, true);
+    ch = engine::make_channel(engine::g(), &links.la, true);
   }
   const uint64_t now = engine::now_ms();
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::reap_channels(now);
+    engine::reap_channels(engine::g(), now);
     CHECK(ch->dying_since_ms == 0);
-    engine::reap_channels(now + 10000);
+    engine::reap_channels(engine::g(), now + 10000);
     REQUIRE(ch->dying_since_ms == 0);
-    engine::reap_channels(now + engine::kClientIdleMs + 1);
+    engine::reap_channels(engine::g(), now + engine::kClientIdleMs + 1);
     CHECK(ch->dying_since_ms != 0);
     engine::g().chans.free_now(ch);
   }
@@ -404,7 +404,7 @@ TEST_CASE("engine: a pending ATTACH for a connection a sibling published is refu
   const uint64_t now = engine::now_ms();
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::retry_pending(now); // the share's generation, seen
+    engine::retry_pending(engine::g(), now); // the share's generation, seen
   }
   CHECK(naks(s).empty());
   uint8_t key[recover::kTupleIdBytes];
@@ -412,7 +412,7 @@ TEST_CASE("engine: a pending ATTACH for a connection a sibling published is refu
   REQUIRE(share_publish(l.sh.get(), key, getpid() + 1, 4444)); // the sibling
   {
     std::lock_guard<std::mutex> g(engine::g().mu);
-    engine::retry_pending(now);
+    engine::retry_pending(engine::g(), now);
   }
   engine::progress(s.ch);
   const auto codes = naks(s);

@@ -292,7 +292,7 @@ TEST_CASE("engine: each accept publishes its connection, O(1) however many there
     c->ref();
     engine::g().conns.add(c);
     const uint64_t b = share_probes();
-    engine::serve_share(sh, c); // as on_accept
+    engine::serve_share(engine::g(), sh, c); // as on_accept
     most = std::max(most, share_probes() - b);
     REQUIRE(c->rv.slot_written);
     cs.push_back(c);

@@ -44,7 +44,7 @@ struct Back {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     p.b.c->ref();
     stream::engine::g().conns.add(p.b.c);
-    stream::engine::index_server(p.b.c);
+    stream::engine::index_server(stream::engine::g(), p.b.c);
   }
   // The link comes back: a channel from the client to the server's address.
   void link_up() {
@@ -56,8 +56,8 @@ struct Back {
     }
     FakeLink::connect(la2, lb2);
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    ca = stream::engine::make_channel(&la2, true);
-    cb = stream::engine::make_channel(&lb2, false);
+    ca = stream::engine::make_channel(stream::engine::g(), &la2, true);
+    cb = stream::engine::make_channel(stream::engine::g(), &lb2, false);
     ca->peer_addr = recover::ipv4_addr(p.a.c->tuple.server_addr);
     ca->peer_port = p.a.c->tuple.server_port;
     cb->peer_addr = recover::ipv4_addr(p.a.c->tuple.client_addr); // the rdma_cm requester
@@ -71,7 +71,7 @@ struct Back {
       stream::engine::on_close(e->c); // leaves the new channel too
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
     if (stream::engine::g().conns.remove(p.b.c)) {
-      stream::engine::unindex_server(p.b.c);
+      stream::engine::unindex_server(stream::engine::g(), p.b.c);
       p.b.c->unref();
     }
     for (stream::Channel* ch : {ca, cb})
@@ -97,7 +97,7 @@ void step(Back& q) {
   for (stream::Conn* c : start) {
     {
       std::lock_guard<std::mutex> g(stream::engine::g().mu);
-      stream::engine::start_client(c);
+      stream::engine::start_client(stream::engine::g(), c);
     }
     c->unref();
   }
@@ -193,7 +193,7 @@ void settle_back_on_rdma(Back& q) {
 void keepalive_for(Back& q, uint64_t ms, bool poll) {
   const uint64_t until = stream::engine::now_ms() + ms;
   while (stream::engine::now_ms() < until) {
-    stream::engine::keepalive(stream::engine::now_ms());
+    stream::engine::keepalive(stream::engine::g(), stream::engine::now_ms());
     if (poll) step(q);
     usleep(3 * 1000);
   }
@@ -291,11 +291,11 @@ TEST_CASE("keepalive: a stall of the checking thread is not the peer's silence")
   RPair& p = q.p;
   settle_back_on_rdma(q); // the last check saw the receive cursors
   usleep(10 * 1000);      // a check is due (every ka/6), nothing expired (ka: 30 ms)
-  stream::engine::keepalive(stream::engine::now_ms());
+  stream::engine::keepalive(stream::engine::g(), stream::engine::now_ms());
   // The thread stalls longer than the period; its first check after the
   // stall comes before anyone polled what the peer sent meanwhile.
   usleep(100 * 1000);
-  stream::engine::keepalive(stream::engine::now_ms());
+  stream::engine::keepalive(stream::engine::g(), stream::engine::now_ms());
   CHECK_FALSE(q.ca->failed.load());
   CHECK_FALSE(q.cb->failed.load());
   step(q);
@@ -349,7 +349,7 @@ TEST_CASE("keepalive: a channel without streams at both ends stays silent") {
   OffChannel off_a(q.ca, p.a.c), off_b(q.cb, p.b.c);
   // One round to let what was in flight arrive and be answered once.
   for (int i = 0; i < 3; ++i) {
-    stream::engine::keepalive(stream::engine::now_ms());
+    stream::engine::keepalive(stream::engine::g(), stream::engine::now_ms());
     step(q);
     usleep(11 * 1000);
   }
@@ -424,7 +424,7 @@ TEST_CASE("back to RDMA: a bad REATTACH is refused with a NAK and binds nothing"
   FakeLink::connect(q.la2, q.lb2);
   {
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    q.cb = stream::engine::make_channel(&q.lb2, false);
+    q.cb = stream::engine::make_channel(stream::engine::g(), &q.lb2, false);
     q.cb->peer_addr = recover::ipv4_addr(p.a.c->tuple.client_addr); // the rdma_cm requester
     // As its rdma_cm set-up named it (recover::ChannelBinding).
     q.cb->binding.cm.family = 4;

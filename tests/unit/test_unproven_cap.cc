@@ -62,7 +62,7 @@ struct FromHost {
     client.reset(new flow::RecordChannel(&la));
     const uint8_t a[4] = {10, 0, 0, host};
     std::lock_guard<std::mutex> g(stream::engine::g().mu);
-    ch = stream::engine::make_channel(&lb, false);
+    ch = stream::engine::make_channel(stream::engine::g(), &lb, false);
     ch->peer_addr = recover::ipv4_addr(a);
   }
   ~FromHost() {

@@ -261,7 +261,7 @@ TEST_CASE("upgrade crossing: the handshake timer does not fire while the peer's 
     p.b.c->ref();
     stream::engine::g().conns.add(p.b.c);
   }
-  stream::engine::tick_conns(now + 60000);
+  stream::engine::tick_conns(stream::engine::g(), now + 60000);
   CHECK(p.b.c->sess.state() != recover::State::failed);
   rdrive(p, total, 5, -1, [] {});
   CHECK_FALSE(p.a.reset);
