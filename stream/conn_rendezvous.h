@@ -1,14 +1,17 @@
 // How one connection finds or sets up its channel (docs/protocol.md §1):
 // the rendezvous' own state, apart from the upgrade session it serves.
 //
-// Lock rule: written under State::mu by the engine's rendezvous steps
-// (start_client, serve_share, on_cm_event, answer_request assert it) or
-// under Conn::mu; the order is State::mu, then Conn::mu.  Not one lock per
-// field yet: attach_refused, redirected and redirect_attach are also
-// written from control records under Conn::mu alone (handle_record, which
-// application threads run too through drain_inbox), and retry_at_ms and
-// cm_tried from the engine's tick under Conn::mu alone.  `lane` and
-// `share` are written once, when the connection registers (State::mu).
+// Lock rule, one lock per field:
+// - Conn::mu guards every field below but three.  Its writers hold it
+//   whoever they are: the engine's rendezvous steps (which hold State::mu
+//   first: State::mu, then Conn::mu), control records handled by any
+//   thread (handle_record through drain_inbox), the engine's tick.  The
+//   fields that only the engine thread writes (cm_tried, parked_once,
+//   no_listener_tries, retry_at_ms) may be read by that thread without it.
+// - slot_written belongs to the listening socket's table: State::mu
+//   (publish, the fork hand-over).
+// - lane and share are written once, when the connection registers and
+//   before any other thread can reach it; heard_from_peer is atomic.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -33,7 +36,7 @@ struct ConnRendezvous {
   bool redirect_attach = false;  // client: its ATTACH followed a redirect (attach_at_port)
   uint8_t no_listener_tries = 0; // client: rdma_cm said nobody listens (yet?); 1: no more retries
   uint64_t retry_at_ms = 0;      // client: try rdma_cm (again) then (stream/negative_cache.h)
-  bool slot_written = false;     // server: published in share's table
+  bool slot_written = false;     // server: published in share's table (State::mu)
   // Server, also under Conn::mu: an rdma_cm accept in flight (one per
   // connection), the stream id its request proposed, the client's nonce.
   bool accepting = false;

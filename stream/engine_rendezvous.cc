@@ -77,6 +77,7 @@ void cm_addrs(const Conn* c, uint16_t port, sockaddr_storage* src, sockaddr_stor
 }
 
 void cm_connect(State& eng, Conn* c, uint16_t port) {
+  XP_ASSERT_HELD(c->mu); // c->rv (stream/conn_rendezvous.h)
   if (eng.cm == nullptr) return fail(c, Reason::handshake_failed, "rdma_cm not running");
   ReqWire w{};
   w.kind = kKindRequest;
@@ -150,16 +151,17 @@ bool server_channel_room(State& eng, const recover::IpAddr& from) {
 bool server_accept(State& eng, verbs::CmRequest* req, AcceptWire a, CmUser* u) {
   u->from = requester(eng, req);
   u->port = eng.cm->request_local_port(req);
+  // The cap first: a request over it costs no randomness.
+  if (!server_channel_room(eng, u->from)) {
+    XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: server channel cap reached");
+    send_reject(eng, req, rej_busy);
+    return false;
+  }
   // The channel's name (recover::ChannelBinding): the request's addresses
   // and a nonce drawn for this accept alone.
   if (!fresh_chan_nonce(a.chan) ||
       recover::channel_binding_from(eng.cm->request_peer(req), eng.cm->request_local(req), a.chan,
                                     &u->binding) != Status::ok) {
-    send_reject(eng, req, rej_busy);
-    return false;
-  }
-  if (!server_channel_room(eng, u->from)) {
-    XP_SLOG(XP_SLOG_DEBUG, "rdma_cm request refused: server channel cap reached");
     send_reject(eng, req, rej_busy);
     return false;
   }
@@ -518,6 +520,7 @@ namespace {
 
 // Publish c in its listening socket's table as ours, at our private port.
 void publish(State& eng, ListenShare* sh, Conn* c) {
+  XP_ASSERT_HELD(eng.mu); // slot_written (stream/conn_rendezvous.h)
   if (c->rv.share != sh || c->rv.slot_written || c->closed.load()) return;
   uint8_t key[recover::kTupleIdBytes];
   recover::tuple_id(c->tuple, key);

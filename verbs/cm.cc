@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/fd_place.h"
+#include "verbs/cm_addr.h"
 #include "verbs/rc_link_impl.h"
 
 namespace xp::verbs {
@@ -30,13 +31,6 @@ struct Ctx {
   size_t app_len = 0;
   int timeout_ms = 3000;
 };
-
-// An rdma_cm address (IPv4 or IPv6; none leaves *out zeroed).
-void copy_addr(const sockaddr* a, sockaddr_storage* out) {
-  memset(out, 0, sizeof *out);
-  if (a != nullptr && (a->sa_family == AF_INET || a->sa_family == AF_INET6))
-    memcpy(out, a, a->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
-}
 
 } // namespace
 
@@ -319,8 +313,8 @@ bool Cm::next(CmEvent* out) {
       }
       req->id = id;
       req->local_port = ntohs(rdmacm().get_src_port(id));
-      copy_addr(rdma_get_peer_addr(id), &req->peer_addr);
-      copy_addr(rdma_get_local_addr(id), &req->local_addr);
+      copy_cm_addr(rdma_get_peer_addr(id), &req->peer_addr);
+      copy_cm_addr(rdma_get_local_addr(id), &req->local_addr);
       out->kind = CmEvent::Kind::request;
       out->user = c->user;
       out->req = req;
@@ -378,8 +372,8 @@ bool Cm::next(CmEvent* out) {
         (void)parse_wire_ring(priv, plen, &w); // set_peer() accepted it
         out->priv_len = w.app_len;
         memcpy(out->priv, w.app, out->priv_len);
-        copy_addr(rdma_get_local_addr(id), &out->local);
-        copy_addr(rdma_get_peer_addr(id), &out->peer);
+        copy_cm_addr(rdma_get_local_addr(id), &out->local);
+        copy_cm_addr(rdma_get_peer_addr(id), &out->peer);
       }
       c->link->connected_ = true;
       out->kind = CmEvent::Kind::established;

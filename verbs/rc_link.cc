@@ -1,4 +1,5 @@
 #include "verbs/rc_link.h"
+#include "verbs/cm_addr.h"
 #include "verbs/rc_link_impl.h"
 
 #include "common/fd_place.h"
@@ -249,11 +250,8 @@ Status rc_connect(const sockaddr* src, const sockaddr* dst, const RcLinkParams& 
             Status::ok) {
       info->app_len = w.app_len;
       memcpy(info->app, w.app, w.app_len);
-      for (auto [from, to] : {std::pair{rdma_get_local_addr(link->id_), &info->local},
-                              std::pair{rdma_get_peer_addr(link->id_), &info->peer}})
-        if (from != nullptr)
-          memcpy(to, from,
-                 from->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+      copy_cm_addr(rdma_get_local_addr(link->id_), &info->local);
+      copy_cm_addr(rdma_get_peer_addr(link->id_), &info->peer);
     }
     rdmacm().ack_cm_event(ev);
   }
