@@ -124,7 +124,6 @@ struct Channel {
   std::atomic<bool> held{false};
   std::atomic<uint64_t> last_write_ns{0};
   TableHook in_table{}; // in ChannelTable's live or dying list (stream/channel_table.h)
-  bool retired = false; // in the dying list (State::mu)
 };
 
 } // namespace xp::stream

@@ -39,8 +39,7 @@ public:
   // A live channel leaves every lookup; freed by free_quiet() later.
   void retire(Channel* ch, uint64_t now_ms) {
     live_.remove(ch);
-    ch->dying_since_ms = now_ms;
-    ch->retired = true;
+    ch->dying_since_ms = now_ms; // non-zero: retired (free_now)
     dying_.add(ch);
   }
   // Frees the dying channels past their grace period that nobody uses;
@@ -64,7 +63,7 @@ public:
   // (A hook does not say which list holds it, and each list counts its
   // members: remove from the right one.)
   void free_now(Channel* ch) {
-    (ch->retired ? dying_ : live_).remove(ch);
+    (ch->dying_since_ms != 0 ? dying_ : live_).remove(ch);
     delete ch;
   }
   // A fork child: the channels are the parent's (its queue pairs), never

@@ -210,9 +210,9 @@ void run_commands() {
   }
   std::lock_guard<std::mutex> l(s.mu);
   for (ListenShare* sh : serve)
-    serve_share(g(), sh, nullptr);
+    serve_share(s, sh, nullptr);
   for (Conn* c : start) {
-    start_client(g(), c);
+    start_client(s, c);
     c->unref();
   }
 }
@@ -278,7 +278,7 @@ void* engine_main(void*) {
         while (true) {
           std::lock_guard<std::mutex> l(s.mu);
           if (!s.cm->next(&ev)) break;
-          on_cm_event(g(), ev);
+          on_cm_event(s, ev);
         }
       } else if (d == kTagForkWatch) {
         tick_forks(now_ms()); // a process that held a socket a fork shared exited
@@ -294,7 +294,7 @@ void* engine_main(void*) {
     uint64_t now = now_ms();
     if (now - last_tick >= kTickMs) {
       last_tick = now;
-      tick_conns(g(), now);
+      tick_conns(s, now);
       tick_forks(now);
       tick_claims(now);
       if (now - last_hook >= kTickHookMs) {
@@ -302,9 +302,9 @@ void* engine_main(void*) {
         if (TickHook h = g_tick_hook.load(std::memory_order_acquire)) h();
       }
       std::lock_guard<std::mutex> l(s.mu);
-      retry_pending(g(), now);
-      relisten(g(), now);
-      reap_channels(g(), now);
+      retry_pending(s, now);
+      relisten(s, now);
+      reap_channels(s, now);
     }
   }
   return nullptr;
@@ -371,7 +371,7 @@ Conn* register_conn(int fd, recover::Role role, const sockaddr* local, const soc
   c->ref(); // the table's
   g_state.conns.add(c);
   g_state.maybe_timed.store(true); // a new upgrade is timed until advance() says otherwise
-  index_server(g(), c);            // its pending requests and ATTACHes are answered
+  index_server(g_state, c);        // its pending requests and ATTACHes are answered
   c->note_ready(false);            // edges are counted from here
   watch_tcp(c);
   return c;
@@ -551,7 +551,7 @@ Conn* engine::on_accept(int fd, ListenShare* share, const sockaddr* local, const
   c->rv.share = share;
   // At once, not from the engine thread: the client's request may already
   // be on its way, and an rdma_cm port nobody listens on means "no xpress".
-  serve_share(g(), share, c);
+  serve_share(s, share, c);
   return c;
 }
 
@@ -594,7 +594,7 @@ void engine::on_close(Conn* c) {
       (void)share_remove(c->rv.share, key, getpid());
     }
   }
-  unindex_server(g(), c);
+  unindex_server(s, c);
   if (c->role == recover::Role::server && !c->at_fork.handed_over) {
     // (One this process let go at a fork is its child's: a request for it
     // waits for the child's publication.)
@@ -603,7 +603,7 @@ void engine::on_close(Conn* c) {
     if (s.closed_keys.size() >= 256) s.closed_keys.erase(s.closed_keys.begin());
     s.closed_keys.push_back(k);
   } else {
-    forget_attempts(g(), c);
+    forget_attempts(s, c);
   }
   if (s.conns.remove(c)) c->unref();
   wake::notify(); // a call blocked on this connection in another thread returns

@@ -506,8 +506,8 @@ void mark_unproven(Conn* c);
 // Forget every pending entry (fork child).
 void clear_pending(State& eng);
 bool recently_closed(State& eng, const uint8_t key[recover::kTupleIdBytes]);
-void forget_attempts(State& eng,
-                     Conn* c); // a client connection closed: stop waiting behind its attempt
+// A client connection closed: stop waiting behind its attempt.
+void forget_attempts(State& eng, Conn* c);
 // A channel for a resumed stream going back (stream/reattach.cc): rdma_cm to
 // the server at port, the request naming the stream's 4-tuple only so that
 // the right process answers; false when it could not even start.

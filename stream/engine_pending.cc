@@ -2,7 +2,7 @@
 // its connection (docs/protocol.md §8 "Bounded state"): rdma_cm requests and
 // ATTACHes waiting for that accept, and the table of server connections
 // they are matched against.  Each table is capped and indexed by 4-tuple,
-// so the engine's 10 ms tick, which runs under g().mu like the program's
+// so the engine's 10 ms tick, which runs under the engine mutex like the program's
 // accept/connect/close, does no work per pending entry: an entry is looked
 // at when its connection appears (key_ready), when a sibling process
 // publishes connections (ListenShare::slots_gen), and at its deadline.
@@ -91,12 +91,12 @@ void answer_key(State& eng, const TupleKey& k) {
 
 // The keys something waits for that a sibling published in sh (each once:
 // a multimap's equal keys are adjacent).
-template <typename Map> void published_keys(ListenShare* sh, const Map& m) {
+template <typename Map> void published_keys(State& eng, ListenShare* sh, const Map& m) {
   const TupleKey* last = nullptr;
   for (const auto& e : m) {
     if (last && *last == e.first) continue;
     last = &e.first;
-    if (share_find(sh, e.first.b.data(), getpid(), nullptr)) key_ready(g(), e.first);
+    if (share_find(sh, e.first.b.data(), getpid(), nullptr)) key_ready(eng, e.first);
   }
 }
 
@@ -115,8 +115,8 @@ void look_at_shares(State& eng) {
       if (e.second == gen) break;
       e.second = gen;
       if (eng.reqs.empty() && eng.attaches.empty()) break;
-      published_keys(sh, eng.reqs_by_key);
-      published_keys(sh, eng.attaches_by_key);
+      published_keys(eng, sh, eng.reqs_by_key);
+      published_keys(eng, sh, eng.attaches_by_key);
       break;
     }
     if (!found) seen.emplace_back(sh, gen);

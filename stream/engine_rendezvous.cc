@@ -101,7 +101,7 @@ void cm_connect(State& eng, Conn* c, uint16_t port) {
   u.release(); // rdma_cm's until its last event (on_cm_event)
 }
 
-// An rdma_cm attempt ended (g().mu held): the connections that waited for
+// An rdma_cm attempt ended (eng.mu held): the connections that waited for
 // it try again (attach over its channel, or their own attempt).
 void attempt_done(State& eng, CmUser* u, bool release = true) {
   eng.inflight.remove(u);

@@ -53,18 +53,18 @@ bool waits_for_client(const Conn* c) {
   return c->role == recover::Role::server && !c->rv.heard_from_peer.load();
 }
 
-// The hosts that show such a burst (g().mu held).
+// The hosts that show such a burst (eng.mu held).
 struct BusyHosts {
   std::vector<recover::IpAddr> clients; // with a server channel here
   // With an rdma_cm attempt under way, and whose attempt it is: a
   // connection's own attempt is not a burst it waits behind (an rdma_cm
   // peer that never answers keeps it no longer than the handshake).
   std::vector<std::pair<recover::IpAddr, const Conn*>> servers;
-  void collect() {
-    XP_ASSERT_HELD(g().mu);
-    for (const Channel* ch : g().chans.live())
+  void collect(State& eng) {
+    XP_ASSERT_HELD(eng.mu);
+    for (const Channel* ch : eng.chans.live())
       if (!ch->client_side && !ch->failed.load()) clients.push_back(ch->peer_addr);
-    for (const CmUser* u : g().inflight)
+    for (const CmUser* u : eng.inflight)
       if (!u->conn->closed.load())
         servers.emplace_back(recover::server_addr(u->conn->tuple), u->conn);
   }
@@ -112,7 +112,7 @@ void tick_conns(State& eng, uint64_t now) {
           ph == Phase::upgrading && (waits_for_client(c) || c->role == recover::Role::client);
     }
     if (timed) eng.maybe_timed.store(true);
-    if (any_waiting) hosts.collect();
+    if (any_waiting) hosts.collect(eng);
   }
   for (Conn* c : cs) {
     if (quiet(c)) { // settled since the walk
